@@ -1,0 +1,38 @@
+// Deadlines: every wait in braid is bounded by one of these.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+
+namespace braid {
+
+using Clock = std::chrono::steady_clock;
+using Millis = std::chrono::milliseconds;
+
+class Deadline {
+ public:
+  static Deadline after(Clock::duration d) { return Deadline(Clock::now() + d); }
+  static Deadline never() { return Deadline(Clock::time_point::max()); }
+  explicit Deadline(Clock::time_point at) : at_(at) {}
+
+  Clock::time_point at() const { return at_; }
+  bool expired() const { return Clock::now() >= at_; }
+  Clock::duration remaining() const {
+    auto now = Clock::now();
+    return now >= at_ ? Clock::duration::zero() : at_ - now;
+  }
+  /// Remaining time in whole milliseconds for poll(2)/epoll_wait(2), rounded
+  /// up so a wait never returns before the deadline, capped at `cap`.
+  int poll_ms(Millis cap = Millis(1000)) const {
+    auto left = std::chrono::ceil<Millis>(remaining());
+    return static_cast<int>(std::min(left, cap).count());
+  }
+
+ private:
+  Clock::time_point at_;
+};
+
+/// "2.5 s", "300 ms": a duration for messages.
+inline double seconds_of(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace braid

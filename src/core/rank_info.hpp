@@ -1,0 +1,28 @@
+// RankInfo: what a rank tells the others about itself at rendezvous. It lives
+// in core because transports (can_reach) and the planner both read it; the
+// planner issue grows it with NUMA, NIC and GPU locality from hwloc.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace braid {
+
+struct RankInfo {
+  int rank = -1;
+  std::string hostname;
+  std::uint64_t host_id = 0;  // equal for ranks that share a kernel (boot id + hostname)
+  int pid = 0;
+
+  /// Compact wire form for the bootstrap store; decode throws
+  /// ProtocolMismatch on malformed bytes.
+  std::vector<std::byte> encode() const;
+  static RankInfo decode(std::span<const std::byte> bytes);
+  /// This process, as rank `rank`.
+  static RankInfo local(int rank);
+};
+
+}  // namespace braid

@@ -1,0 +1,29 @@
+// Reduction kernels. Every collective's arithmetic goes through these four
+// entry points; they dispatch once on (type, op) and then run a loop the
+// compiler vectorises. f16 and bf16 are widened to f32, combined, and rounded
+// back to nearest-even, so a sum of two halves is the correctly rounded sum.
+#pragma once
+
+#include <cstddef>
+
+#include "braid/types.hpp"
+
+namespace braid {
+
+/// dst[i] = a[i] (op) b[i] for i < count. dst may alias a or b exactly; no
+/// other overlap. For avg this is the sum (the division happens once, in
+/// finish_average).
+void reduce(DataType type, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count);
+
+/// data[i] = data[i] / ranks: the last step of avg. Integers divide with
+/// truncation toward zero; floating point types divide (not multiply by a
+/// reciprocal), so the average of equal values is that value exactly.
+void finish_average(DataType type, void* data, std::size_t count, int ranks);
+
+/// Scalar conversions used by Float16/BFloat16 and the tests.
+float f16_to_f32(std::uint16_t bits);
+std::uint16_t f32_to_f16(float value);   // round to nearest even, overflow to inf, NaN stays NaN
+float bf16_to_f32(std::uint16_t bits);
+std::uint16_t f32_to_bf16(float value);  // round to nearest even, NaN stays NaN (quiet)
+
+}  // namespace braid

@@ -1,0 +1,132 @@
+#include "core/settings.hpp"
+
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+
+#include "braid/types.hpp"
+#include "core/text.hpp"
+
+namespace braid {
+namespace {
+
+constexpr std::array kTable = {
+    SettingInfo{"BRAID_RANK", "(none)", "This process's rank in [0, BRAID_WORLD_SIZE). Set by braid-run."},
+    SettingInfo{"BRAID_WORLD_SIZE", "(none)", "Number of ranks. Set by braid-run."},
+    SettingInfo{"BRAID_LOCAL_RANK", "(none)", "Rank among the ranks of this host. Set by braid-run."},
+    SettingInfo{"BRAID_LOCAL_SIZE", "(none)", "Number of ranks on this host. Set by braid-run."},
+    SettingInfo{"BRAID_STORE_ADDR", "(none)",
+                "host:port of the rendezvous store; rank 0 hosts it there. Set by braid-run."},
+    SettingInfo{"BRAID_TIMEOUT", "300s",
+                "Bound on every wait: rendezvous, connection, each collective (300, 30s, 500ms, 2m)."},
+    SettingInfo{"BRAID_DEBUG", "WARN", "Log level on stderr: NONE, WARN, INFO or TRACE."},
+    SettingInfo{"BRAID_SOCKET_IFNAME", "(auto)",
+                "Interface whose address this rank advertises to its peers (eth0, lo). "
+                "Default: the one through which it reaches the store."},
+    SettingInfo{"BRAID_TCP_STREAMS", "1", "TCP sockets per peer; a message is striped over them (1-16)."},
+    SettingInfo{"BRAID_TCP_BUFFER", "0",
+                "SO_SNDBUF/SO_RCVBUF per socket (4M, 512K); 0 keeps the kernel's autotuning."},
+    SettingInfo{"BRAID_SLICE_BYTES", "512K",
+                "Pipeline slice: collectives move and reduce buffers in pieces of this size."},
+    SettingInfo{"BRAID_SPIN_US", "(auto)",
+                "Microseconds to busy-poll before sleeping in the kernel; auto spins 50 us "
+                "when the local ranks fit on the cores, else 0."},
+    SettingInfo{"BRAID_ALGO", "(auto)", "Force a collective algorithm: ring (all-reduce), chain (broadcast)."},
+    SettingInfo{"BRAID_TRANSPORT", "(auto)", "Force a transport: tcp."},
+};
+
+std::optional<std::string> getenv_string(std::string_view name) {
+  const char* value = std::getenv(std::string(name).c_str());
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return std::string(value);
+}
+
+std::optional<long long> env_integer(std::string_view name, long long lo, long long hi) {
+  auto text = getenv_string(name);
+  if (!text) return std::nullopt;
+  long long value = 0;
+  auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
+  if (ec != std::errc() || end != text->data() + text->size() || value < lo || value > hi)
+    throw InvalidArgument(cat(name, "='", *text, "' is not an integer in [", lo, ", ", hi, "]"));
+  return value;
+}
+
+std::string upper(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return text;
+}
+
+}  // namespace
+
+std::span<const SettingInfo> setting_table() { return kTable; }
+
+std::optional<std::string> Settings::raw(std::string_view name) {
+  bool known = false;
+  for (const auto& s : kTable) known = known || s.name == name;
+  if (!known) throw Error(ErrorCode::internal, cat("setting ", name, " is not in the settings table"));
+  return getenv_string(name);
+}
+
+std::chrono::milliseconds parse_duration(std::string_view text, std::string_view what) {
+  double value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  std::string_view unit(end, static_cast<std::size_t>(text.data() + text.size() - end));
+  double scale = 0;
+  if (unit.empty() || unit == "s") scale = 1000;
+  else if (unit == "ms") scale = 1;
+  else if (unit == "m" || unit == "min") scale = 60000;
+  else if (unit == "h") scale = 3600000;
+  if (ec != std::errc() || scale == 0 || value < 0 || value > 1e9)
+    throw InvalidArgument(cat(what, "='", text, "' is not a duration (examples: 30, 30s, 500ms, 2m)"));
+  return std::chrono::milliseconds(static_cast<long long>(value * scale));
+}
+
+std::size_t parse_bytes(std::string_view text, std::string_view what) {
+  unsigned long long value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  std::string_view unit(end, static_cast<std::size_t>(text.data() + text.size() - end));
+  unsigned long long scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "K" || unit == "k" || unit == "KiB") scale = 1ull << 10;
+  else if (unit == "M" || unit == "MiB") scale = 1ull << 20;
+  else if (unit == "G" || unit == "GiB") scale = 1ull << 30;
+  if (ec != std::errc() || scale == 0 || value > (1ull << 40) / scale)
+    throw InvalidArgument(cat(what, "='", text, "' is not a byte size (examples: 4096, 256K, 4M, 1G)"));
+  return static_cast<std::size_t>(value * scale);
+}
+
+Settings Settings::from_env() {
+  Settings s;
+  constexpr long long kMaxRanks = 1 << 20;
+  if (auto v = env_integer("BRAID_RANK", 0, kMaxRanks)) s.rank = static_cast<int>(*v);
+  if (auto v = env_integer("BRAID_WORLD_SIZE", 1, kMaxRanks)) s.world_size = static_cast<int>(*v);
+  if (auto v = env_integer("BRAID_LOCAL_RANK", 0, kMaxRanks)) s.local_rank = static_cast<int>(*v);
+  if (auto v = env_integer("BRAID_LOCAL_SIZE", 1, kMaxRanks)) s.local_size = static_cast<int>(*v);
+  if (auto v = getenv_string("BRAID_STORE_ADDR")) s.store_addr = *v;
+  if (auto v = getenv_string("BRAID_TIMEOUT")) {
+    s.timeout = parse_duration(*v, "BRAID_TIMEOUT");
+    if (s.timeout.count() == 0) throw InvalidArgument("BRAID_TIMEOUT must be greater than zero");
+  }
+  if (auto v = getenv_string("BRAID_DEBUG")) {
+    std::string level = upper(*v);
+    if (level == "NONE" || level == "OFF") s.log_level = LogLevel::none;
+    else if (level == "WARN" || level == "WARNING") s.log_level = LogLevel::warn;
+    else if (level == "INFO") s.log_level = LogLevel::info;
+    else if (level == "TRACE") s.log_level = LogLevel::trace;
+    else throw InvalidArgument(cat("BRAID_DEBUG='", *v, "' is not one of NONE, WARN, INFO, TRACE"));
+  }
+  if (auto v = getenv_string("BRAID_SOCKET_IFNAME")) s.socket_ifname = *v;
+  if (auto v = env_integer("BRAID_TCP_STREAMS", 1, 16)) s.tcp_streams = static_cast<int>(*v);
+  if (auto v = getenv_string("BRAID_TCP_BUFFER")) s.tcp_buffer_bytes = parse_bytes(*v, "BRAID_TCP_BUFFER");
+  if (auto v = getenv_string("BRAID_SLICE_BYTES")) {
+    s.slice_bytes = parse_bytes(*v, "BRAID_SLICE_BYTES");
+    if (s.slice_bytes < 64) throw InvalidArgument(cat("BRAID_SLICE_BYTES='", *v, "' is below the minimum of 64 bytes"));
+  }
+  if (auto v = env_integer("BRAID_SPIN_US", 0, 1000000)) s.spin_us = static_cast<int>(*v);
+  if (auto v = getenv_string("BRAID_ALGO")) s.algo = *v;
+  if (auto v = getenv_string("BRAID_TRANSPORT")) s.transport = *v;
+  return s;
+}
+
+}  // namespace braid

@@ -1,0 +1,57 @@
+// Settings: the one table of BRAID_* environment variables (name, default,
+// meaning). Nothing else in braid calls getenv; the README prints this table
+// and a test checks that the two agree.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace braid {
+
+enum class LogLevel { none, warn, info, trace };
+
+struct SettingInfo {
+  std::string_view name;
+  std::string_view default_value;
+  std::string_view meaning;
+};
+
+/// Every setting braid reads, in README order.
+std::span<const SettingInfo> setting_table();
+
+struct Settings {
+  // Identity and rendezvous (set by braid-run or the user's launcher).
+  std::optional<int> rank;
+  std::optional<int> world_size;
+  std::optional<int> local_rank;
+  std::optional<int> local_size;
+  std::string store_addr;
+  // Behaviour.
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  LogLevel log_level = LogLevel::warn;
+  std::string socket_ifname;
+  int tcp_streams = 1;
+  std::size_t tcp_buffer_bytes = 0;  // 0: leave the kernel's autotuning alone
+  std::size_t slice_bytes = 512 * 1024;
+  std::optional<int> spin_us;  // unset: spin only when ranks fit on the cores
+  std::string algo;
+  std::string transport;
+
+  /// Reads the environment once; a malformed value throws InvalidArgument
+  /// naming the variable and the value.
+  static Settings from_env();
+  /// Reads one variable through the same table (for tools); nullopt if unset.
+  static std::optional<std::string> raw(std::string_view name);
+};
+
+/// Parses "300", "300s", "250ms", "2m" into a duration; throws InvalidArgument
+/// naming `what` otherwise. A bare number is seconds.
+std::chrono::milliseconds parse_duration(std::string_view text, std::string_view what);
+/// Parses "4194304", "4M", "256K", "1G"; throws InvalidArgument naming `what`.
+std::size_t parse_bytes(std::string_view text, std::string_view what);
+
+}  // namespace braid

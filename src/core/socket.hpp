@@ -1,0 +1,102 @@
+// Sockets: an owning file descriptor, addresses, and the few blocking-with-
+// deadline operations that rendezvous and handshakes need. The data path
+// (transport/tcp) uses these to set up, then drives non-blocking I/O itself.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/deadline.hpp"
+
+namespace braid {
+
+/// Owns one file descriptor; closes it on destruction.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(other.release()) {}
+  Fd& operator=(Fd&& other) noexcept;
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { reset(); }
+
+  int get() const { return fd_; }
+  explicit operator bool() const { return fd_ >= 0; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+/// An IPv4 or IPv6 socket address.
+struct SockAddr {
+  sockaddr_storage storage{};
+  socklen_t length = 0;
+
+  int family() const { return storage.ss_family; }
+  std::uint16_t port() const;
+  void set_port(std::uint16_t port);
+  bool is_loopback() const;
+  /// "127.0.0.1:29500", "[::1]:29500".
+  std::string to_string() const;
+  /// The address without the port ("127.0.0.1", "::1").
+  std::string host_string() const;
+  const sockaddr* raw() const { return reinterpret_cast<const sockaddr*>(&storage); }
+  sockaddr* raw() { return reinterpret_cast<sockaddr*>(&storage); }
+};
+
+struct HostPort {
+  std::string host;
+  std::uint16_t port = 0;
+};
+
+/// Splits "host:port", "[v6addr]:port" or "v6addr" with a port; throws
+/// InvalidArgument naming `what` and the text when malformed.
+HostPort parse_host_port(std::string_view text, std::string_view what);
+/// Resolves host (name or literal) for a TCP stream; throws InvalidArgument
+/// naming `what` when it does not resolve.
+std::vector<SockAddr> resolve(const HostPort& where, std::string_view what);
+/// The first address of interface `ifname` (IPv4 preferred); nullopt if it
+/// has none; throws InvalidArgument if no such interface exists.
+std::optional<SockAddr> interface_address(std::string_view ifname);
+/// The IPv4 address of the first interface that is up and not loopback.
+std::optional<SockAddr> first_external_address();
+
+/// A listening TCP socket bound to `addr` (port 0 picks one). Throws
+/// SystemError naming `what` and the address, e.g. when the port is in use.
+Fd listen_tcp(const SockAddr& addr, std::string_view what, int backlog = 128);
+/// Connects to one of `addrs`, retrying refused or unreachable attempts until
+/// the deadline (the other side may not be listening yet). Throws Timeout
+/// naming `what` and the last error.
+Fd connect_tcp(const std::vector<SockAddr>& addrs, Deadline deadline, std::string_view what);
+/// Waits for one connection on a listening socket; nullopt at the deadline.
+std::optional<Fd> accept_tcp(int listen_fd, Deadline deadline);
+
+SockAddr local_address(int fd);
+SockAddr peer_address(int fd);
+
+void set_nonblocking(int fd, bool on);
+void set_nodelay(int fd);
+/// Keepalive plus TCP_USER_TIMEOUT so a silently dead link fails in bounded time.
+void set_liveness(int fd, Millis user_timeout);
+void set_buffer_sizes(int fd, std::size_t bytes);
+
+/// Blocking-with-deadline full transfers on a socket of either mode. Throw
+/// Timeout or PeerLost with `what` in the message.
+void send_all(int fd, const void* data, std::size_t bytes, Deadline deadline, std::string_view what);
+void recv_all(int fd, void* data, std::size_t bytes, Deadline deadline, std::string_view what);
+
+}  // namespace braid

@@ -1,0 +1,29 @@
+#include "core/text.hpp"
+
+#include <cstdio>
+#include <cstring>
+
+namespace braid {
+
+std::string human_bytes(std::size_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  char buf[32];
+  if (unit == 0) std::snprintf(buf, sizeof buf, "%zu B", bytes);
+  else std::snprintf(buf, sizeof buf, "%.4g %s", value, kUnits[unit]);
+  return buf;
+}
+
+std::string errno_text(int err) {
+  char buf[256];
+  // GNU strerror_r returns the message, which may not live in buf.
+  const char* text = strerror_r(err, buf, sizeof buf);
+  return text;
+}
+
+}  // namespace braid

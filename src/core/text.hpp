@@ -1,0 +1,23 @@
+// Building messages from parts: cat("rank ", r, " lost peer ", p).
+#pragma once
+
+#include <sstream>
+#include <string>
+#include <string_view>
+
+namespace braid {
+
+template <typename... Parts>
+std::string cat(const Parts&... parts) {
+  std::ostringstream out;
+  (out << ... << parts);
+  return out.str();
+}
+
+/// "1.5 MiB", "64 B": sizes as people read them in logs and errors.
+std::string human_bytes(std::size_t bytes);
+
+/// The text of errno value `err` ("Connection refused").
+std::string errno_text(int err);
+
+}  // namespace braid

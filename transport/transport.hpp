@@ -1,0 +1,113 @@
+// The transport interface (DESIGN.md): a Transport connects this rank to a
+// peer and returns a Link; a Link moves tagged messages to and from that one
+// peer. Every call returns at once. Completion is observed through a Request
+// after progress(), which the communicator's progress engine calls; a Link
+// never blocks and never knows which collective is running.
+//
+// Matching rule: messages on a Link are delivered in the order they were
+// sent, and receives complete in the order they were posted. The tag of each
+// incoming message must equal the tag of the receive it lands in; anything
+// else is a ProtocolMismatch, so a late or foreign message is detected rather
+// than silently reduced. A receive must name the exact size of the message.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "braid/types.hpp"
+#include "core/deadline.hpp"
+#include "core/rank_info.hpp"
+
+namespace braid {
+
+class Poller;
+
+enum class MemKind : std::uint8_t { host, cuda };
+
+/// A region of memory a link reads from or writes to.
+struct MemView {
+  std::byte* data = nullptr;
+  std::size_t bytes = 0;
+  MemKind kind = MemKind::host;
+};
+struct ConstMemView {
+  const std::byte* data = nullptr;
+  std::size_t bytes = 0;
+  MemKind kind = MemKind::host;
+};
+
+/// Identifies one message: the collective's sequence number and the index of
+/// the step inside its schedule.
+using Tag = std::uint64_t;
+constexpr Tag make_tag(std::uint32_t sequence, std::uint32_t index) {
+  return (static_cast<Tag>(sequence) << 32) | index;
+}
+std::string describe_tag(Tag tag);  // "op #17 step 3"
+
+/// Completion state of one send or receive, shared between the Link that
+/// works on it and whoever waits for it.
+class RequestState {
+ public:
+  bool done() const { return done_; }
+  bool failed() const { return error_ != nullptr; }
+  void rethrow_if_failed() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+  std::exception_ptr error() const { return error_; }
+
+  void complete() { done_ = true; }
+  void fail(std::exception_ptr error) {
+    if (!error_) error_ = std::move(error);
+    done_ = true;
+  }
+
+ private:
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+using Request = std::shared_ptr<RequestState>;
+
+/// One connected peer.
+class Link {
+ public:
+  virtual ~Link() = default;
+  virtual int peer() const = 0;
+  /// Queues `src` to be sent as one message with `tag`. src must stay valid
+  /// and unchanged until the request is done.
+  virtual Request send(ConstMemView src, Tag tag) = 0;
+  /// Queues a receive of exactly dst.bytes into dst.
+  virtual Request recv(MemView dst, Tag tag) = 0;
+  /// Queues a receive that combines as it arrives: dst[i] = local[i] op in[i].
+  /// dst may equal local. The size of the message is dst.bytes.
+  virtual Request recv_reduce(MemView dst, ConstMemView local, DataType type, ReduceOp op, Tag tag) = 0;
+  /// Moves as many bytes as the sockets take without blocking; completes or
+  /// fails requests. Returns true if anything moved.
+  virtual bool progress() = 0;
+  /// True while any send or receive is queued and not done.
+  virtual bool busy() const = 0;
+  /// Registers the descriptors this link waits on with the engine's poller.
+  virtual void attach(Poller& poller) = 0;
+  /// "rank 1 (host-a, 10.0.0.2:40123)": names the peer in errors.
+  virtual std::string describe_peer() const = 0;
+};
+
+/// One kind of connection (tcp, shm, ucx, cuda_ipc); one per communicator.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual std::string_view name() const = 0;
+  virtual bool can_reach(const RankInfo& self, const RankInfo& peer) const = 0;
+  /// What peers need to connect to this rank; published through the store.
+  virtual std::vector<std::byte> local_address() const = 0;
+  /// Establishes the link to `peer` (both ranks call this for each other).
+  virtual std::unique_ptr<Link> connect(const RankInfo& peer, std::span<const std::byte> peer_address,
+                                        Deadline deadline) = 0;
+};
+
+}  // namespace braid
