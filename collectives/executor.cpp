@@ -1,1 +1,168 @@
-// (being written)
+#include "collectives/executor.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.hpp"
+#include "core/reduce.hpp"
+#include "core/text.hpp"
+
+namespace braid {
+
+Executor::Executor(const Schedule& schedule, Buffers buffers, std::span<Link* const> links, std::uint32_t sequence)
+    : schedule_(schedule), buffers_(buffers), scratch_(schedule.scratch_bytes), links_(links), sequence_(sequence) {
+  const auto n = schedule_.steps.size();
+  state_.assign(n, State::waiting);
+  deps_left_.resize(n);
+  requests_.resize(n);
+  dependents_begin_.assign(n + 1, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Step& s = schedule_.steps[i];
+    deps_left_[i] = static_cast<std::uint32_t>(s.deps.size());
+    for (auto d : s.deps) ++dependents_begin_[d + 1];
+  }
+  for (std::size_t i = 0; i < n; ++i) dependents_begin_[i + 1] += dependents_begin_[i];
+  dependents_.resize(dependents_begin_[n]);
+  std::vector<std::uint32_t> fill(dependents_begin_.begin(), dependents_begin_.end() - 1);
+  for (std::size_t i = 0; i < n; ++i)
+    for (auto d : schedule_.steps[i].deps) dependents_[fill[d]++] = static_cast<std::uint32_t>(i);
+
+  for (std::size_t i = 0; i < n; ++i) {
+    const Step& s = schedule_.steps[i];
+    if (s.peer < 0) {
+      if (deps_left_[i] == 0) local_ready_.push_back(static_cast<std::uint32_t>(i));
+      continue;
+    }
+    BRAID_CHECK(static_cast<std::size_t>(s.peer) < links_.size() && links_[s.peer] != nullptr, "no link to rank ", s.peer);
+    auto q = std::find_if(peers_.begin(), peers_.end(), [&](const PeerQueue& p) { return p.peer == s.peer; });
+    if (q == peers_.end()) {
+      peers_.push_back(PeerQueue{s.peer, {}, {}});
+      q = peers_.end() - 1;
+    }
+    (s.kind == StepKind::send ? q->sends : q->recvs).push_back(static_cast<std::uint32_t>(i));
+  }
+}
+
+const std::byte* Executor::read_ptr(const Region& r) const {
+  switch (r.buffer) {
+    case BufferId::input: return buffers_.input + r.offset;
+    case BufferId::output: return buffers_.output + r.offset;
+    case BufferId::scratch: return scratch_.data() + r.offset;
+  }
+  return nullptr;
+}
+
+std::byte* Executor::write_ptr(const Region& r) {
+  switch (r.buffer) {
+    case BufferId::input: BRAID_CHECK(false, "a schedule writes to its input buffer");
+    case BufferId::output: return buffers_.output + r.offset;
+    case BufferId::scratch: return scratch_.data() + r.offset;
+  }
+  return nullptr;
+}
+
+void Executor::post(std::uint32_t index) {
+  const Step& s = schedule_.steps[index];
+  Link& link = *links_[s.peer];
+  Tag tag = make_tag(sequence_, s.tag_index);
+  switch (s.kind) {
+    case StepKind::send:
+      requests_[index] = link.send(ConstMemView{read_ptr(s.src), s.src.bytes}, tag);
+      break;
+    case StepKind::recv:
+      requests_[index] = link.recv(MemView{write_ptr(s.dst), s.dst.bytes}, tag);
+      break;
+    case StepKind::recv_reduce:
+      requests_[index] = link.recv_reduce(MemView{write_ptr(s.dst), s.dst.bytes}, ConstMemView{read_ptr(s.src), s.src.bytes},
+                                          schedule_.type, schedule_.op, tag);
+      break;
+    default: BRAID_CHECK(false, "local step posted to a link");
+  }
+  state_[index] = State::posted;
+  in_flight_.push_back(index);
+}
+
+void Executor::run_local(std::uint32_t index) {
+  const Step& s = schedule_.steps[index];
+  if (s.kind == StepKind::copy) {
+    const std::byte* from = read_ptr(s.src);
+    std::byte* to = write_ptr(s.dst);
+    if (from != to && s.dst.bytes > 0) std::memcpy(to, from, s.dst.bytes);
+  } else if (s.kind == StepKind::average) {
+    finish_average(schedule_.type, write_ptr(s.dst), s.dst.bytes / size_of(schedule_.type), schedule_.ranks);
+  } else {
+    BRAID_CHECK(false, "transfer step run locally");
+  }
+  finish(index);
+}
+
+void Executor::finish(std::uint32_t index) {
+  state_[index] = State::done;
+  ++done_count_;
+  moved_ = true;
+  for (auto k = dependents_begin_[index]; k < dependents_begin_[index + 1]; ++k) {
+    std::uint32_t d = dependents_[k];
+    if (--deps_left_[d] == 0 && schedule_.steps[d].peer < 0) local_ready_.push_back(d);
+  }
+}
+
+void Executor::post_ready() {
+  // Local steps may unlock transfers and the other way round; loop until calm.
+  bool again = true;
+  while (again) {
+    again = false;
+    while (!local_ready_.empty()) {
+      std::uint32_t i = local_ready_.back();
+      local_ready_.pop_back();
+      run_local(i);
+    }
+    for (auto& q : peers_) {
+      while (q.next_send < q.sends.size() && deps_left_[q.sends[q.next_send]] == 0) post(q.sends[q.next_send++]);
+      while (q.next_recv < q.recvs.size() && deps_left_[q.recvs[q.next_recv]] == 0) post(q.recvs[q.next_recv++]);
+    }
+    // Requests may complete at post time (an in-memory link, or a broken one).
+    for (std::size_t k = 0; k < in_flight_.size();) {
+      std::uint32_t i = in_flight_[k];
+      if (!requests_[i]->done()) {
+        ++k;
+        continue;
+      }
+      requests_[i]->rethrow_if_failed();
+      requests_[i].reset();
+      in_flight_[k] = in_flight_.back();
+      in_flight_.pop_back();
+      finish(i);
+      again = true;
+    }
+    again = again || !local_ready_.empty();
+  }
+}
+
+bool Executor::advance() {
+  moved_ = false;
+  post_ready();
+  if (finished()) return true;
+  for (auto& q : peers_)
+    if (links_[q.peer]->busy()) moved_ |= links_[q.peer]->progress();
+  post_ready();
+  return finished();
+}
+
+std::string Executor::describe_pending() const {
+  std::string out;
+  std::size_t listed = 0;
+  for (auto i : in_flight_) {
+    const Step& s = schedule_.steps[i];
+    if (listed++ == 3) {
+      out += ", ...";
+      break;
+    }
+    if (!out.empty()) out += ", ";
+    out += cat(name_of(s.kind), s.kind == StepKind::send ? " to " : " from ", links_[s.peer]->describe_peer(), " (",
+               human_bytes(s.kind == StepKind::send ? s.src.bytes : s.dst.bytes), ", step ", s.tag_index, ")");
+  }
+  if (out.empty()) out = "nothing (local work pending)";
+  return cat(done_count_, " of ", schedule_.steps.size(), " steps done; waiting on ", out);
+}
+
+}  // namespace braid

@@ -1,1 +1,67 @@
-// (being written)
+#include "collectives/schedule.hpp"
+
+#include <algorithm>
+
+#include "core/check.hpp"
+
+namespace braid {
+
+std::string_view name_of(StepKind kind) {
+  switch (kind) {
+    case StepKind::send: return "send";
+    case StepKind::recv: return "recv";
+    case StepKind::recv_reduce: return "recv_reduce";
+    case StepKind::copy: return "copy";
+    case StepKind::average: return "average";
+  }
+  return "?";
+}
+
+std::uint32_t Schedule::add(Step step) {
+  steps.push_back(std::move(step));
+  return static_cast<std::uint32_t>(steps.size() - 1);
+}
+
+std::vector<int> Schedule::peers() const {
+  std::vector<int> out;
+  for (const auto& s : steps)
+    if (s.peer >= 0) out.push_back(s.peer);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+int ring_position(std::span<const int> ring, int rank) {
+  auto it = std::find(ring.begin(), ring.end(), rank);
+  BRAID_CHECK(it != ring.end(), "rank ", rank, " is not in the ring");
+  return static_cast<int>(it - ring.begin());
+}
+
+void validate(const Schedule& schedule, BufferSizes sizes, int self_rank) {
+  auto limit = [&](BufferId id) {
+    switch (id) {
+      case BufferId::input: return sizes.input;
+      case BufferId::output: return sizes.output;
+      case BufferId::scratch: return schedule.scratch_bytes;
+    }
+    return std::size_t{0};
+  };
+  std::size_t element = size_of(schedule.type);
+  for (std::size_t i = 0; i < schedule.steps.size(); ++i) {
+    const Step& s = schedule.steps[i];
+    auto in_bounds = [&](const Region& r) { return r.offset <= limit(r.buffer) && r.bytes <= limit(r.buffer) - r.offset; };
+    bool uses_src = s.kind == StepKind::send || s.kind == StepKind::recv_reduce || s.kind == StepKind::copy;
+    bool uses_dst = s.kind != StepKind::send;
+    bool talks = s.kind == StepKind::send || s.kind == StepKind::recv || s.kind == StepKind::recv_reduce;
+    BRAID_CHECK(!uses_src || in_bounds(s.src), schedule.algorithm, " step ", i, " (", name_of(s.kind), ") reads outside its buffer");
+    BRAID_CHECK(!uses_dst || in_bounds(s.dst), schedule.algorithm, " step ", i, " (", name_of(s.kind), ") writes outside its buffer");
+    BRAID_CHECK(!talks || (s.peer >= 0 && s.peer < schedule.ranks && s.peer != self_rank), schedule.algorithm, " step ", i,
+                " names peer ", s.peer);
+    BRAID_CHECK(s.kind != StepKind::recv_reduce || (s.src.bytes == s.dst.bytes && s.dst.bytes % element == 0),
+                schedule.algorithm, " step ", i, " reduces regions of different or partial sizes");
+    BRAID_CHECK(s.kind != StepKind::copy || s.src.bytes == s.dst.bytes, schedule.algorithm, " step ", i, " copies unequal regions");
+    for (auto d : s.deps) BRAID_CHECK(d < i, schedule.algorithm, " step ", i, " depends on a later step ", d);
+  }
+}
+
+}  // namespace braid

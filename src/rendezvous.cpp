@@ -1,1 +1,121 @@
-// (being written)
+#include "rendezvous.hpp"
+
+#include <map>
+#include <mutex>
+
+#include "core/log.hpp"
+#include "core/text.hpp"
+#include "core/wire.hpp"
+
+namespace braid {
+namespace {
+
+constexpr std::uint64_t kIdMagic = 0x3144494449415242ull;  // "BRAIDID1"
+
+SockAddr advertised_address(const SockAddr& store, const Settings& settings) {
+  if (!settings.socket_ifname.empty()) {
+    auto addr = interface_address(settings.socket_ifname);
+    if (!addr) throw InvalidArgument(cat("BRAID_SOCKET_IFNAME='", settings.socket_ifname, "' has no IP address"));
+    return *addr;
+  }
+  return local_address_toward(store);
+}
+
+// Stores created by UniqueId::create, kept alive until a communicator of this
+// process takes one over (or the process exits).
+std::mutex g_hosted_mutex;
+std::map<std::string, std::shared_ptr<TcpStoreServer>> g_hosted;
+
+std::shared_ptr<TcpStoreServer> take_hosted(const std::string& where) {
+  std::lock_guard lock(g_hosted_mutex);
+  auto it = g_hosted.find(where);
+  if (it == g_hosted.end()) return nullptr;
+  auto server = it->second;
+  g_hosted.erase(it);
+  return server;
+}
+
+Rendezvous connect_to(const std::string& where, const Settings& settings, std::shared_ptr<TcpStoreServer> server) {
+  HostPort hp = parse_host_port(where, "braid store address");
+  auto addrs = resolve(hp, "braid store address");
+  Rendezvous rv;
+  rv.server = std::move(server);
+  rv.store_name = where;
+  rv.advertise = advertised_address(addrs.front(), settings);
+  rv.store = connect_tcp_store(hp, Deadline::after(settings.timeout));
+  return rv;
+}
+
+}  // namespace
+
+Rendezvous rendezvous_at_store(const std::string& where, int rank, int size, const Settings& settings) {
+  (void)size;
+  std::shared_ptr<TcpStoreServer> server;
+  if (rank == 0) {
+    HostPort hp = parse_host_port(where, "braid store address");
+    auto addrs = resolve(hp, "braid store address");
+    try {
+      server = TcpStoreServer::start(addrs.front());
+    } catch (const Error& e) {
+      throw Error(e.code(), cat("rank 0: cannot host the braid store at ", where, ": ", e.what()));
+    }
+    log_info("hosting the braid store at ", server->address().to_string());
+  }
+  Rendezvous rv = connect_to(where, settings, std::move(server));
+  if (rank == 0) {
+    rv.comm_id = CommId::random();
+    rv.store->set("braid/comm_id", std::span<const std::byte>(rv.comm_id.bytes));
+  } else {
+    Bytes id = rv.store->get("braid/comm_id", settings.timeout);
+    if (id.size() != rv.comm_id.bytes.size())
+      throw ProtocolMismatch(cat("rank ", rank, ": the store at ", where, " holds a malformed communicator id"));
+    std::copy(id.begin(), id.end(), rv.comm_id.bytes.begin());
+  }
+  return rv;
+}
+
+std::vector<std::byte> create_unique_id_bytes(const Settings& settings) {
+  SockAddr bind_to;
+  if (!settings.socket_ifname.empty()) {
+    auto a = interface_address(settings.socket_ifname);
+    if (!a) throw InvalidArgument(cat("BRAID_SOCKET_IFNAME='", settings.socket_ifname, "' has no IP address"));
+    bind_to = *a;
+  } else if (auto ext = first_external_address()) {
+    bind_to = *ext;
+  } else {
+    bind_to = resolve(HostPort{"127.0.0.1", 0}, "loopback").front();
+  }
+  std::shared_ptr<TcpStoreServer> server = TcpStoreServer::start(bind_to);
+  std::string where = server->address().to_string();
+  CommId id = CommId::random();
+  WireWriter w;
+  w.u64(kIdMagic);
+  w.bytes(id.bytes);
+  w.str(where);
+  auto bytes = w.take();
+  if (bytes.size() > 128) throw Error(ErrorCode::internal, "unique id does not fit in 128 bytes");
+  bytes.resize(128);
+  {
+    std::lock_guard lock(g_hosted_mutex);
+    g_hosted[where] = std::move(server);
+  }
+  log_info("created a unique id; its store listens at ", where);
+  return bytes;
+}
+
+Rendezvous rendezvous_by_id(std::span<const std::byte> id, int rank, int size, const Settings& settings) {
+  (void)rank;
+  (void)size;
+  WireReader r(id, "braid unique id");
+  if (r.u64() != kIdMagic)
+    throw InvalidArgument("the unique id was not made by braid_get_unique_id / UniqueId::create (bad magic)");
+  CommId comm_id;
+  auto idb = r.bytes(comm_id.bytes.size());
+  std::copy(idb.begin(), idb.end(), comm_id.bytes.begin());
+  std::string where = r.str(100);
+  Rendezvous rv = connect_to(where, settings, take_hosted(where));
+  rv.comm_id = comm_id;
+  return rv;
+}
+
+}  // namespace braid

@@ -157,6 +157,16 @@ std::optional<SockAddr> first_external_address() {
   return std::nullopt;
 }
 
+SockAddr local_address_toward(const SockAddr& remote) {
+  Fd fd(::socket(remote.family(), SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd) throw SystemError(cat("socket() failed: ", errno_text(errno)));
+  if (::connect(fd.get(), remote.raw(), remote.length) != 0)
+    throw SystemError(cat("no route from this host to ", remote.to_string(), ": ", errno_text(errno)));
+  SockAddr local = local_address(fd.get());
+  local.set_port(0);
+  return local;
+}
+
 Fd listen_tcp(const SockAddr& addr, std::string_view what, int backlog) {
   Fd fd(::socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) throw SystemError(cat(what, ": socket() failed: ", errno_text(errno)));

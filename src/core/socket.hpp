@@ -75,6 +75,10 @@ std::optional<SockAddr> interface_address(std::string_view ifname);
 /// The IPv4 address of the first interface that is up and not loopback.
 std::optional<SockAddr> first_external_address();
 
+/// The local address the kernel would use to reach `remote` (a UDP connect,
+/// which sends nothing): what a rank advertises by default.
+SockAddr local_address_toward(const SockAddr& remote);
+
 /// A listening TCP socket bound to `addr` (port 0 picks one). Throws
 /// SystemError naming `what` and the address, e.g. when the port is in use.
 Fd listen_tcp(const SockAddr& addr, std::string_view what, int backlog = 128);

@@ -19,6 +19,17 @@ std::string human_bytes(std::size_t bytes) {
   return buf;
 }
 
+std::string to_hex(std::span<const std::byte> bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (std::byte b : bytes) {
+    out += kDigits[std::to_integer<int>(b) >> 4];
+    out += kDigits[std::to_integer<int>(b) & 15];
+  }
+  return out;
+}
+
 std::string errno_text(int err) {
   char buf[256];
   // GNU strerror_r returns the message, which may not live in buf.

@@ -1,6 +1,8 @@
 // Building messages from parts: cat("rank ", r, " lost peer ", p).
 #pragma once
 
+#include <cstddef>
+#include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -16,6 +18,9 @@ std::string cat(const Parts&... parts) {
 
 /// "1.5 MiB", "64 B": sizes as people read them in logs and errors.
 std::string human_bytes(std::size_t bytes);
+
+/// Lower-case hex digits of `bytes`.
+std::string to_hex(std::span<const std::byte> bytes);
 
 /// The text of errno value `err` ("Connection refused").
 std::string errno_text(int err);

@@ -1,1 +1,246 @@
-// (being written)
+#include "transport/tcp/tcp_link.hpp"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <bit>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include "core/check.hpp"
+#include "core/poller.hpp"
+#include "core/reduce.hpp"
+#include "core/text.hpp"
+
+namespace braid {
+
+static_assert(std::endian::native == std::endian::little,
+              "frame headers are sent in host order; braid supports little-endian hosts");
+
+namespace {
+constexpr std::size_t kHeaderBytes = 16;
+constexpr int kMaxIov = 64;
+}  // namespace
+
+TcpLink::TcpLink(int self_rank, int peer_rank, std::string peer_name, std::vector<Fd> sockets)
+    : self_(self_rank), peer_(peer_rank), peer_name_(std::move(peer_name)) {
+  BRAID_CHECK(!sockets.empty());
+  streams_.resize(sockets.size());
+  for (std::size_t i = 0; i < sockets.size(); ++i) {
+    streams_[i].fd = std::move(sockets[i]);
+    streams_[i].bounce.resize(kBounceBytes);
+  }
+}
+
+TcpLink::~TcpLink() = default;
+
+void TcpLink::attach(Poller& poller) {
+  for (auto& s : streams_) poller.add(s.fd.get());
+}
+
+bool TcpLink::busy() const {
+  for (const auto& s : streams_)
+    if (!s.sends.empty() || !s.recvs.empty()) return true;
+  return false;
+}
+
+std::size_t TcpLink::parts_for(std::size_t bytes) const {
+  return bytes >= kStripeMinBytes ? streams_.size() : 1;
+}
+
+std::size_t TcpLink::cut(std::size_t bytes, std::size_t parts, std::size_t i) const {
+  if (i >= parts) return bytes;
+  std::size_t at = (bytes / parts) * i;
+  return at & ~std::size_t{63};
+}
+
+std::string TcpLink::where(std::string_view action, Tag tag) const {
+  return cat("rank ", self_, ": ", action, " ", peer_name_, " (", describe_tag(tag), ")");
+}
+
+Request TcpLink::send(ConstMemView src, Tag tag) {
+  auto request = std::make_shared<RequestState>();
+  if (broken_) {
+    request->fail(broken_);
+    return request;
+  }
+  std::size_t parts = parts_for(src.bytes);
+  auto message = std::make_shared<Message>(Message{request, static_cast<int>(parts)});
+  for (std::size_t i = 0; i < parts; ++i) {
+    std::size_t begin = cut(src.bytes, parts, i), end = cut(src.bytes, parts, i + 1);
+    streams_[i].sends.push_back(SendPart{message, FrameHeader{tag, end - begin}, src.data + begin});
+  }
+  return request;
+}
+
+Request TcpLink::recv(MemView dst, Tag tag) { return post_recv(dst, nullptr, DataType::u8, ReduceOp::sum, tag); }
+
+Request TcpLink::recv_reduce(MemView dst, ConstMemView local, DataType type, ReduceOp op, Tag tag) {
+  BRAID_CHECK(local.bytes == dst.bytes, "recv_reduce operands differ in size");
+  BRAID_CHECK(dst.bytes % size_of(type) == 0, "recv_reduce of a partial element");
+  return post_recv(dst, local.data, type, op, tag);
+}
+
+Request TcpLink::post_recv(MemView dst, const std::byte* local, DataType type, ReduceOp op, Tag tag) {
+  auto request = std::make_shared<RequestState>();
+  if (broken_) {
+    request->fail(broken_);
+    return request;
+  }
+  std::size_t parts = parts_for(dst.bytes);
+  auto message = std::make_shared<Message>(Message{request, static_cast<int>(parts)});
+  for (std::size_t i = 0; i < parts; ++i) {
+    std::size_t begin = cut(dst.bytes, parts, i), end = cut(dst.bytes, parts, i + 1);
+    RecvPart part{message, tag, dst.data + begin, local ? local + begin : nullptr, end - begin, type, op};
+    streams_[i].recvs.push_back(part);
+  }
+  return request;
+}
+
+void TcpLink::finish_part(const std::shared_ptr<Message>& message) {
+  if (--message->parts_left == 0) message->request->complete();
+}
+
+void TcpLink::fail(std::exception_ptr error) {
+  if (!broken_) broken_ = error;
+  for (auto& s : streams_) {
+    for (auto& p : s.sends) p.message->request->fail(broken_);
+    for (auto& p : s.recvs) p.message->request->fail(broken_);
+    s.sends.clear();
+    s.recvs.clear();
+  }
+}
+
+bool TcpLink::progress() {
+  bool moved = false;
+  try {
+    for (auto& s : streams_) {
+      if (!s.sends.empty()) moved |= progress_sends(s);
+      if (!s.recvs.empty()) moved |= progress_recvs(s);
+    }
+  } catch (const Error&) {
+    fail(std::current_exception());
+    moved = true;
+  }
+  return moved;
+}
+
+bool TcpLink::progress_sends(Stream& s) {
+  bool moved = false;
+  while (!s.sends.empty()) {
+    iovec iov[kMaxIov];
+    int count = 0;
+    for (auto it = s.sends.begin(); it != s.sends.end() && count + 2 <= kMaxIov; ++it) {
+      if (it->sent < kHeaderBytes) {
+        iov[count++] = {reinterpret_cast<char*>(&it->header) + it->sent, kHeaderBytes - it->sent};
+        if (it->header.bytes > 0) iov[count++] = {const_cast<std::byte*>(it->data), it->header.bytes};
+      } else {
+        iov[count++] = {const_cast<std::byte*>(it->data) + (it->sent - kHeaderBytes),
+                        it->header.bytes - (it->sent - kHeaderBytes)};
+      }
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<std::size_t>(count);
+    ssize_t n = ::sendmsg(s.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      throw PeerLost(cat(where("lost the connection to", s.sends.front().header.tag), " while sending: ", errno_text(errno)));
+    }
+    moved = true;
+    auto left = static_cast<std::size_t>(n);
+    std::size_t requested = 0;
+    for (int i = 0; i < count; ++i) requested += iov[i].iov_len;
+    while (left > 0) {
+      SendPart& part = s.sends.front();
+      std::size_t total = kHeaderBytes + part.header.bytes;
+      std::size_t take = std::min(left, total - part.sent);
+      part.sent += take;
+      left -= take;
+      if (part.sent == total) {
+        auto message = part.message;
+        s.sends.pop_front();
+        finish_part(message);
+      }
+    }
+    // Zero-length parts are whole once their header is out.
+    while (!s.sends.empty() && s.sends.front().sent == kHeaderBytes && s.sends.front().header.bytes == 0) {
+      auto message = s.sends.front().message;
+      s.sends.pop_front();
+      finish_part(message);
+    }
+    if (static_cast<std::size_t>(n) < requested) break;  // the socket buffer is full
+  }
+  return moved;
+}
+
+void TcpLink::check_header(const RecvPart& part) const {
+  if (part.header.tag != part.tag || part.header.bytes != part.bytes)
+    throw ProtocolMismatch(cat(where("received from", part.tag), " a message ", describe_tag(part.header.tag), " of ",
+                               part.header.bytes, " bytes while expecting ", describe_tag(part.tag), " of ",
+                               part.bytes, " bytes: the ranks are running different operations"));
+}
+
+void TcpLink::absorb_payload(Stream& s, RecvPart& part, std::size_t n) {
+  if (part.local == nullptr) {
+    part.done += n;
+    return;
+  }
+  s.bounce_fill += n;
+  std::size_t element = size_of(part.type);
+  std::size_t whole = s.bounce_fill - s.bounce_fill % element;
+  if (whole == 0) return;
+  reduce(part.type, part.op, part.dst + part.done, part.local + part.done, s.bounce.data(), whole / element);
+  part.done += whole;
+  std::size_t rest = s.bounce_fill - whole;
+  if (rest > 0) std::memmove(s.bounce.data(), s.bounce.data() + whole, rest);
+  s.bounce_fill = rest;
+}
+
+bool TcpLink::progress_recvs(Stream& s) {
+  bool moved = false;
+  while (!s.recvs.empty()) {
+    RecvPart& part = s.recvs.front();
+    iovec iov[2];
+    int count = 0;
+    if (part.header_got < kHeaderBytes)
+      iov[count++] = {reinterpret_cast<char*>(&part.header) + part.header_got, kHeaderBytes - part.header_got};
+    std::size_t pending = part.bytes - part.done - s.bounce_fill;  // payload not yet read
+    if (pending > 0) {
+      if (part.local == nullptr)
+        iov[count++] = {part.dst + part.done, pending};
+      else
+        iov[count++] = {s.bounce.data() + s.bounce_fill, std::min(pending, s.bounce.size() - s.bounce_fill)};
+    }
+    std::size_t requested = 0;
+    for (int i = 0; i < count; ++i) requested += iov[i].iov_len;
+    if (requested > 0) {
+      ssize_t n = ::readv(s.fd.get(), iov, count);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        throw PeerLost(cat(where("lost the connection to", part.tag), " while receiving: ", errno_text(errno)));
+      }
+      if (n == 0)
+        throw PeerLost(cat(where("lost the connection to", part.tag),
+                           " while receiving: the peer closed the connection (did it exit or fail?)"));
+      moved = true;
+      auto got = static_cast<std::size_t>(n);
+      std::size_t to_header = std::min(got, kHeaderBytes - part.header_got);
+      part.header_got += to_header;
+      if (to_header > 0 && part.header_got == kHeaderBytes) check_header(part);
+      if (got > to_header) absorb_payload(s, part, got - to_header);
+      if (part.done < part.bytes && got < requested) break;  // drained for now
+    }
+    if (part.header_got == kHeaderBytes && part.done == part.bytes) {
+      auto message = part.message;
+      s.recvs.pop_front();
+      finish_part(message);
+    }
+  }
+  return moved;
+}
+
+}  // namespace braid

@@ -1,0 +1,75 @@
+// Executor: runs one rank's Schedule over Links. advance() posts every step
+// whose dependencies are done (transfers to a peer strictly in schedule
+// order), lets the links move bytes, collects completions and runs local
+// steps. It never blocks: the caller decides whether to spin or sleep between
+// calls and enforces the deadline, which keeps the executor usable from the
+// communicator's progress loop and from single-threaded simulations alike.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "collectives/schedule.hpp"
+#include "transport/transport.hpp"
+
+namespace braid {
+
+struct Buffers {
+  const std::byte* input = nullptr;
+  std::byte* output = nullptr;
+  std::size_t input_bytes = 0;
+  std::size_t output_bytes = 0;
+};
+
+class Executor {
+ public:
+  /// links[p] is the link to rank p (null for self and unused peers).
+  Executor(const Schedule& schedule, Buffers buffers, std::span<Link* const> links, std::uint32_t sequence);
+
+  /// One pass of posting, progress and completion. Returns true once every
+  /// step is done; throws the first error of any step.
+  bool advance();
+  /// True if the last advance() moved any bytes or finished any step.
+  bool moved() const { return moved_; }
+  bool finished() const { return done_count_ == schedule_.steps.size(); }
+  /// Who this rank is waiting for: "recv from rank 2 (host, addr) step 5".
+  std::string describe_pending() const;
+
+ private:
+  enum class State : std::uint8_t { waiting, posted, done };
+  struct PeerQueue {
+    int peer;
+    std::vector<std::uint32_t> sends;  // step indices in schedule order
+    std::vector<std::uint32_t> recvs;
+    std::size_t next_send = 0;
+    std::size_t next_recv = 0;
+  };
+
+  void post_ready();
+  void post(std::uint32_t index);
+  void finish(std::uint32_t index);
+  void run_local(std::uint32_t index);
+  const std::byte* read_ptr(const Region& r) const;
+  std::byte* write_ptr(const Region& r);
+
+  const Schedule& schedule_;
+  Buffers buffers_;
+  std::vector<std::byte> scratch_;
+  std::span<Link* const> links_;
+  std::uint32_t sequence_;
+  std::vector<State> state_;
+  std::vector<std::uint32_t> deps_left_;
+  std::vector<std::uint32_t> dependents_begin_;  // CSR adjacency of dependents
+  std::vector<std::uint32_t> dependents_;
+  std::vector<Request> requests_;
+  std::vector<PeerQueue> peers_;
+  std::vector<std::uint32_t> local_ready_;
+  std::vector<std::uint32_t> in_flight_;
+  std::size_t done_count_ = 0;
+  bool moved_ = false;
+};
+
+}  // namespace braid

@@ -1,0 +1,98 @@
+// A collective is a Schedule: plain data listing, for one rank, the steps it
+// takes (send a region to a peer, receive into a region, receive and reduce,
+// copy, finish an average) and which earlier steps each one waits for. An
+// algorithm is a function that builds the schedule; the Executor runs any
+// schedule over Links. Because a schedule is data, tests run the schedules
+// of N ranks against each other in one process without a network.
+//
+// Matching: a rank's sends to peer p are posted in schedule order, and so are
+// its receives from p, so the k-th send of rank a to b meets the k-th receive
+// of b from a. Their tag_index must agree; the transports check it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "braid/types.hpp"
+
+namespace braid {
+
+enum class BufferId : std::uint8_t { input, output, scratch };
+
+struct Region {
+  BufferId buffer = BufferId::output;
+  std::size_t offset = 0;
+  std::size_t bytes = 0;
+};
+
+enum class StepKind : std::uint8_t {
+  send,         // send src to peer
+  recv,         // receive from peer into dst
+  recv_reduce,  // receive from peer; dst = src (op) incoming
+  copy,         // dst = src (skipped when they are the same memory)
+  average,      // dst /= ranks (the last step of avg)
+};
+std::string_view name_of(StepKind kind);
+
+struct Step {
+  StepKind kind = StepKind::copy;
+  int peer = -1;
+  Region src;
+  Region dst;
+  std::uint32_t tag_index = 0;
+  std::vector<std::uint32_t> deps;  // indices of earlier steps
+};
+
+struct Schedule {
+  std::string algorithm;  // "ring", "chain", ...
+  DataType type = DataType::u8;
+  ReduceOp op = ReduceOp::sum;
+  int ranks = 1;
+  std::size_t scratch_bytes = 0;
+  std::vector<Step> steps;
+
+  std::uint32_t add(Step step);
+  /// Peers this schedule talks to, sorted, without repeats.
+  std::vector<int> peers() const;
+};
+
+/// Sizes of the caller's buffers, for validate().
+struct BufferSizes {
+  std::size_t input = 0;
+  std::size_t output = 0;
+};
+/// Checks that every region lies inside its buffer, every dependency points
+/// backwards, peers are valid ranks and reductions cover whole elements.
+/// Throws Error(internal) naming the step: a failure is a bug in an algorithm.
+void validate(const Schedule& schedule, BufferSizes sizes, int self_rank);
+
+/// What every algorithm builder needs to know.
+struct CollectiveShape {
+  int rank = 0;
+  int ranks = 1;
+  std::span<const int> ring;  // ranks in ring order (a permutation of [0, ranks))
+  std::size_t count = 0;      // elements
+  DataType type = DataType::f32;
+  ReduceOp op = ReduceOp::sum;
+  int root = 0;
+  std::size_t slice_bytes = 512 * 1024;
+};
+
+/// Index of `rank` in `ring`; throws Error(internal) if absent.
+int ring_position(std::span<const int> ring, int rank);
+
+/// Splits `count` elements into `parts` nearly equal pieces: piece i starts at
+/// begin(i) and the first count % parts pieces have one element more.
+struct Partition {
+  std::size_t count;
+  std::size_t parts;
+  std::size_t begin(std::size_t i) const {
+    return i * (count / parts) + std::min(i, count % parts);
+  }
+  std::size_t size(std::size_t i) const { return count / parts + (i < count % parts ? 1 : 0); }
+};
+
+}  // namespace braid

@@ -1,0 +1,34 @@
+// Rendezvous: how ranks find each other. Every way into a communicator (the
+// BRAID_* environment, a store address, a UniqueId) ends here with a
+// connected Store, the communicator id and the address this rank advertises.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "bootstrap/store.hpp"
+#include "core/comm_id.hpp"
+#include "core/settings.hpp"
+#include "core/socket.hpp"
+
+namespace braid {
+
+struct Rendezvous {
+  std::shared_ptr<TcpStoreServer> server;  // set on the rank that hosts the store
+  std::unique_ptr<Store> store;
+  std::string store_name;                  // "127.0.0.1:29500", for messages
+  CommId comm_id;
+  SockAddr advertise;                      // IP (port 0) this rank's transport listens on
+};
+
+/// Joins through a store at `where`; rank 0 hosts it there. Rank 0 draws the
+/// communicator id and publishes it.
+Rendezvous rendezvous_at_store(const std::string& where, int rank, int size, const Settings& settings);
+
+/// Joins through a UniqueId's store (hosted by whoever created the id).
+Rendezvous rendezvous_by_id(std::span<const std::byte> id, int rank, int size, const Settings& settings);
+
+/// Starts a store for UniqueId::create and returns the id bytes.
+std::vector<std::byte> create_unique_id_bytes(const Settings& settings);
+
+}  // namespace braid

@@ -1,0 +1,68 @@
+// TcpTransport: reaches every peer over TCP. Each rank listens on one port of
+// the address it advertises. For a pair of ranks the higher rank dials and the
+// lower accepts; connect_all() dials all lower peers first and then accepts
+// from the higher ones, so by induction on the rank no two ranks wait on each
+// other. A connection that arrives for a peer nobody asked for yet is kept
+// until asked for; a stranger is refused and logged with its address.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/comm_id.hpp"
+#include "core/socket.hpp"
+#include "transport/transport.hpp"
+
+namespace braid {
+
+struct TcpOptions {
+  int rank = 0;
+  int world_size = 1;
+  CommId comm_id;
+  int streams = 1;
+  std::size_t buffer_bytes = 0;
+  Millis timeout{300000};
+  SockAddr listen_address;  // the IP to advertise; the port is picked here
+};
+
+class TcpTransport final : public Transport {
+ public:
+  explicit TcpTransport(TcpOptions options);
+
+  std::string_view name() const override { return "tcp"; }
+  bool can_reach(const RankInfo&, const RankInfo&) const override { return true; }
+  std::vector<std::byte> local_address() const override;
+  std::unique_ptr<Link> connect(const RankInfo& peer, std::span<const std::byte> peer_address,
+                                Deadline deadline) override;
+
+  struct PeerRef {
+    const RankInfo* info;
+    std::span<const std::byte> address;
+  };
+  /// Connects to several peers in the deadlock-free order described above.
+  std::vector<std::unique_ptr<Link>> connect_all(std::span<const PeerRef> peers, Deadline deadline);
+
+  SockAddr listening() const { return listen_address_; }
+  int streams() const { return options_.streams; }
+
+ private:
+  std::vector<Fd> dial(const PeerRef& peer, Deadline deadline);
+  std::vector<Fd> accept_from(int peer, Deadline deadline);
+  // Accepts one connection and files it under its rank; false at the deadline.
+  bool accept_one(Deadline deadline);
+  std::unique_ptr<Link> make_link(const RankInfo& peer, std::vector<Fd> sockets);
+
+  TcpOptions options_;
+  Fd listener_;
+  SockAddr listen_address_;
+  std::map<std::pair<int, int>, Fd> accepted_;  // (rank, stream) -> connection
+};
+
+/// "127.0.0.1:40123" as bytes: the TCP transport's address format.
+SockAddr parse_tcp_address(std::span<const std::byte> bytes);
+
+}  // namespace braid
