@@ -88,6 +88,9 @@ void Executor::run_local(std::uint32_t index) {
     const std::byte* from = read_ptr(s.src);
     std::byte* to = write_ptr(s.dst);
     if (from != to && s.dst.bytes > 0) std::memcpy(to, from, s.dst.bytes);
+  } else if (s.kind == StepKind::reduce) {
+    std::byte* to = write_ptr(s.dst);
+    reduce(schedule_.type, schedule_.op, to, to, read_ptr(s.src), s.dst.bytes / size_of(schedule_.type));
   } else if (s.kind == StepKind::average) {
     finish_average(schedule_.type, write_ptr(s.dst), s.dst.bytes / size_of(schedule_.type), schedule_.ranks);
   } else {

@@ -12,6 +12,7 @@ std::string_view name_of(StepKind kind) {
     case StepKind::recv: return "recv";
     case StepKind::recv_reduce: return "recv_reduce";
     case StepKind::copy: return "copy";
+    case StepKind::reduce: return "reduce";
     case StepKind::average: return "average";
   }
   return "?";
@@ -50,14 +51,16 @@ void validate(const Schedule& schedule, BufferSizes sizes, int self_rank) {
   for (std::size_t i = 0; i < schedule.steps.size(); ++i) {
     const Step& s = schedule.steps[i];
     auto in_bounds = [&](const Region& r) { return r.offset <= limit(r.buffer) && r.bytes <= limit(r.buffer) - r.offset; };
-    bool uses_src = s.kind == StepKind::send || s.kind == StepKind::recv_reduce || s.kind == StepKind::copy;
+    bool uses_src = s.kind == StepKind::send || s.kind == StepKind::recv_reduce || s.kind == StepKind::copy ||
+                    s.kind == StepKind::reduce;
     bool uses_dst = s.kind != StepKind::send;
     bool talks = s.kind == StepKind::send || s.kind == StepKind::recv || s.kind == StepKind::recv_reduce;
     BRAID_CHECK(!uses_src || in_bounds(s.src), schedule.algorithm, " step ", i, " (", name_of(s.kind), ") reads outside its buffer");
     BRAID_CHECK(!uses_dst || in_bounds(s.dst), schedule.algorithm, " step ", i, " (", name_of(s.kind), ") writes outside its buffer");
     BRAID_CHECK(!talks || (s.peer >= 0 && s.peer < schedule.ranks && s.peer != self_rank), schedule.algorithm, " step ", i,
                 " names peer ", s.peer);
-    BRAID_CHECK(s.kind != StepKind::recv_reduce || (s.src.bytes == s.dst.bytes && s.dst.bytes % element == 0),
+    bool reduces = s.kind == StepKind::recv_reduce || s.kind == StepKind::reduce;
+    BRAID_CHECK(!reduces || (s.src.bytes == s.dst.bytes && s.dst.bytes % element == 0),
                 schedule.algorithm, " step ", i, " reduces regions of different or partial sizes");
     BRAID_CHECK(s.kind != StepKind::copy || s.src.bytes == s.dst.bytes, schedule.algorithm, " step ", i, " copies unequal regions");
     for (auto d : s.deps) BRAID_CHECK(d < i, schedule.algorithm, " step ", i, " depends on a later step ", d);

@@ -33,6 +33,7 @@ enum class StepKind : std::uint8_t {
   recv,         // receive from peer into dst
   recv_reduce,  // receive from peer; dst = src (op) incoming
   copy,         // dst = src (skipped when they are the same memory)
+  reduce,       // dst = dst (op) src, locally
   average,      // dst /= ranks (the last step of avg)
 };
 std::string_view name_of(StepKind kind);

@@ -1,5 +1,7 @@
 #include "rendezvous.hpp"
 
+#include <unistd.h>
+
 #include <map>
 #include <mutex>
 
@@ -22,16 +24,22 @@ SockAddr advertised_address(const SockAddr& store, const Settings& settings) {
 }
 
 // Stores created by UniqueId::create, kept alive until a communicator of this
-// process takes one over (or the process exits).
+// process takes one over (or the process exits). The registry is never
+// destroyed: a child forked after create() inherits a copy whose server thread
+// does not exist in the child, so it must neither take nor destroy it.
+struct HostedStore {
+  std::shared_ptr<TcpStoreServer> server;
+  pid_t creator;
+};
 std::mutex g_hosted_mutex;
-std::map<std::string, std::shared_ptr<TcpStoreServer>> g_hosted;
+auto* g_hosted = new std::map<std::string, HostedStore>;
 
 std::shared_ptr<TcpStoreServer> take_hosted(const std::string& where) {
   std::lock_guard lock(g_hosted_mutex);
-  auto it = g_hosted.find(where);
-  if (it == g_hosted.end()) return nullptr;
-  auto server = it->second;
-  g_hosted.erase(it);
+  auto it = g_hosted->find(where);
+  if (it == g_hosted->end() || it->second.creator != ::getpid()) return nullptr;
+  auto server = std::move(it->second.server);
+  g_hosted->erase(it);
   return server;
 }
 
@@ -97,7 +105,7 @@ std::vector<std::byte> create_unique_id_bytes(const Settings& settings) {
   bytes.resize(128);
   {
     std::lock_guard lock(g_hosted_mutex);
-    g_hosted[where] = std::move(server);
+    (*g_hosted)[where] = HostedStore{std::move(server), ::getpid()};
   }
   log_info("created a unique id; its store listens at ", where);
   return bytes;

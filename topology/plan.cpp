@@ -12,7 +12,13 @@ std::string Plan::describe() const {
   std::string order;
   for (std::size_t i = 0; i < ring.size() && i < 16; ++i) order += cat(i ? " " : "", ring[i]);
   if (ring.size() > 16) order += " ...";
-  return cat("transport ", transport, ", all_reduce ", all_reduce, ", broadcast ", broadcast, ", ring ", order);
+  std::string reduce_algo = all_reduce == "auto" ? cat("direct up to ", kDirectMaxBytes, " B, ring above") : all_reduce;
+  return cat("transport ", transport, ", all_reduce ", reduce_algo, ", broadcast ", broadcast, ", ring ", order);
+}
+
+std::string_view Plan::all_reduce_for(std::size_t bytes, int ranks) const {
+  if (all_reduce != "auto") return all_reduce;
+  return bytes <= kDirectMaxBytes && ranks <= kDirectMaxRanks ? "direct" : "ring";
 }
 
 Plan make_plan(std::span<const RankInfo> ranks, const Settings& settings) {
@@ -20,10 +26,10 @@ Plan make_plan(std::span<const RankInfo> ranks, const Settings& settings) {
   if (!settings.transport.empty() && settings.transport != "tcp")
     throw InvalidArgument(cat("BRAID_TRANSPORT='", settings.transport, "' is not a transport built into braid (known: tcp)"));
   if (!settings.algo.empty()) {
-    if (settings.algo == "ring") plan.all_reduce = "ring";
+    if (settings.algo == "ring" || settings.algo == "direct") plan.all_reduce = settings.algo;
     else if (settings.algo == "chain") plan.broadcast = "chain";
     else
-      throw InvalidArgument(cat("BRAID_ALGO='", settings.algo, "' is not an algorithm braid has (known: ring, chain)"));
+      throw InvalidArgument(cat("BRAID_ALGO='", settings.algo, "' is not an algorithm braid has (known: ring, direct, chain)"));
   }
   std::map<std::uint64_t, int> first_rank_of_host;
   for (const auto& r : ranks) {

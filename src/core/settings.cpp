@@ -30,9 +30,10 @@ constexpr std::array kTable = {
     SettingInfo{"BRAID_SLICE_BYTES", "512K",
                 "Pipeline slice: collectives move and reduce buffers in pieces of this size."},
     SettingInfo{"BRAID_SPIN_US", "(auto)",
-                "Microseconds to busy-poll before sleeping in the kernel; auto spins 50 us "
-                "when the local ranks fit on the cores, else 0."},
-    SettingInfo{"BRAID_ALGO", "(auto)", "Force a collective algorithm: ring (all-reduce), chain (broadcast)."},
+                "Microseconds to busy-poll before sleeping in the kernel; auto spins 20 us "
+                "when there are 4 or more cores per local rank, else 0."},
+    SettingInfo{"BRAID_ALGO", "(auto)", "Force a collective algorithm: ring or direct (all-reduce), chain (broadcast). "
+                "Default: direct up to 4 KiB, ring above."},
     SettingInfo{"BRAID_TRANSPORT", "(auto)", "Force a transport: tcp."},
 };
 

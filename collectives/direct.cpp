@@ -1,0 +1,49 @@
+// Direct all-reduce.
+//
+// Every rank sends its whole buffer to every other rank in one round and
+// receives theirs into scratch space; then it reduces the n contributions
+// locally in rank order 0, 1, ..., n-1. The latency is one message hop, the
+// minimum (ring: 2(n-1) hops), and every rank performs the same operations in
+// the same order, so the result is bit-identical on all ranks, as the ring's
+// is. Each rank moves (n-1) times the buffer, so this wins only for tiny
+// messages; the communicator uses it below a size threshold.
+#include "collectives/algorithms.hpp"
+
+namespace braid {
+
+Schedule direct_all_reduce(const CollectiveShape& shape) {
+  Schedule sched;
+  sched.algorithm = "direct";
+  sched.type = shape.type;
+  sched.op = shape.op;
+  sched.ranks = shape.ranks;
+  const std::size_t bytes = shape.count * size_of(shape.type);
+  const int n = shape.ranks;
+  if (bytes == 0) return sched;
+  sched.scratch_bytes = bytes * static_cast<std::size_t>(n);
+  // Scratch slot r holds rank r's contribution. This rank's own input is
+  // copied there first, so in place the output can be written while sends of
+  // the input are still in flight.
+  auto slot = [&](int r) { return Region{BufferId::scratch, bytes * static_cast<std::size_t>(r), bytes}; };
+  std::vector<std::uint32_t> ready(static_cast<std::size_t>(n));
+  const std::uint32_t own =
+      sched.add(Step{.kind = StepKind::copy, .src = {BufferId::input, 0, bytes}, .dst = slot(shape.rank)});
+  ready[static_cast<std::size_t>(shape.rank)] = own;
+  for (int k = 1; k < n; ++k) {
+    // Rank r talks to r+1 first, r+2 next, ...: no peer is everyone's first.
+    int to = (shape.rank + k) % n;
+    sched.add(Step{.kind = StepKind::send, .peer = to, .src = slot(shape.rank), .tag_index = 0, .deps = {own}});
+    int from = (shape.rank - k + n) % n;
+    ready[static_cast<std::size_t>(from)] =
+        sched.add(Step{.kind = StepKind::recv, .peer = from, .dst = slot(from), .tag_index = 0});
+  }
+  const Region out{BufferId::output, 0, bytes};
+  std::uint32_t last = sched.add(Step{.kind = StepKind::copy, .src = slot(0), .dst = out, .deps = {ready[0], own}});
+  for (int r = 1; r < n; ++r)
+    last = sched.add(Step{.kind = StepKind::reduce, .src = slot(r), .dst = out,
+                          .deps = {last, ready[static_cast<std::size_t>(r)]}});
+  if (shape.op == ReduceOp::avg) sched.add(Step{.kind = StepKind::average, .dst = out, .deps = {last}});
+  return sched;
+}
+
+}  // namespace braid
