@@ -56,11 +56,14 @@ Rendezvous connect_to(const std::string& where, const Settings& settings, std::s
 
 }  // namespace
 
-Rendezvous rendezvous_at_store(const std::string& where, int rank, int size, const Settings& settings) {
-  (void)size;
+Rendezvous rendezvous_at_store(const std::string& requested, int rank, int size, const Settings& settings) {
+  std::string where = requested;
   std::shared_ptr<TcpStoreServer> server;
+  HostPort hp = parse_host_port(where, "braid store address");
+  if (hp.port == 0 && size > 1)
+    throw InvalidArgument(cat("braid store address '", where, "': port 0 (pick any) only works for a single rank, "
+                              "since the others could not find the port"));
   if (rank == 0) {
-    HostPort hp = parse_host_port(where, "braid store address");
     auto addrs = resolve(hp, "braid store address");
     try {
       server = TcpStoreServer::start(addrs.front());
@@ -68,6 +71,7 @@ Rendezvous rendezvous_at_store(const std::string& where, int rank, int size, con
       throw Error(e.code(), cat("rank 0: cannot host the braid store at ", where, ": ", e.what()));
     }
     log_info("hosting the braid store at ", server->address().to_string());
+    if (hp.port == 0) where = server->address().to_string();
   }
   Rendezvous rv = connect_to(where, settings, std::move(server));
   if (rank == 0) {

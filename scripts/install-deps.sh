@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the Debian packages braid's build and tests need, and nothing when
+# they are all present (so it is quick to run before every build).
+#
+#   scripts/install-deps.sh           build + tests
+#   scripts/install-deps.sh --bench   also Open MPI, for bench/compare_mpi.sh
+set -euo pipefail
+
+packages=(g++ meson ninja-build pkg-config catch2 python3)
+if [ "${1:-}" = "--bench" ]; then
+  packages+=(openmpi-bin libopenmpi-dev)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

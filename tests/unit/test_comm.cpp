@@ -1,0 +1,157 @@
+// Communicator creation and argument checking, in one process: a 1-rank
+// communicator, and 2-3 rank communicators whose ranks are threads.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <future>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "braid/braid.h"
+#include "braid/braid.hpp"
+#include "core/settings.hpp"
+#include "core/socket.hpp"
+
+using namespace braid;
+
+namespace {
+
+CommOptions quick(int ms = 5000) {
+  CommOptions o;
+  o.timeout = std::chrono::milliseconds(ms);
+  return o;
+}
+
+// A free loopback port (bound and released; fine for tests on one machine).
+std::string free_store_addr() {
+  Fd fd = listen_tcp(resolve(HostPort{"127.0.0.1", 0}, "test").front(), "test");
+  return "127.0.0.1:" + std::to_string(local_address(fd.get()).port());
+}
+
+template <typename Body>
+void run_ranks(int n, Body body, int timeout_ms = 5000) {
+  std::string addr = free_store_addr();
+  std::vector<std::future<void>> ranks;
+  for (int r = 0; r < n; ++r)
+    ranks.push_back(std::async(std::launch::async, [=] {
+      Comm comm = Comm::init(addr, r, n, quick(timeout_ms));
+      body(comm);
+    }));
+  for (auto& f : ranks) f.get();
+}
+
+}  // namespace
+
+TEST_CASE("a single-rank communicator runs every collective") {
+  Comm comm = Comm::init("127.0.0.1:0", 0, 1, quick());
+  CHECK(comm.rank() == 0);
+  CHECK(comm.size() == 1);
+  std::vector<float> a = {1, 2, 3}, b(3);
+  comm.all_reduce(std::span<const float>(a), std::span(b), ReduceOp::sum);
+  CHECK(b == a);
+  comm.all_reduce(std::span(a), ReduceOp::avg);
+  CHECK(a == std::vector<float>{1, 2, 3});
+  comm.broadcast(std::span(a), 0);
+  comm.barrier();
+  CHECK(comm.describe().find("rank 0 of 1") != std::string::npos);
+}
+
+TEST_CASE("bad arguments name what was wrong") {
+  Comm comm = Comm::init("127.0.0.1:0", 0, 1, quick());
+  std::vector<float> buf(8);
+  CHECK_THROWS_WITH(comm.all_reduce(nullptr, buf.data(), 8, DataType::f32, ReduceOp::sum),
+                    Catch::Contains("send buffer is null but count is 8"));
+  CHECK_THROWS_AS(comm.all_reduce(buf.data(), buf.data(), 8, static_cast<DataType>(42), ReduceOp::sum), InvalidArgument);
+  CHECK_THROWS_WITH(comm.all_reduce(buf.data(), buf.data(), 8, DataType::f32, static_cast<ReduceOp>(9)),
+                    Catch::Contains("unknown reduction operator"));
+  CHECK_THROWS_WITH(comm.all_reduce(buf.data(), buf.data() + 1, 4, DataType::f32, ReduceOp::sum),
+                    Catch::Contains("overlap"));
+  CHECK_THROWS_WITH(comm.broadcast(buf.data(), buf.data(), 8, DataType::f32, 1), Catch::Contains("root 1 is outside [0, 1)"));
+  CHECK_THROWS_WITH(comm.broadcast(buf.data(), nullptr, 8, DataType::f32, 0), Catch::Contains("recv buffer is null"));
+  std::vector<float> shorter(4);
+  CHECK_THROWS_WITH(comm.all_reduce(std::span<const float>(buf), std::span(shorter), ReduceOp::sum),
+                    Catch::Contains("send span has 8 elements but recv span has 4"));
+  // Count 0 with null buffers is fine.
+  comm.all_reduce(nullptr, nullptr, 0, DataType::f32, ReduceOp::sum);
+}
+
+TEST_CASE("creating a communicator rejects bad ranks and addresses") {
+  CHECK_THROWS_WITH(Comm::init("127.0.0.1:0", 2, 2, quick()), Catch::Contains("rank 2 is outside [0, 2)"));
+  CHECK_THROWS_WITH(Comm::init("127.0.0.1:0", -1, 2, quick()), Catch::Contains("rank -1 is outside"));
+  CHECK_THROWS_WITH(Comm::init("no-such-host.invalid:29500", 1, 2, quick(1000)), Catch::Contains("does not resolve"));
+  CHECK_THROWS_WITH(Comm::init("127.0.0.1", 0, 1, quick()), Catch::Contains("no port"));
+  CHECK_THROWS_WITH(Comm::init("127.0.0.1:0", 0, 2, quick()), Catch::Contains("only works for a single rank"));
+}
+
+TEST_CASE("a store port in use is reported by rank 0") {
+  Fd holder = listen_tcp(resolve(HostPort{"127.0.0.1", 0}, "test").front(), "test");
+  std::string addr = "127.0.0.1:" + std::to_string(local_address(holder.get()).port());
+  CHECK_THROWS_WITH(Comm::init(addr, 0, 2, quick(1000)), Catch::Contains("cannot host the braid store") &&
+                                                             Catch::Contains("in use"));
+}
+
+TEST_CASE("ranks that never arrive are named, within the timeout") {
+  std::string addr = free_store_addr();
+  auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(Comm::init(addr, 0, 3, quick(800)), Catch::Contains("ranks 1, 2 of 3 did not join"));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+}
+
+TEST_CASE("a rank whose store never comes up times out naming the store") {
+  std::string addr = free_store_addr();
+  auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(Comm::init(addr, 1, 2, quick(800)), Catch::Contains(addr));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+}
+
+TEST_CASE("ranks as threads all-reduce, broadcast and barrier") {
+  for (int n : {2, 3}) {
+    run_ranks(n, [n](Comm& comm) {
+      std::vector<std::int32_t> v(1000);
+      std::iota(v.begin(), v.end(), comm.rank());
+      comm.all_reduce(std::span(v), ReduceOp::sum);
+      for (int i = 0; i < 1000; ++i) REQUIRE(v[i] == n * i + n * (n - 1) / 2);
+      std::vector<double> w(100, comm.rank() == n - 1 ? 2.5 : 0.0);
+      comm.broadcast(std::span(w), n - 1);
+      for (double x : w) REQUIRE(x == 2.5);
+      comm.barrier();
+    });
+  }
+}
+
+TEST_CASE("the C ABI reports errors as codes with a message") {
+  braid_comm_t comm = nullptr;
+  CHECK(braid_all_reduce(nullptr, nullptr, 1, braid_f32, braid_sum, nullptr) == braid_invalid_argument);
+  CHECK(std::string(braid_last_error()).find("NULL") != std::string::npos);
+  CHECK(std::string(braid_get_error_string(braid_timeout)) == "timeout");
+  braid_unique_id_t id;
+  REQUIRE(braid_get_unique_id(&id) == braid_success);
+  REQUIRE(braid_comm_init_rank(&comm, 1, id, 0) == braid_success);
+  int rank = -1, count = -1;
+  CHECK(braid_comm_rank(comm, &rank) == braid_success);
+  CHECK(braid_comm_count(comm, &count) == braid_success);
+  CHECK(rank == 0);
+  CHECK(count == 1);
+  float x[4] = {1, 2, 3, 4};
+  CHECK(braid_all_reduce(x, x, 4, braid_f32, braid_max, comm) == braid_success);
+  CHECK(braid_all_reduce(x, x, 4, static_cast<braid_datatype_t>(77), braid_max, comm) == braid_invalid_argument);
+  CHECK(std::string(braid_last_error()).find("77") != std::string::npos);
+  CHECK(braid_broadcast(x, x, 4, braid_f32, 3, comm) == braid_invalid_argument);
+  CHECK(braid_comm_destroy(comm) == braid_success);
+  braid_unique_id_t junk;
+  std::memset(&junk, 0x5a, sizeof junk);
+  braid_comm_t none = nullptr;
+  CHECK(braid_comm_init_rank(&none, 2, junk, 0) == braid_invalid_argument);
+  CHECK(none == nullptr);
+}
+
+TEST_CASE("settings reject malformed values naming the variable") {
+  CHECK(parse_duration("30", "X") == std::chrono::seconds(30));
+  CHECK(parse_duration("250ms", "X") == std::chrono::milliseconds(250));
+  CHECK(parse_duration("2m", "X") == std::chrono::minutes(2));
+  CHECK_THROWS_WITH(parse_duration("soon", "BRAID_TIMEOUT"), Catch::Contains("BRAID_TIMEOUT='soon'"));
+  CHECK(parse_bytes("4M", "X") == 4u << 20);
+  CHECK(parse_bytes("256K", "X") == 256u << 10);
+  CHECK_THROWS_WITH(parse_bytes("4Q", "BRAID_SLICE_BYTES"), Catch::Contains("BRAID_SLICE_BYTES='4Q'"));
+}

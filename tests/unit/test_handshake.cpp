@@ -1,0 +1,139 @@
+// The TCP transport's handshake: the wire format, and real transports on
+// loopback refusing strangers and other communicators.
+#include <catch2/catch.hpp>
+
+#include <future>
+#include <thread>
+
+#include "braid/types.hpp"
+#include "core/socket.hpp"
+#include "transport/tcp/handshake.hpp"
+#include "transport/tcp/tcp_transport.hpp"
+
+using namespace braid;
+
+namespace {
+
+Hello sample_hello() {
+  Hello h;
+  h.stream = 1;
+  h.streams = 2;
+  h.comm_id = CommId::random();
+  h.from_rank = 3;
+  h.to_rank = 1;
+  h.world_size = 4;
+  return h;
+}
+
+SockAddr loopback() { return resolve(HostPort{"127.0.0.1", 0}, "loopback").front(); }
+
+TcpOptions options(int rank, int size, const CommId& id, Millis timeout = Millis(3000)) {
+  TcpOptions o;
+  o.rank = rank;
+  o.world_size = size;
+  o.comm_id = id;
+  o.timeout = timeout;
+  o.listen_address = loopback();
+  return o;
+}
+
+std::vector<std::byte> as_bytes(const std::string& s) {
+  auto* p = reinterpret_cast<const std::byte*>(s.data());
+  return {p, p + s.size()};
+}
+
+}  // namespace
+
+TEST_CASE("hello round-trips through its wire form") {
+  Hello h = sample_hello();
+  Hello back = decode_hello(encode_hello(h));
+  CHECK(back.version == kTcpProtocolVersion);
+  CHECK(back.stream == 1);
+  CHECK(back.streams == 2);
+  CHECK(back.comm_id == h.comm_id);
+  CHECK(back.from_rank == 3);
+  CHECK(back.to_rank == 1);
+  CHECK(back.world_size == 4);
+}
+
+TEST_CASE("a hello that is not braid's is rejected with a clear message") {
+  std::string http = "GET / HTTP/1.1\r\nHost: x\r\n\r\n0123456789abcdef0";
+  auto bytes = as_bytes(http.substr(0, kHelloBytes));
+  REQUIRE(bytes.size() == kHelloBytes);
+  CHECK_THROWS_WITH(decode_hello(bytes), Catch::Contains("does not speak braid"));
+  auto good = encode_hello(sample_hello());
+  CHECK_THROWS_AS(decode_hello(std::span(good).first(10)), ProtocolMismatch);
+}
+
+TEST_CASE("check_hello names each kind of mismatch") {
+  Hello h = sample_hello();
+  CHECK(check_hello(h, h.comm_id, 1, 4, 2) == HelloStatus::accepted);
+  CHECK(check_hello(h, CommId::random(), 1, 4, 2) == HelloStatus::wrong_communicator);
+  CHECK(check_hello(h, h.comm_id, 2, 4, 2) == HelloStatus::wrong_rank);
+  CHECK(check_hello(h, h.comm_id, 1, 5, 2) == HelloStatus::wrong_world_size);
+  CHECK(check_hello(h, h.comm_id, 1, 4, 1) == HelloStatus::wrong_streams);
+  Hello self = h;
+  self.from_rank = 1;
+  CHECK(check_hello(self, h.comm_id, 1, 4, 2) == HelloStatus::wrong_rank);
+  Hello future = h;
+  future.version = 99;
+  CHECK(check_hello(future, h.comm_id, 1, 4, 2) == HelloStatus::wrong_version);
+  CHECK(describe(HelloStatus::wrong_communicator).find("another communicator") != std::string_view::npos);
+}
+
+TEST_CASE("replies decode, and garbage replies are refused") {
+  CHECK(decode_reply(encode_reply(HelloStatus::wrong_rank)) == HelloStatus::wrong_rank);
+  auto reply = encode_reply(HelloStatus::accepted);
+  reply[6] = std::byte{0x7f};  // status out of range
+  CHECK_THROWS_AS(decode_reply(reply), ProtocolMismatch);
+  reply[0] = std::byte{0};
+  CHECK_THROWS_AS(decode_reply(reply), ProtocolMismatch);
+}
+
+TEST_CASE("two transports connect, and a stranger in between is refused") {
+  CommId id = CommId::random();
+  TcpTransport low(options(0, 2, id));
+  TcpTransport high(options(1, 2, id));
+  RankInfo info0 = RankInfo::local(0), info1 = RankInfo::local(1);
+
+  // A stranger connects to rank 0 first and sends an HTTP request.
+  Fd stranger = connect_tcp({low.listening()}, Deadline::after(Millis(2000)), "stranger");
+  std::string junk(kHelloBytes, 'x');
+  send_all(stranger.get(), junk.data(), junk.size(), Deadline::after(Millis(2000)), "stranger");
+
+  auto high_side = std::async(std::launch::async, [&] {
+    auto addr = low.local_address();
+    return high.connect(info0, addr, Deadline::after(Millis(3000)));
+  });
+  auto addr1 = high.local_address();
+  auto link_low = low.connect(info1, addr1, Deadline::after(Millis(3000)));
+  auto link_high = high_side.get();
+  CHECK(link_low->peer() == 1);
+  CHECK(link_high->peer() == 0);
+  // The stranger was answered by closing its connection.
+  char c;
+  CHECK_THROWS_AS(recv_all(stranger.get(), &c, 1, Deadline::after(Millis(2000)), "stranger"), PeerLost);
+}
+
+TEST_CASE("a rank of another communicator is refused on both sides") {
+  TcpTransport low(options(0, 2, CommId::random(), Millis(1500)));
+  TcpTransport other(options(1, 2, CommId::random(), Millis(1500)));
+  RankInfo info0 = RankInfo::local(0), info1 = RankInfo::local(1);
+  auto dialer = std::async(std::launch::async, [&] {
+    auto addr = low.local_address();
+    return other.connect(info0, addr, Deadline::after(Millis(1500)));
+  });
+  auto addr1 = other.local_address();
+  CHECK_THROWS_WITH(low.connect(info1, addr1, Deadline::after(Millis(1500))), Catch::Contains("rank 1 did not connect"));
+  CHECK_THROWS_WITH(dialer.get(), Catch::Contains("another communicator"));
+}
+
+TEST_CASE("a peer that never dials times out naming it") {
+  TcpTransport low(options(0, 3, CommId::random(), Millis(300)));
+  RankInfo info2 = RankInfo::local(2);
+  std::string fake = "127.0.0.1:1";
+  auto start = Clock::now();
+  CHECK_THROWS_WITH(low.connect(info2, as_bytes(fake), Deadline::after(Millis(300))),
+                    Catch::Contains("rank 2 did not connect"));
+  CHECK(Clock::now() - start < std::chrono::seconds(5));
+}
