@@ -1,0 +1,106 @@
+// The wire format of the TCP store: requests and replies as pure functions on
+// byte spans, so the parsers can be unit-tested and fuzzed without sockets.
+//
+// Every frame (request or reply) is an 8-byte header and a body:
+//
+//   byte 0     magic 0xB7          a stranger's bytes (HTTP, TLS, noise) fail here
+//   byte 1     version 1           another braid version fails here, by name
+//   byte 2     op                  1 set, 2 get, 3 add, 4 check, 5 wait (a reply echoes it)
+//   byte 3     status              0 in a request; in a reply 0 ok, 1 timeout,
+//                                  2 invalid argument, 3 protocol error
+//   bytes 4-7  body length         u32, little-endian, at most kMaxBodyBytes
+//
+// Integers in bodies are little-endian. A key is a u32 length (at most
+// kMaxKeyBytes) and its bytes; a key list is a u32 count (at most kMaxKeys)
+// and that many keys; a value is a u32 length (at most kMaxValueBytes) and its
+// bytes; a timeout is a u64 of milliseconds (at most kMaxTimeout).
+//
+//   request  set    key, value               reply ok  set    (empty)
+//            get    key, timeout                       get    value
+//            add    key, i64 delta                     add    i64 new value
+//            check  key list                           check  u8 (1: every key exists)
+//            wait   key list, timeout                  wait   (empty)
+//   reply timeout (get, wait only)   key list: the keys still missing
+//   reply invalid argument / protocol error   a message (u32 length, at most kMaxMessageBytes)
+//
+// A connection carries requests one after another; the server answers them in
+// order. Decoding checks every length against both its cap and the bytes that
+// are there, rejects trailing bytes, and throws ProtocolMismatch describing
+// what is wrong; it allocates no more than the input's size.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/deadline.hpp"
+
+namespace braid::store_protocol {
+
+using Bytes = std::vector<std::byte>;
+
+inline constexpr std::uint8_t kMagic = 0xB7;
+inline constexpr std::uint8_t kVersion = 1;
+inline constexpr std::size_t kHeaderBytes = 8;
+inline constexpr std::size_t kMaxKeyBytes = 4096;
+inline constexpr std::size_t kMaxValueBytes = std::size_t{64} << 20;
+inline constexpr std::size_t kMaxKeys = 65536;
+inline constexpr std::size_t kMaxMessageBytes = 4096;
+/// Room for the largest set (key and value) plus its length fields.
+inline constexpr std::size_t kMaxBodyBytes = kMaxValueBytes + kMaxKeyBytes + 64;
+inline constexpr std::size_t kMaxFrameBytes = kHeaderBytes + kMaxBodyBytes;
+/// Waits longer than this are sent as this (a year: "never", but bounded).
+inline constexpr Millis kMaxTimeout = Millis(365LL * 24 * 3600 * 1000);
+
+enum class Op : std::uint8_t { set = 1, get = 2, add = 3, check = 4, wait = 5 };
+enum class Status : std::uint8_t { ok = 0, timeout = 1, invalid_argument = 2, protocol_error = 3 };
+
+std::string_view name_of(Op op);
+std::string_view name_of(Status status);
+
+struct Request {
+  Op op = Op::set;
+  std::vector<std::string> keys;  // set, get, add: exactly one
+  Bytes value;                    // set
+  std::int64_t delta = 0;         // add
+  Millis timeout{0};              // get, wait
+};
+
+struct Reply {
+  Op op = Op::set;  // the op of the request this answers
+  Status status = Status::ok;
+  Bytes value;                       // ok to get
+  std::int64_t number = 0;           // ok to add: the new value
+  bool all_present = false;          // ok to check
+  std::vector<std::string> missing;  // timeout: the keys still missing
+  std::string message;               // invalid_argument, protocol_error
+};
+
+template <typename Message>
+struct Decoded {
+  Message message;
+  std::size_t consumed = 0;  // header and body
+};
+
+/// One frame. Throws InvalidArgument when a key, value, key list or message
+/// exceeds its cap or a one-key op does not carry exactly one key; timeouts
+/// are clamped to [0, kMaxTimeout].
+Bytes encode(const Request& request);
+Bytes encode(const Reply& reply);
+
+/// Decodes the frame at the start of `bytes`. nullopt while the frame is
+/// incomplete, but the header bytes present are checked at once, so a stranger
+/// is refused on its first byte. Throws ProtocolMismatch on malformed input.
+std::optional<Decoded<Request>> decode_request(std::span<const std::byte> bytes);
+std::optional<Decoded<Reply>> decode_reply(std::span<const std::byte> bytes);
+
+/// The size of the whole frame (header and body) a header announces, after
+/// checking the header as above; nullopt while fewer than kHeaderBytes are
+/// present. For readers that size a buffer before the body arrives.
+std::optional<std::size_t> frame_size(std::span<const std::byte> bytes, bool is_reply);
+
+}  // namespace braid::store_protocol

@@ -1,0 +1,495 @@
+// The TCP store server: one thread that holds the key-value map and answers
+// clients over non-blocking sockets (the wire format is store_protocol.hpp).
+//
+// The thread runs a level-triggered epoll over the listening socket, an
+// eventfd (the destructor's way to stop it at once) and every client
+// connection. A connection reads into a buffer and decodes whole frames; its
+// requests are answered in order. A get or wait whose keys are missing parks
+// the connection: its later requests stay buffered until the keys appear or
+// the deadline carried in the request passes, when it is answered TIMEOUT with
+// the keys still missing. A parked request watches one missing key at a time;
+// setting that key re-checks it, and it is either answered or moves on to the
+// next missing key, so a wait on n keys costs O(n) re-checks in all. Deadlines
+// are kept sorted and epoll_wait sleeps until the earliest, so an idle store
+// uses no CPU. A peer whose bytes are not this protocol (an HTTP probe, noise,
+// another braid version) is sent one error frame, logged with its address, and
+// closed; the others go on. A peer that closes its sending side gets no more
+// answers: the client never does that.
+//
+// Values are bytes. add() keeps its integer as decimal text (as torch's store
+// does), so get() of a counter reads "42", and set("n", "5") then add works.
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <optional>
+#include <set>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+#include "bootstrap/store.hpp"
+#include "bootstrap/store_protocol.hpp"
+#include "braid/types.hpp"
+#include "core/check.hpp"
+#include "core/log.hpp"
+#include "core/text.hpp"
+
+namespace braid {
+namespace {
+
+namespace wire = store_protocol;
+
+constexpr std::uint64_t kListenerId = 0;
+constexpr std::uint64_t kWakeId = 1;
+constexpr std::size_t kReadChunk = 64 * 1024;
+// Stop taking a client's requests while this much of its replies is unsent.
+constexpr std::size_t kOutputHighWater = std::size_t{1} << 20;
+// Buffers larger than this are released once empty (after a big value).
+constexpr std::size_t kKeepCapacity = std::size_t{1} << 20;
+
+std::span<const std::byte> as_bytes(std::string_view s) { return std::as_bytes(std::span(s.data(), s.size())); }
+
+struct Waiter {
+  wire::Request request;  // a get or a wait
+  Clock::time_point deadline;
+  std::string watching;  // the missing key whose set re-checks this waiter
+};
+
+struct Connection {
+  Fd fd;
+  std::string peer;
+  Bytes in;
+  std::size_t in_start = 0;  // in[in_start..] is not yet decoded
+  Bytes out;
+  std::size_t out_sent = 0;
+  std::optional<Waiter> waiter;
+  std::uint32_t events = 0;  // the epoll interest registered now
+
+  std::size_t unread() const { return in.size() - in_start; }
+  std::size_t unsent() const { return out.size() - out_sent; }
+};
+
+class Server final : public TcpStoreServer {
+ public:
+  Server(Fd listener, SockAddr bound);
+  ~Server() override;
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+  SockAddr address() const override { return address_; }
+
+ private:
+  void run();
+  void serve();
+  void accept_all();
+  void on_connection_event(std::uint64_t id, std::uint32_t events);
+  bool read_input(Connection& c);
+  bool flush(Connection& c);
+  void settle_touched();
+  void process(std::uint64_t id, Connection& c);
+  void handle(std::uint64_t id, Connection& c, wire::Request request);
+  void handle_add(Connection& c, const std::string& key, std::int64_t delta);
+  void park(std::uint64_t id, Connection& c, wire::Request request);
+  void notify(const std::string& key);
+  void recheck(std::uint64_t id, Connection& c);
+  void expire_waiters();
+  void unwatch(std::uint64_t id, const std::string& key);
+  void reply(Connection& c, const wire::Reply& r);
+  void update_events(std::uint64_t id, Connection& c);
+  void close(std::uint64_t id);
+  std::vector<std::string> missing_keys(const std::vector<std::string>& keys) const;
+  void touch(std::uint64_t id) { touched_.push_back(id); }
+
+  Fd listener_;
+  SockAddr address_;
+  std::string name_;  // "braid store at 127.0.0.1:29500"
+  Fd epoll_;
+  Fd wake_;
+  std::atomic<bool> stopping_{false};
+
+  // Owned by the server thread once it runs.
+  std::unordered_map<std::string, Bytes> data_;
+  std::unordered_map<std::uint64_t, Connection> connections_;
+  std::unordered_map<std::string, std::vector<std::uint64_t>> watchers_;
+  std::set<std::pair<Clock::time_point, std::uint64_t>> deadlines_;
+  std::vector<std::uint64_t> touched_;  // connections to process, flush and re-arm
+  std::uint64_t next_id_ = 2;
+  Clock::time_point last_accept_warning_{};
+
+  std::thread thread_;  // last: starts after everything above exists
+};
+
+Server::Server(Fd listener, SockAddr bound)
+    : listener_(std::move(listener)),
+      address_(bound),
+      name_(cat("braid store at ", bound.to_string())),
+      epoll_(::epoll_create1(EPOLL_CLOEXEC)),
+      wake_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  if (!epoll_ || !wake_) throw SystemError(cat(name_, ": cannot create an epoll or eventfd: ", errno_text(errno)));
+  for (auto [fd, id] : {std::pair{listener_.get(), kListenerId}, std::pair{wake_.get(), kWakeId}}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = id;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
+      throw SystemError(cat(name_, ": epoll_ctl failed: ", errno_text(errno)));
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+Server::~Server() {
+  stopping_.store(true);
+  std::uint64_t one = 1;
+  ssize_t ignored = ::write(wake_.get(), &one, sizeof one);
+  (void)ignored;
+  thread_.join();
+}
+
+void Server::run() {
+  try {
+    serve();
+  } catch (const std::exception& e) {
+    log_warn(name_, ": the server thread failed and closes every connection: ", e.what());
+  }
+  connections_.clear();
+  listener_.reset();
+}
+
+void Server::serve() {
+  epoll_event events[64];
+  while (!stopping_.load()) {
+    int timeout_ms = deadlines_.empty() ? -1 : Deadline(deadlines_.begin()->first).poll_ms(Millis(3600 * 1000));
+    int n = ::epoll_wait(epoll_.get(), events, 64, timeout_ms);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw SystemError(cat("epoll_wait failed: ", errno_text(errno)));
+    }
+    for (int i = 0; i < n; ++i) {
+      std::uint64_t id = events[i].data.u64;
+      if (id == kListenerId) {
+        accept_all();
+      } else if (id == kWakeId) {
+        std::uint64_t drained;
+        while (::read(wake_.get(), &drained, sizeof drained) > 0) {
+        }
+      } else {
+        on_connection_event(id, events[i].events);
+      }
+    }
+    expire_waiters();
+    settle_touched();
+  }
+}
+
+void Server::accept_all() {
+  while (true) {
+    int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      int err = errno;
+      if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK) return;
+      if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+        // The pending connection stays queued; pause so the level-triggered
+        // listener does not spin, and say so at most once a second.
+        if (Clock::now() - last_accept_warning_ > std::chrono::seconds(1)) {
+          log_warn(name_, ": cannot accept a client: ", errno_text(err), " (raise the open-file limit, ulimit -n)");
+          last_accept_warning_ = Clock::now();
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        return;
+      }
+      throw SystemError(cat("accept failed: ", errno_text(err)));
+    }
+    Connection c;
+    c.fd = Fd(fd);
+    c.peer = peer_address(fd).to_string();
+    set_nodelay(fd);
+    std::uint64_t id = next_id_++;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = id;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
+      log_warn(name_, ": cannot watch the connection from ", c.peer, ": ", errno_text(errno));
+      continue;
+    }
+    c.events = EPOLLIN;
+    log_trace(name_, ": client connected from ", c.peer);
+    connections_.emplace(id, std::move(c));
+  }
+}
+
+void Server::on_connection_event(std::uint64_t id, std::uint32_t events) {
+  auto it = connections_.find(id);
+  if (it == connections_.end()) return;
+  Connection& c = it->second;
+  if ((events & (EPOLLHUP | EPOLLERR)) != 0 || ((events & EPOLLIN) != 0 && !read_input(c))) {
+    log_trace(name_, ": client ", c.peer, " disconnected");
+    close(id);
+    return;
+  }
+  touch(id);
+}
+
+// Reads what the socket has, up to one maximal frame beyond what is decoded.
+// Returns false when the peer closed or the connection failed.
+bool Server::read_input(Connection& c) {
+  while (c.unread() < wire::kMaxFrameBytes) {
+    std::size_t old = c.in.size();
+    std::size_t want = std::min(kReadChunk, wire::kMaxFrameBytes - c.unread());
+    c.in.resize(old + want);
+    ssize_t n = ::recv(c.fd.get(), c.in.data() + old, want, 0);
+    c.in.resize(old + static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
+    if (n > 0) continue;
+    if (n == 0) return false;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+    return false;
+  }
+  return true;
+}
+
+bool Server::flush(Connection& c) {
+  while (c.unsent() > 0) {
+    ssize_t n = ::send(c.fd.get(), c.out.data() + c.out_sent, c.unsent(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      c.out_sent += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    return false;
+  }
+  c.out.clear();
+  c.out_sent = 0;
+  if (c.out.capacity() > kKeepCapacity) Bytes().swap(c.out);
+  return true;
+}
+
+// Processes, flushes and re-arms every connection something happened to;
+// processing one (a set) can complete waiters on others, which joins the list.
+void Server::settle_touched() {
+  while (!touched_.empty()) {
+    std::vector<std::uint64_t> ids;
+    ids.swap(touched_);
+    for (std::uint64_t id : ids) {
+      auto it = connections_.find(id);
+      if (it == connections_.end()) continue;
+      Connection& c = it->second;
+      try {
+        process(id, c);
+      } catch (const ProtocolMismatch& e) {
+        log_warn(name_, ": closing the connection from ", c.peer, ": ", e.what());
+        // One error frame, best effort: a braid of another version can then
+        // say what happened instead of "connection closed".
+        reply(c, wire::Reply{.status = wire::Status::protocol_error, .message = e.what()});
+        flush(c);
+        close(id);
+        continue;
+      } catch (const std::exception& e) {
+        log_warn(name_, ": closing the connection from ", c.peer, " after an error: ", e.what());
+        close(id);
+        continue;
+      }
+      if (!flush(c)) {
+        log_trace(name_, ": cannot send to ", c.peer, ": ", errno_text(errno));
+        close(id);
+        continue;
+      }
+      update_events(id, c);
+    }
+  }
+}
+
+void Server::process(std::uint64_t id, Connection& c) {
+  while (!c.waiter && c.unsent() < kOutputHighWater) {
+    auto decoded = wire::decode_request(std::span(c.in).subspan(c.in_start));
+    if (!decoded) break;
+    c.in_start += decoded->consumed;
+    handle(id, c, std::move(decoded->message));
+  }
+  if (c.in_start == c.in.size()) {
+    c.in.clear();
+    c.in_start = 0;
+    if (c.in.capacity() > kKeepCapacity) Bytes().swap(c.in);
+  } else if (c.in_start > c.in.size() / 2) {
+    c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(c.in_start));
+    c.in_start = 0;
+  }
+}
+
+void Server::handle(std::uint64_t id, Connection& c, wire::Request r) {
+  static const std::string kNoKey;
+  const std::string& key = r.keys.empty() ? kNoKey : r.keys.front();  // set, get, add carry one
+  switch (r.op) {
+    case wire::Op::set:
+      data_.insert_or_assign(key, std::move(r.value));
+      reply(c, wire::Reply{.op = r.op});
+      notify(key);
+      return;
+    case wire::Op::add:
+      handle_add(c, key, r.delta);
+      return;
+    case wire::Op::check:
+      reply(c, wire::Reply{.op = r.op, .all_present = missing_keys(r.keys).empty()});
+      return;
+    case wire::Op::get:
+      if (auto it = data_.find(key); it != data_.end()) {
+        reply(c, wire::Reply{.op = r.op, .value = it->second});
+        return;
+      }
+      park(id, c, std::move(r));
+      return;
+    case wire::Op::wait:
+      if (missing_keys(r.keys).empty()) {
+        reply(c, wire::Reply{.op = r.op});
+        return;
+      }
+      park(id, c, std::move(r));
+      return;
+  }
+}
+
+void Server::handle_add(Connection& c, const std::string& key, std::int64_t delta) {
+  std::int64_t current = 0;
+  if (auto it = data_.find(key); it != data_.end()) {
+    auto text = std::string_view(reinterpret_cast<const char*>(it->second.data()), it->second.size());
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), current);
+    if (ec != std::errc() || end != text.data() + text.size()) {
+      reply(c, wire::Reply{.op = wire::Op::add,
+                           .status = wire::Status::invalid_argument,
+                           .message = cat("the key holds ", it->second.size(),
+                                          " bytes that are not a decimal 64-bit integer, so it cannot be added to")});
+      return;
+    }
+  }
+  std::int64_t sum = 0;
+  if (__builtin_add_overflow(current, delta, &sum)) {
+    reply(c, wire::Reply{.op = wire::Op::add,
+                         .status = wire::Status::invalid_argument,
+                         .message = cat("adding ", delta, " to ", current, " overflows a 64-bit integer")});
+    return;
+  }
+  std::string text = std::to_string(sum);
+  auto bytes = as_bytes(text);
+  data_.insert_or_assign(key, Bytes(bytes.begin(), bytes.end()));
+  reply(c, wire::Reply{.op = wire::Op::add, .number = sum});
+  notify(key);
+}
+
+void Server::park(std::uint64_t id, Connection& c, wire::Request r) {
+  auto missing = missing_keys(r.keys);
+  if (r.timeout <= Millis(0)) {
+    reply(c, wire::Reply{.op = r.op, .status = wire::Status::timeout, .missing = std::move(missing)});
+    return;
+  }
+  auto deadline = Clock::now() + r.timeout;
+  watchers_[missing.front()].push_back(id);
+  deadlines_.emplace(deadline, id);
+  c.waiter = Waiter{std::move(r), deadline, std::move(missing.front())};
+}
+
+void Server::notify(const std::string& key) {
+  auto node = watchers_.extract(key);
+  if (node.empty()) return;
+  for (std::uint64_t id : node.mapped()) {
+    auto it = connections_.find(id);
+    if (it == connections_.end() || !it->second.waiter || it->second.waiter->watching != key) continue;
+    recheck(id, it->second);
+  }
+}
+
+void Server::recheck(std::uint64_t id, Connection& c) {
+  Waiter& w = *c.waiter;
+  auto missing = missing_keys(w.request.keys);
+  if (!missing.empty()) {
+    w.watching = missing.front();
+    watchers_[w.watching].push_back(id);
+    return;
+  }
+  deadlines_.erase({w.deadline, id});
+  if (w.request.op == wire::Op::get)
+    reply(c, wire::Reply{.op = wire::Op::get, .value = data_.at(w.request.keys.front())});
+  else
+    reply(c, wire::Reply{.op = wire::Op::wait});
+  c.waiter.reset();
+  touch(id);  // its next buffered request, if any, can run now
+}
+
+void Server::expire_waiters() {
+  auto now = Clock::now();
+  while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+    std::uint64_t id = deadlines_.begin()->second;
+    deadlines_.erase(deadlines_.begin());
+    auto it = connections_.find(id);
+    BRAID_CHECK(it != connections_.end() && it->second.waiter, "a store deadline without its waiter");
+    Connection& c = it->second;
+    unwatch(id, c.waiter->watching);
+    reply(c, wire::Reply{.op = c.waiter->request.op,
+                         .status = wire::Status::timeout,
+                         .missing = missing_keys(c.waiter->request.keys)});
+    c.waiter.reset();
+    touch(id);
+  }
+}
+
+void Server::unwatch(std::uint64_t id, const std::string& key) {
+  auto it = watchers_.find(key);
+  if (it == watchers_.end()) return;
+  std::erase(it->second, id);
+  if (it->second.empty()) watchers_.erase(it);
+}
+
+void Server::reply(Connection& c, const wire::Reply& r) {
+  Bytes frame = wire::encode(r);
+  if (c.unsent() == 0) {
+    c.out = std::move(frame);
+    c.out_sent = 0;
+  } else {
+    c.out.insert(c.out.end(), frame.begin(), frame.end());
+  }
+}
+
+void Server::update_events(std::uint64_t id, Connection& c) {
+  std::uint32_t want = (c.unread() < wire::kMaxFrameBytes ? EPOLLIN : 0u) | (c.unsent() > 0 ? EPOLLOUT : 0u);
+  if (want == c.events) return;
+  epoll_event ev{};
+  ev.events = want;
+  ev.data.u64 = id;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev) != 0)
+    throw SystemError(cat("epoll_ctl(MOD) failed: ", errno_text(errno)));
+  c.events = want;
+}
+
+void Server::close(std::uint64_t id) {
+  auto it = connections_.find(id);
+  if (it == connections_.end()) return;
+  Connection& c = it->second;
+  if (c.waiter) {
+    deadlines_.erase({c.waiter->deadline, id});
+    unwatch(id, c.waiter->watching);
+  }
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
+  connections_.erase(it);
+}
+
+std::vector<std::string> Server::missing_keys(const std::vector<std::string>& keys) const {
+  std::vector<std::string> out;
+  for (const auto& k : keys)
+    if (!data_.contains(k)) out.push_back(k);
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const SockAddr& addr) {
+  Fd listener = listen_tcp(addr, "the braid store server");
+  set_nonblocking(listener.get(), true);
+  SockAddr bound = local_address(listener.get());
+  auto server = std::make_unique<Server>(std::move(listener), bound);
+  log_info("braid store serving at ", bound.to_string());
+  return server;
+}
+
+}  // namespace braid
