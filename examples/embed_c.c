@@ -71,7 +71,11 @@ int main(int argc, char** argv) {
       perror("fork");
       return 1;
     }
-    if (pid == 0) _exit(run_rank(id, r, nranks));
+    if (pid == 0) {
+      int rc_rank = run_rank(id, r, nranks);
+      fflush(stdout);
+      _exit(rc_rank);
+    }
   }
   int failed = 0;
   for (int r = 0; r < nranks; ++r) {
