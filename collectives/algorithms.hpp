@@ -1,17 +1,63 @@
 // The algorithm builders: each returns one rank's Schedule for a collective.
+// One file per family; each file opens with how its algorithms work and when
+// they win.
+//
+// What CollectiveShape::count means, per collective (n = shape.ranks):
+//   all_reduce, reduce, broadcast   elements in the buffer
+//   all_gather, gather              elements each rank contributes; output holds n x count
+//   reduce_scatter                  elements each rank receives; input holds n x count
+//   scatter                         elements each rank receives; the root's input holds n x count
+//   all_to_all                      elements per block; input and output hold n x count,
+//                                   block p of the input goes to rank p
+// Rank r's block of an n x count buffer starts at element r x count. Buffers
+// that are only significant at the root (reduce's output, gather's output,
+// scatter's input) are ignored elsewhere. Schedules must be correct when the
+// output aliases the input (in place: same pointer for all_reduce, reduce,
+// broadcast, all_to_all; the caller's block of the output for all_gather and
+// gather; the caller's block of the input for reduce_scatter).
 #pragma once
 
 #include "collectives/schedule.hpp"
 
 namespace braid {
 
-/// Ring all-reduce (ring.cpp): reduce-scatter then all-gather, pipelined.
+// all_reduce
+/// Ring (ring.cpp): reduce-scatter then all-gather, pipelined.
 Schedule ring_all_reduce(const CollectiveShape& shape);
-/// Direct all-reduce (direct.cpp): one round of whole-buffer exchanges with
-/// every peer, then a local reduction in rank order. For tiny messages.
+/// Direct (direct.cpp): one round of whole-buffer exchanges, local reduction.
 Schedule direct_all_reduce(const CollectiveShape& shape);
-/// Pipelined chain broadcast from shape.root along the ring (chain.cpp).
+/// Recursive doubling (recursive_doubling.cpp), any n.
+Schedule recursive_doubling_all_reduce(const CollectiveShape& shape);
+/// Recursive halving-doubling, Rabenseifner (rabenseifner.cpp), any n.
+Schedule rabenseifner_all_reduce(const CollectiveShape& shape);
+/// Double binary tree, pipelined (double_tree.cpp).
+Schedule tree_all_reduce(const CollectiveShape& shape);
+
+// broadcast
+/// Pipelined chain from the root along the ring (chain.cpp).
 Schedule chain_broadcast(const CollectiveShape& shape);
+/// Double binary tree, pipelined (double_tree.cpp).
+Schedule tree_broadcast(const CollectiveShape& shape);
+/// Binomial tree (binomial.cpp).
+Schedule binomial_broadcast(const CollectiveShape& shape);
+
+// reduce
+/// Binomial tree to shape.root (binomial.cpp).
+Schedule binomial_reduce(const CollectiveShape& shape);
+
+// reduce_scatter, all_gather (ring_gather_scatter.cpp)
+Schedule ring_reduce_scatter(const CollectiveShape& shape);
+Schedule ring_all_gather(const CollectiveShape& shape);
+
+// all_to_all, gather, scatter (exchange.cpp)
+/// Pairwise exchange: in round k rank r sends to r+k and receives from r-k.
+Schedule pairwise_all_to_all(const CollectiveShape& shape);
+/// Every rank sends its block to the root, which receives them all at once.
+Schedule direct_gather(const CollectiveShape& shape);
+/// The root sends every rank its block at once.
+Schedule direct_scatter(const CollectiveShape& shape);
+
+// barrier
 /// Ring barrier (chain.cpp): n-1 rounds of empty messages around the ring.
 Schedule ring_barrier(const CollectiveShape& shape);
 

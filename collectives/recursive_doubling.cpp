@@ -1,0 +1,11 @@
+// PLACEHOLDER: being written; every builder here throws until then.
+#include "collectives/algorithms.hpp"
+#include "core/text.hpp"
+
+namespace braid {
+
+Schedule recursive_doubling_all_reduce(const CollectiveShape&) {
+  throw Error(ErrorCode::unsupported, "recursive_doubling_all_reduce is not written yet");
+}
+
+}  // namespace braid
