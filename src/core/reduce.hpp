@@ -12,12 +12,15 @@ namespace braid {
 
 /// dst[i] = a[i] (op) b[i] for i < count. dst may alias a or b exactly; no
 /// other overlap. For avg this is the sum (the division happens once, in
-/// finish_average).
+/// finish_average). Floating-point min and max are IEEE 754-2019 minimum and
+/// maximum: a NaN operand gives a NaN, and -0 is less than +0. Throws
+/// InvalidArgument for a type or op outside the enums.
 void reduce(DataType type, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count);
 
 /// data[i] = data[i] / ranks: the last step of avg. Integers divide with
 /// truncation toward zero; floating point types divide (not multiply by a
 /// reciprocal), so the average of equal values is that value exactly.
+/// Throws InvalidArgument unless ranks > 0.
 void finish_average(DataType type, void* data, std::size_t count, int ranks);
 
 /// Scalar conversions used by Float16/BFloat16 and the tests.
