@@ -1,216 +1,12 @@
-#include "comm_impl.hpp"
-
+// The public C++ API (include/braid/braid.hpp): thin wrappers over CommImpl.
 #include <algorithm>
-#include <thread>
 
 #include "braid/braid.hpp"
-#include "collectives/algorithms.hpp"
+#include "comm_impl.hpp"
 #include "core/log.hpp"
 #include "core/text.hpp"
 
 namespace braid {
-namespace {
-
-std::string rank_key(std::string_view what, int rank) { return cat("braid/", what, "/", rank); }
-
-}  // namespace
-
-CommImpl::CommImpl(Rendezvous rendezvous, int rank, int size, Settings settings)
-    : settings_(std::move(settings)), rendezvous_(std::move(rendezvous)), rank_(rank), size_(size) {}
-
-CommImpl::~CommImpl() = default;
-
-std::unique_ptr<CommImpl> CommImpl::create(Rendezvous rendezvous, int rank, int size, Settings settings) {
-  std::unique_ptr<CommImpl> comm(new CommImpl(std::move(rendezvous), rank, size, std::move(settings)));
-  comm->join();
-  return comm;
-}
-
-void CommImpl::join() {
-  const Deadline deadline = Deadline::after(settings_.timeout);
-  TcpOptions tcp;
-  tcp.rank = rank_;
-  tcp.world_size = size_;
-  tcp.comm_id = rendezvous_.comm_id;
-  tcp.streams = settings_.tcp_streams;
-  tcp.buffer_bytes = settings_.tcp_buffer_bytes;
-  tcp.timeout = settings_.timeout;
-  tcp.listen_address = rendezvous_.advertise;
-  transport_ = std::make_unique<TcpTransport>(tcp);
-
-  Store& store = *rendezvous_.store;
-  store.set(rank_key("info", rank_), RankInfo::local(rank_).encode());
-  store.set(rank_key("tcp", rank_), transport_->local_address());
-
-  // Wait for everyone; on timeout, say exactly who is missing.
-  std::vector<std::string> keys;
-  for (int r = 0; r < size_; ++r) keys.push_back(rank_key("tcp", r));
-  try {
-    store.wait(keys, std::chrono::duration_cast<Millis>(deadline.remaining()));
-  } catch (const Timeout&) {
-    std::string missing;
-    int count = 0;
-    for (int r = 0; r < size_; ++r) {
-      std::string key = rank_key("tcp", r);
-      if (!store.check(std::span(&key, 1))) missing += cat(count++ ? ", " : "", r);
-    }
-    throw Timeout(cat("rank ", rank_, ": rank", count == 1 ? " " : "s ", missing, " of ", size_,
-                      " did not join the communicator at the store ", rendezvous_.store_name, " within ",
-                      seconds_of(settings_.timeout), " s"));
-  }
-  infos_.resize(size_);
-  addresses_.resize(size_);
-  for (int r = 0; r < size_; ++r) {
-    infos_[r] = RankInfo::decode(store.get(rank_key("info", r), settings_.timeout));
-    if (infos_[r].rank != r)
-      throw ProtocolMismatch(cat("rank ", rank_, ": the store holds rank info for rank ", infos_[r].rank, " under rank ", r));
-    addresses_[r] = store.get(rank_key("tcp", r), settings_.timeout);
-  }
-  // Nobody (in particular not the rank hosting the store) leaves start-up
-  // before every rank has read what it needs from the store.
-  store.set(rank_key("fetched", rank_), std::string_view("1"));
-  keys.clear();
-  for (int r = 0; r < size_; ++r) keys.push_back(rank_key("fetched", r));
-  store.wait(keys, std::chrono::duration_cast<Millis>(deadline.remaining()));
-
-  plan_ = make_plan(infos_, settings_);
-  int local = static_cast<int>(std::count_if(infos_.begin(), infos_.end(),
-                                             [&](const RankInfo& i) { return i.host_id == infos_[rank_].host_id; }));
-  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  // Busy-polling pays only where each rank owns a core. On this project's
-  // 2-vCPU machines it lengthened an 8-byte all-reduce from 13 us to 100 us
-  // (the two vCPUs are not independent), so auto spins only with 4 or more
-  // cores per local rank.
-  spin_us_ = settings_.spin_us.value_or(static_cast<unsigned>(local) * 4 <= cores ? 20 : 0);
-
-  links_.resize(size_);
-  link_ptrs_.assign(size_, nullptr);
-  if (size_ > 1) {
-    int pos = ring_position(plan_.ring, rank_);
-    std::vector<int> neighbours = {plan_.ring[(pos + 1) % size_], plan_.ring[(pos + size_ - 1) % size_]};
-    connect_peers(neighbours);
-  }
-  log_info("joined: ", describe());
-}
-
-void CommImpl::connect_peers(const std::vector<int>& peers) {
-  std::vector<TcpTransport::PeerRef> wanted;
-  for (int p : peers) {
-    if (p == rank_ || link_ptrs_[p] != nullptr) continue;
-    if (std::any_of(wanted.begin(), wanted.end(), [&](const auto& w) { return w.info->rank == p; })) continue;
-    wanted.push_back({&infos_[p], addresses_[p]});
-  }
-  if (wanted.empty()) return;
-  auto links = transport_->connect_all(wanted, Deadline::after(settings_.timeout));
-  for (auto& link : links) {
-    int p = link->peer();
-    link->attach(poller_);
-    link_ptrs_[p] = link.get();
-    links_[p] = std::move(link);
-  }
-}
-
-std::string CommImpl::describe() const {
-  return cat("rank ", rank_, " of ", size_, " on ", infos_.empty() ? "?" : infos_[rank_].hostname, "; ",
-             plan_.describe(), "; ", transport_->streams(), " TCP stream(s), slice ", human_bytes(settings_.slice_bytes),
-             ", spin ", spin_us_, " us, timeout ", seconds_of(settings_.timeout), " s");
-}
-
-void CommImpl::check_usable(std::string_view op) const {
-  if (!broken_.empty())
-    throw Error(ErrorCode::aborted, cat("rank ", rank_, ": ", op, ": the communicator is unusable after an earlier error: ", broken_));
-}
-
-CollectiveShape CommImpl::shape(std::size_t count, DataType type, ReduceOp op, int root) const {
-  CollectiveShape s;
-  s.rank = rank_;
-  s.ranks = size_;
-  s.ring = plan_.ring;
-  s.count = count;
-  s.type = type;
-  s.op = op;
-  s.root = root;
-  s.slice_bytes = settings_.slice_bytes;
-  return s;
-}
-
-void CommImpl::run(const Schedule& schedule, Buffers buffers, std::string_view what) {
-  validate(schedule, BufferSizes{buffers.input_bytes, buffers.output_bytes}, rank_);
-  try {
-    connect_peers(schedule.peers());
-    Executor exec(schedule, buffers, link_ptrs_, ++sequence_);
-    const Deadline deadline = Deadline::after(settings_.timeout);
-    const auto spin = std::chrono::microseconds(spin_us_);
-    auto spin_until = Clock::now() + spin;
-    while (!exec.advance()) {
-      if (exec.moved()) {
-        spin_until = Clock::now() + spin;
-        continue;
-      }
-      auto now = Clock::now();
-      if (now < spin_until) continue;
-      if (now >= deadline.at())
-        throw Timeout(cat("rank ", rank_, ": ", what, " (op #", sequence_, ") timed out after ",
-                          seconds_of(settings_.timeout), " s; ", exec.describe_pending()));
-      poller_.wait(std::chrono::duration_cast<std::chrono::microseconds>(
-          std::min<Clock::duration>(deadline.remaining(), std::chrono::milliseconds(100))));
-    }
-  } catch (const Error& e) {
-    // Links may still hold requests that point into the caller's buffers:
-    // the communicator must not move another byte.
-    broken_ = e.what();
-    if (e.code() == ErrorCode::internal) throw;
-    log_warn(e.what());
-    throw;
-  }
-}
-
-void CommImpl::all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
-  check_usable("all_reduce");
-  std::size_t element = size_of(type);
-  name_of(op);  // validates the operator
-  if (count > (std::size_t{1} << 62) / element)
-    throw InvalidArgument(cat("rank ", rank_, ": all_reduce: count ", count, " is too large"));
-  if (count > 0 && (send == nullptr || recv == nullptr))
-    throw InvalidArgument(cat("rank ", rank_, ": all_reduce: ", send == nullptr ? "send" : "recv",
-                              " buffer is null but count is ", count));
-  std::size_t bytes = count * element;
-  auto* in = static_cast<const std::byte*>(send);
-  auto* out = static_cast<std::byte*>(recv);
-  if (in != out && in < out + bytes && out < in + bytes)
-    throw InvalidArgument(cat("rank ", rank_, ": all_reduce: send and recv buffers overlap without being equal"));
-  const CollectiveShape s = shape(count, type, op, 0);
-  Schedule schedule = plan_.all_reduce_for(bytes, size_) == "direct" ? direct_all_reduce(s) : ring_all_reduce(s);
-  run(schedule, Buffers{in, out, bytes, bytes},
-      cat("all_reduce(", name_of(type), " ", name_of(op), ", ", count, " elements)"));
-}
-
-void CommImpl::broadcast(const void* send, void* recv, std::size_t count, DataType type, int root) {
-  check_usable("broadcast");
-  std::size_t element = size_of(type);
-  if (root < 0 || root >= size_)
-    throw InvalidArgument(cat("rank ", rank_, ": broadcast: root ", root, " is outside [0, ", size_, ")"));
-  if (count > (std::size_t{1} << 62) / element)
-    throw InvalidArgument(cat("rank ", rank_, ": broadcast: count ", count, " is too large"));
-  if (count > 0 && recv == nullptr)
-    throw InvalidArgument(cat("rank ", rank_, ": broadcast: recv buffer is null but count is ", count));
-  if (count > 0 && rank_ == root && send == nullptr)
-    throw InvalidArgument(cat("rank ", rank_, ": broadcast: the root's send buffer is null but count is ", count));
-  std::size_t bytes = count * element;
-  auto* in = rank_ == root ? static_cast<const std::byte*>(send) : nullptr;
-  auto* out = static_cast<std::byte*>(recv);
-  if (in != nullptr && in != out && in < out + bytes && out < in + bytes)
-    throw InvalidArgument(cat("rank ", rank_, ": broadcast: send and recv buffers overlap without being equal"));
-  Schedule schedule = chain_broadcast(shape(count, type, ReduceOp::sum, root));
-  run(schedule, Buffers{in, out, in ? bytes : 0, bytes},
-      cat("broadcast(", name_of(type), ", ", count, " elements, root ", root, ")"));
-}
-
-void CommImpl::barrier() {
-  check_usable("barrier");
-  Schedule schedule = ring_barrier(shape(0, DataType::u8, ReduceOp::sum, 0));
-  run(schedule, Buffers{}, "barrier");
-}
 
 // ---- the public C++ API -------------------------------------------------------
 
@@ -282,17 +78,136 @@ int Comm::rank() const { return impl().rank(); }
 int Comm::size() const { return impl().size(); }
 std::string Comm::describe() const { return impl().describe(); }
 
+namespace {
+
+// Runs an operation to completion on the calling thread (or waits for the
+// thread that drives).
+void run(CommImpl& comm, const std::shared_ptr<Operation>& op) {
+  comm.submit(op, false);
+  comm.wait(op, Deadline::never());
+}
+
+Work start(CommImpl& comm, std::shared_ptr<Operation> op);
+
+}  // namespace
+
 void Comm::all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
-  impl().all_reduce(send, recv, count, type, op);
+  run(impl(), impl().all_reduce(send, recv, count, type, op));
 }
 void Comm::broadcast(const void* send, void* recv, std::size_t count, DataType type, int root) {
-  impl().broadcast(send, recv, count, type, root);
+  run(impl(), impl().broadcast(send, recv, count, type, root));
 }
-void Comm::barrier() { impl().barrier(); }
+void Comm::reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root) {
+  run(impl(), impl().reduce(send, recv, count, type, op, root));
+}
+void Comm::all_gather(const void* send, void* recv, std::size_t count, DataType type) {
+  run(impl(), impl().all_gather(send, recv, count, type));
+}
+void Comm::reduce_scatter(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
+  run(impl(), impl().reduce_scatter(send, recv, count, type, op));
+}
+void Comm::all_to_all(const void* send, void* recv, std::size_t count, DataType type) {
+  run(impl(), impl().all_to_all(send, recv, count, type));
+}
+void Comm::gather(const void* send, void* recv, std::size_t count, DataType type, int root) {
+  run(impl(), impl().gather(send, recv, count, type, root));
+}
+void Comm::scatter(const void* send, void* recv, std::size_t count, DataType type, int root) {
+  run(impl(), impl().scatter(send, recv, count, type, root));
+}
+void Comm::send(const void* buffer, std::size_t count, DataType type, int peer) {
+  run(impl(), impl().send(buffer, count, type, peer));
+}
+void Comm::recv(void* buffer, std::size_t count, DataType type, int peer) {
+  run(impl(), impl().recv(buffer, count, type, peer));
+}
+void Comm::barrier() { run(impl(), impl().barrier()); }
 
-void Comm::check_span_sizes(std::size_t send, std::size_t recv, const char* op) {
-  if (send != recv)
-    throw InvalidArgument(cat(op, ": send span has ", send, " elements but recv span has ", recv));
+Work Comm::all_reduce_async(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
+  return start(impl(), impl().all_reduce(send, recv, count, type, op));
 }
+Work Comm::broadcast_async(const void* send, void* recv, std::size_t count, DataType type, int root) {
+  return start(impl(), impl().broadcast(send, recv, count, type, root));
+}
+Work Comm::reduce_async(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root) {
+  return start(impl(), impl().reduce(send, recv, count, type, op, root));
+}
+Work Comm::all_gather_async(const void* send, void* recv, std::size_t count, DataType type) {
+  return start(impl(), impl().all_gather(send, recv, count, type));
+}
+Work Comm::reduce_scatter_async(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
+  return start(impl(), impl().reduce_scatter(send, recv, count, type, op));
+}
+Work Comm::all_to_all_async(const void* send, void* recv, std::size_t count, DataType type) {
+  return start(impl(), impl().all_to_all(send, recv, count, type));
+}
+Work Comm::gather_async(const void* send, void* recv, std::size_t count, DataType type, int root) {
+  return start(impl(), impl().gather(send, recv, count, type, root));
+}
+Work Comm::scatter_async(const void* send, void* recv, std::size_t count, DataType type, int root) {
+  return start(impl(), impl().scatter(send, recv, count, type, root));
+}
+Work Comm::send_async(const void* buffer, std::size_t count, DataType type, int peer) {
+  return start(impl(), impl().send(buffer, count, type, peer));
+}
+Work Comm::recv_async(void* buffer, std::size_t count, DataType type, int peer) {
+  return start(impl(), impl().recv(buffer, count, type, peer));
+}
+Work Comm::barrier_async() { return start(impl(), impl().barrier()); }
+
+Comm Comm::split(int color, int key) { return Comm(impl().split(color, key)); }
+
+void Comm::check_span_sizes(std::size_t small, std::size_t big, int factor, const char* op) {
+  if (big != small * static_cast<std::size_t>(factor)) {
+    if (factor == 1) throw InvalidArgument(cat(op, ": send span has ", small, " elements but recv span has ", big));
+    throw InvalidArgument(cat(op, ": the larger span has ", big, " elements but must hold ", factor, " x ", small));
+  }
+}
+
+void Comm::check_divisible(std::size_t elements, int ranks, const char* op) {
+  if (elements % static_cast<std::size_t>(ranks) != 0)
+    throw InvalidArgument(cat(op, ": ", elements, " elements do not split into ", ranks, " equal blocks"));
+}
+
+// ---- Work ---------------------------------------------------------------------------
+
+namespace {
+
+Work start(CommImpl& comm, std::shared_ptr<Operation> op) {
+  comm.submit(op, true);
+  return Work::from_operation(std::move(op));
+}
+
+}  // namespace
+
+Work::Work() = default;
+Work::Work(std::shared_ptr<Operation> op) : op_(std::move(op)) {}
+Work::Work(Work&&) noexcept = default;
+Work& Work::operator=(Work&&) noexcept = default;
+Work::~Work() = default;
+
+Work Work::from_operation(std::shared_ptr<Operation> op) { return Work(std::move(op)); }
+
+bool Work::wait(std::optional<std::chrono::milliseconds> timeout) {
+  if (!op_) throw InvalidArgument("Work::wait on an empty Work");
+  if (op_->done.load()) {
+    if (op_->error) std::rethrow_exception(op_->error);
+    return true;
+  }
+  CommImpl* comm = op_->comm;
+  Deadline until = timeout ? Deadline::after(*timeout) : Deadline::never();
+  return comm->wait(op_, until);
+}
+
+bool Work::test() {
+  if (!op_) throw InvalidArgument("Work::test on an empty Work");
+  if (op_->done.load()) {
+    if (op_->error) std::rethrow_exception(op_->error);
+    return true;
+  }
+  return op_->comm->test(op_);
+}
+
+std::exception_ptr Work::error() const { return op_ && op_->done.load() ? op_->error : nullptr; }
 
 }  // namespace braid

@@ -1,14 +1,28 @@
-// CommImpl: one communicator. It owns the rendezvous store, the transport,
-// one Link per connected peer, and the progress engine: the calling thread
-// runs each collective's Executor, spinning briefly while bytes move and then
-// sleeping in epoll, always under the operation's deadline.
+// CommImpl: one communicator. It owns the transport, one Link per connected
+// peer, and the queue of operations.
+//
+// Progress: operations run one at a time, in the order they were submitted
+// (so every rank posts messages on a link in the same order). Whoever waits
+// drives: a thread that waits for an operation while nobody else is driving
+// runs the executors itself, spinning briefly while bytes move and sleeping
+// in epoll otherwise, so a blocking collective never hands off to another
+// thread. Once an operation is started with *_async, a progress thread also
+// drives the queue whenever it holds background work, so communication
+// overlaps the caller's computation. Exactly one thread drives at a time
+// (driving_), so executors and links are never touched concurrently.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
+#include "braid/braid.hpp"
 #include "collectives/executor.hpp"
 #include "collectives/schedule.hpp"
 #include "core/poller.hpp"
@@ -20,10 +34,30 @@
 
 namespace braid {
 
+/// One queued collective or point-to-point operation.
+class Operation {
+ public:
+  std::string what;  // "all_reduce(f32 sum, 1024 elements)", for messages
+  Schedule schedule;
+  Buffers buffers;
+  std::uint32_t sequence = 0;  // the high half of every tag
+  bool background = false;     // started with *_async
+  CommImpl* comm = nullptr;    // valid while not done
+
+  // Written under the communicator's mutex; `done` is also read without it
+  // (a Work outliving its communicator), and `error` is final once done.
+  std::atomic<bool> done{false};
+  std::exception_ptr error;
+
+  // Touched only by the driving thread.
+  std::unique_ptr<Executor> executor;
+  Deadline deadline = Deadline::never();
+};
+
 class CommImpl {
  public:
-  /// Publishes this rank, waits for all others (naming any that never come),
-  /// plans, and connects the ring neighbours.
+  /// Publishes this rank through the store, waits for all others (naming any
+  /// that never come), plans, and connects the ring neighbours.
   static std::unique_ptr<CommImpl> create(Rendezvous rendezvous, int rank, int size, Settings settings);
   ~CommImpl();
 
@@ -31,23 +65,57 @@ class CommImpl {
   int size() const { return size_; }
   std::string describe() const;
 
-  void all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
-  void broadcast(const void* send, void* recv, std::size_t count, DataType type, int root);
-  void barrier();
+  std::shared_ptr<Operation> all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+  std::shared_ptr<Operation> broadcast(const void* send, void* recv, std::size_t count, DataType type, int root);
+  std::shared_ptr<Operation> reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root);
+  std::shared_ptr<Operation> all_gather(const void* send, void* recv, std::size_t count, DataType type);
+  std::shared_ptr<Operation> reduce_scatter(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+  std::shared_ptr<Operation> all_to_all(const void* send, void* recv, std::size_t count, DataType type);
+  std::shared_ptr<Operation> gather(const void* send, void* recv, std::size_t count, DataType type, int root);
+  std::shared_ptr<Operation> scatter(const void* send, void* recv, std::size_t count, DataType type, int root);
+  std::shared_ptr<Operation> send(const void* buffer, std::size_t count, DataType type, int peer);
+  std::shared_ptr<Operation> recv(void* buffer, std::size_t count, DataType type, int peer);
+  std::shared_ptr<Operation> barrier();
+
+  /// Queues `op`; a background op wakes the progress thread.
+  void submit(const std::shared_ptr<Operation>& op, bool background);
+  /// Drives or waits until `op` is done or `until` passes; true when done.
+  /// Throws the operation's error.
+  bool wait(const std::shared_ptr<Operation>& op, Deadline until);
+  /// One non-blocking pass; true when done. Throws the operation's error.
+  bool test(const std::shared_ptr<Operation>& op);
+
+  std::unique_ptr<CommImpl> split(int color, int key);
 
  private:
-  CommImpl(Rendezvous rendezvous, int rank, int size, Settings settings);
-  void join();
+  CommImpl(int rank, int size, Settings settings);
+  void join(Rendezvous rendezvous);
+  /// Everything after the addresses are known: plan, spin policy, ring links.
+  void start(std::vector<RankInfo> infos, std::vector<std::vector<std::byte>> addresses);
   void connect_peers(const std::vector<int>& peers);
-  void run(const Schedule& schedule, Buffers buffers, std::string_view what);
-  void check_usable(std::string_view op) const;
+
+  std::shared_ptr<Operation> make_op(Schedule schedule, Buffers buffers, std::string what, std::uint32_t sequence);
   CollectiveShape shape(std::size_t count, DataType type, ReduceOp op, int root) const;
+  std::string_view algorithm_for(std::string_view collective, std::size_t bytes) const;
+  void check_buffer(const void* p, std::size_t count, std::string_view op, std::string_view which) const;
+  void check_root(int root, std::string_view op) const;
+  std::size_t checked_bytes(std::size_t count, DataType type, std::size_t blocks, std::string_view op) const;
+
+  // Progress (comm_progress.cpp).
+  void drive(const std::shared_ptr<Operation>& target, Deadline until);  // with driving_ held
+  void start_op(Operation& op);
+  void fail_queue(std::exception_ptr error);
+  void progress_loop(std::stop_token stop);
+  void drain();
 
   Settings settings_;
-  Rendezvous rendezvous_;
   int rank_;
   int size_;
   int spin_us_ = 0;
+  std::shared_ptr<TcpStoreServer> store_server_;  // on the rank that hosts the store
+  std::string store_name_;
+  CommId comm_id_;
+  SockAddr advertise_;
   std::unique_ptr<TcpTransport> transport_;
   std::vector<RankInfo> infos_;
   std::vector<std::vector<std::byte>> addresses_;
@@ -55,8 +123,17 @@ class CommImpl {
   Poller poller_;
   std::vector<std::unique_ptr<Link>> links_;  // by rank
   std::vector<Link*> link_ptrs_;              // by rank, null where none
-  std::uint32_t sequence_ = 0;
+  std::uint32_t collective_sequence_ = 0;     // identical on every rank
+  std::vector<std::uint32_t> p2p_sequence_;   // per peer
+  std::uint32_t splits_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::shared_ptr<Operation>> queue_;
+  bool driving_ = false;
+  std::size_t background_queued_ = 0;
   std::string broken_;  // why the communicator is unusable, if it is
+  std::jthread progress_thread_;
 };
 
 }  // namespace braid

@@ -12,6 +12,7 @@
 
 #include <array>
 #include <chrono>
+#include <exception>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -50,9 +51,44 @@ struct CommOptions {
 };
 
 class CommImpl;
+class Operation;
+
+/// A collective or point-to-point operation started with one of the *_async
+/// calls. Operations of one communicator run one after another in the order
+/// they were started, in the background, while the caller computes. The
+/// buffers must stay valid until the operation is done; destroying a Work
+/// does not cancel it (the communicator finishes it).
+class Work {
+ public:
+  Work();
+  Work(Work&&) noexcept;
+  Work& operator=(Work&&) noexcept;
+  ~Work();
+
+  /// Waits until the operation is done or `timeout` passes (no argument: the
+  /// communicator's timeout). Returns true when done; throws the operation's
+  /// error if it failed.
+  bool wait(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  /// True if the operation is done (throws its error if it failed). Never blocks.
+  bool test();
+  /// The error of a failed operation, or null.
+  std::exception_ptr error() const;
+
+ private:
+  friend class Comm;
+  explicit Work(std::shared_ptr<Operation> op);
+
+ public:
+  /// For braid's own wrappers (the C ABI); not part of the stable API.
+  static Work from_operation(std::shared_ptr<Operation> op);
+
+ private:
+  std::shared_ptr<Operation> op_;
+};
 
 /// A group of ranks that run collectives together. Movable, not copyable.
-/// One thread at a time may call into a given communicator.
+/// One thread at a time may call into a given communicator (a Work may be
+/// waited for from any thread).
 class Comm {
  public:
   /// Joins the communicator described by the environment: BRAID_RANK,
@@ -66,6 +102,7 @@ class Comm {
 
   Comm(Comm&&) noexcept;
   Comm& operator=(Comm&&) noexcept;
+  /// Finishes the operations still queued (each bounded by the timeout).
   ~Comm();
 
   int rank() const;
@@ -73,18 +110,59 @@ class Comm {
   /// One line naming the transport, the algorithms and the settings in use.
   std::string describe() const;
 
-  /// recv[i] = op over ranks of send[i], for i < count. send may equal recv
-  /// (in place); otherwise the two must not overlap.
+  // Collectives. Every rank calls each one with the same type, count,
+  // operator and root. Counts are in elements; n is size(). In place where the
+  // output pointer equals the input (see each call).
+
+  /// recv[i] = op over ranks of send[i], i < count. In place: send == recv.
   void all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
-  /// Copies root's send buffer into every rank's recv buffer. send is read on
-  /// the root only and may equal recv.
+  /// Copies root's send into every rank's recv. send is read on the root only.
   void broadcast(const void* send, void* recv, std::size_t count, DataType type, int root);
+  /// recv[i] on the root = op over ranks of send[i]; recv is ignored elsewhere.
+  void reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root);
+  /// recv (n x count) = every rank's send (count) in rank order. In place:
+  /// send == recv + rank() x count elements.
+  void all_gather(const void* send, void* recv, std::size_t count, DataType type);
+  /// recv (count) = block rank() of op over ranks of send (n x count). In
+  /// place: recv == send + rank() x count elements.
+  void reduce_scatter(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+  /// Block p (count elements) of send goes to rank p; block p of recv comes
+  /// from rank p. Both hold n x count. In place: send == recv.
+  void all_to_all(const void* send, void* recv, std::size_t count, DataType type);
+  /// The root's recv (n x count) = every rank's send (count) in rank order.
+  void gather(const void* send, void* recv, std::size_t count, DataType type, int root);
+  /// Every rank's recv (count) = block rank() of the root's send (n x count).
+  void scatter(const void* send, void* recv, std::size_t count, DataType type, int root);
+  /// Sends count elements to `peer`, which must call recv for them. Point-to-
+  /// point operations with one peer match in the order they are issued.
+  void send(const void* buffer, std::size_t count, DataType type, int peer);
+  void recv(void* buffer, std::size_t count, DataType type, int peer);
   /// Returns once every rank has entered the barrier.
   void barrier();
 
+  // The same, started in the background.
+  Work all_reduce_async(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+  Work broadcast_async(const void* send, void* recv, std::size_t count, DataType type, int root);
+  Work reduce_async(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root);
+  Work all_gather_async(const void* send, void* recv, std::size_t count, DataType type);
+  Work reduce_scatter_async(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+  Work all_to_all_async(const void* send, void* recv, std::size_t count, DataType type);
+  Work gather_async(const void* send, void* recv, std::size_t count, DataType type, int root);
+  Work scatter_async(const void* send, void* recv, std::size_t count, DataType type, int root);
+  Work send_async(const void* buffer, std::size_t count, DataType type, int peer);
+  Work recv_async(void* buffer, std::size_t count, DataType type, int peer);
+  Work barrier_async();
+
+  /// Splits this communicator (a collective call): ranks passing the same
+  /// color form a new communicator, ordered by key then by rank here. The new
+  /// one has its own connections and runs independently of this one. A color
+  /// must be non-negative and shared by at least two ranks, or the call fails
+  /// on the ranks that passed it.
+  Comm split(int color, int key);
+
   template <typename T>
   void all_reduce(std::span<const T> send, std::span<T> recv, ReduceOp op) {
-    check_span_sizes(send.size(), recv.size(), "all_reduce");
+    check_span_sizes(send.size(), recv.size(), 1, "all_reduce");
     all_reduce(send.data(), recv.data(), recv.size(), data_type_of<T>, op);
   }
   template <typename T>
@@ -92,13 +170,39 @@ class Comm {
     all_reduce(buffer.data(), buffer.data(), buffer.size(), data_type_of<T>, op);
   }
   template <typename T>
+  Work all_reduce_async(std::span<T> buffer, ReduceOp op) {
+    return all_reduce_async(buffer.data(), buffer.data(), buffer.size(), data_type_of<T>, op);
+  }
+  template <typename T>
   void broadcast(std::span<T> buffer, int root) {
     broadcast(buffer.data(), buffer.data(), buffer.size(), data_type_of<T>, root);
+  }
+  /// recv must hold size() x send.size() elements.
+  template <typename T>
+  void all_gather(std::span<const T> send, std::span<T> recv) {
+    check_span_sizes(send.size(), recv.size(), size(), "all_gather");
+    all_gather(send.data(), recv.data(), send.size(), data_type_of<T>);
+  }
+  /// send must hold size() x recv.size() elements.
+  template <typename T>
+  void reduce_scatter(std::span<const T> send, std::span<T> recv, ReduceOp op) {
+    check_span_sizes(recv.size(), send.size(), size(), "reduce_scatter");
+    reduce_scatter(send.data(), recv.data(), recv.size(), data_type_of<T>, op);
+  }
+  /// Both hold size() x block elements.
+  template <typename T>
+  void all_to_all(std::span<const T> send, std::span<T> recv) {
+    check_span_sizes(send.size(), recv.size(), 1, "all_to_all");
+    check_divisible(send.size(), size(), "all_to_all");
+    all_to_all(send.data(), recv.data(), send.size() / static_cast<std::size_t>(size()), data_type_of<T>);
   }
 
  private:
   explicit Comm(std::unique_ptr<CommImpl> impl);
-  static void check_span_sizes(std::size_t send, std::size_t recv, const char* op);
+  /// Throws InvalidArgument unless big == small x factor.
+  static void check_span_sizes(std::size_t small, std::size_t big, int factor, const char* op);
+  /// Throws InvalidArgument unless elements is a multiple of ranks.
+  static void check_divisible(std::size_t elements, int ranks, const char* op);
   CommImpl& impl() const;
   std::unique_ptr<CommImpl> impl_;
 };

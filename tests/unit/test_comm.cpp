@@ -155,3 +155,70 @@ TEST_CASE("settings reject malformed values naming the variable") {
   CHECK(parse_bytes("256K", "X") == 256u << 10);
   CHECK_THROWS_WITH(parse_bytes("4Q", "BRAID_SLICE_BYTES"), Catch::Contains("BRAID_SLICE_BYTES='4Q'"));
 }
+
+TEST_CASE("async operations complete in issue order and overlap the caller") {
+  run_ranks(3, [](Comm& comm) {
+    const int n = comm.size();
+    std::vector<std::vector<std::int64_t>> bufs(6, std::vector<std::int64_t>(50000));
+    std::vector<Work> works;
+    for (std::size_t k = 0; k < bufs.size(); ++k) {
+      std::fill(bufs[k].begin(), bufs[k].end(), static_cast<std::int64_t>(k + 1) * (comm.rank() + 1));
+      works.push_back(comm.all_reduce_async(std::span(bufs[k]), ReduceOp::sum));
+    }
+    // Wait in reverse order; a Work dropped unwaited still completes.
+    for (std::size_t k = works.size(); k-- > 1;) REQUIRE(works[k].wait());
+    works.front() = Work();
+    comm.barrier();  // runs after everything queued before it
+    for (std::size_t k = 0; k < bufs.size(); ++k)
+      for (auto v : bufs[k]) REQUIRE(v == static_cast<std::int64_t>(k + 1) * n * (n + 1) / 2);
+    Work b = comm.barrier_async();
+    while (!b.test()) std::this_thread::yield();
+    CHECK(b.error() == nullptr);
+  });
+}
+
+TEST_CASE("point-to-point messages match in issue order; self and out-of-range peers are refused") {
+  run_ranks(2, [](Comm& comm) {
+    std::vector<float> a(1000), b(1000);
+    if (comm.rank() == 0) {
+      std::fill(a.begin(), a.end(), 1.f);
+      std::fill(b.begin(), b.end(), 2.f);
+      Work w = comm.send_async(a.data(), a.size(), DataType::f32, 1);
+      comm.send(b.data(), b.size(), DataType::f32, 1);
+      REQUIRE(w.wait());
+      CHECK_THROWS_WITH(comm.send(a.data(), 1, DataType::f32, 0), Catch::Contains("peer 0 is this rank itself"));
+      CHECK_THROWS_WITH(comm.recv(a.data(), 1, DataType::f32, 5), Catch::Contains("peer 5 is outside [0, 2)"));
+    } else {
+      comm.recv(a.data(), a.size(), DataType::f32, 0);
+      comm.recv(b.data(), b.size(), DataType::f32, 0);
+      REQUIRE(a[999] == 1.f);
+      REQUIRE(b[0] == 2.f);
+    }
+    comm.barrier();
+  });
+}
+
+TEST_CASE("split makes independent sub-communicators ordered by key") {
+  run_ranks(4, [](Comm& comm) {
+    const int r = comm.rank();
+    Comm half = comm.split(r % 2, -r);  // keys reverse the order inside each half
+    REQUIRE(half.size() == 2);
+    CHECK(half.rank() == (r < 2 ? 1 : 0));
+    std::vector<std::int32_t> v(10, r);
+    half.all_reduce(std::span(v), ReduceOp::sum);
+    CHECK(v[0] == (r % 2 == 0 ? 0 + 2 : 1 + 3));
+    // The parent still works, and so does the child afterwards.
+    std::vector<std::int32_t> w(3, 1);
+    comm.all_reduce(std::span(w), ReduceOp::sum);
+    CHECK(w[2] == 4);
+    half.barrier();
+    // A color nobody else uses is an error on the rank that passed it.
+    if (r == 3) {
+      CHECK_THROWS_WITH(comm.split(7, 0), Catch::Contains("color 7 is used by no other rank"));
+    } else {
+      Comm three = comm.split(0, r);
+      CHECK(three.size() == 3);
+      three.barrier();
+    }
+  });
+}

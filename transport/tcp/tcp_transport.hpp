@@ -47,6 +47,13 @@ class TcpTransport final : public Transport {
   std::vector<std::unique_ptr<Link>> connect_all(std::span<const PeerRef> peers, Deadline deadline);
 
   SockAddr listening() const { return listen_address_; }
+  /// Sets who this transport speaks for, before any connection: a split
+  /// communicator opens its listener before it knows its rank there.
+  void set_identity(int rank, int world_size, const CommId& comm_id) {
+    options_.rank = rank;
+    options_.world_size = world_size;
+    options_.comm_id = comm_id;
+  }
   int streams() const { return options_.streams; }
 
  private:
