@@ -1,0 +1,2 @@
+// Placeholder: the trees schedule tests are being written.
+#include <catch2/catch.hpp>
