@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <stdexcept>
 #include <future>
 #include <numeric>
 #include <thread>
@@ -27,6 +28,22 @@ CommOptions quick(int ms = 5000) {
 std::string free_store_addr() {
   Fd fd = listen_tcp(resolve(HostPort{"127.0.0.1", 0}, "test").front(), "test");
   return "127.0.0.1:" + std::to_string(local_address(fd.get()).port());
+}
+
+// Catch2's assertions are not thread-safe, so rank threads check with these
+// and throw; run_ranks rethrows on the test's thread, where Catch reports it.
+void expect(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error(what);
+}
+template <typename Fn>
+void expect_throws_with(Fn fn, const std::string& needle) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    if (std::string(e.what()).find(needle) != std::string::npos) return;
+    throw std::runtime_error("expected an error containing '" + needle + "', got: " + e.what());
+  }
+  throw std::runtime_error("expected an error containing '" + needle + "', got none");
 }
 
 template <typename Body>
@@ -111,10 +128,10 @@ TEST_CASE("ranks as threads all-reduce, broadcast and barrier") {
       std::vector<std::int32_t> v(1000);
       std::iota(v.begin(), v.end(), comm.rank());
       comm.all_reduce(std::span(v), ReduceOp::sum);
-      for (int i = 0; i < 1000; ++i) REQUIRE(v[i] == n * i + n * (n - 1) / 2);
+      for (int i = 0; i < 1000; ++i) expect(v[i] == n * i + n * (n - 1) / 2, "v[i] == n * i + n * (n - 1) / 2");
       std::vector<double> w(100, comm.rank() == n - 1 ? 2.5 : 0.0);
       comm.broadcast(std::span(w), n - 1);
-      for (double x : w) REQUIRE(x == 2.5);
+      for (double x : w) expect(x == 2.5, "x == 2.5");
       comm.barrier();
     });
   }
@@ -166,14 +183,14 @@ TEST_CASE("async operations complete in issue order and overlap the caller") {
       works.push_back(comm.all_reduce_async(std::span(bufs[k]), ReduceOp::sum));
     }
     // Wait in reverse order; a Work dropped unwaited still completes.
-    for (std::size_t k = works.size(); k-- > 1;) REQUIRE(works[k].wait());
+    for (std::size_t k = works.size(); k-- > 1;) expect(works[k].wait(), "works[k].wait()");
     works.front() = Work();
     comm.barrier();  // runs after everything queued before it
     for (std::size_t k = 0; k < bufs.size(); ++k)
-      for (auto v : bufs[k]) REQUIRE(v == static_cast<std::int64_t>(k + 1) * n * (n + 1) / 2);
+      for (auto v : bufs[k]) expect(v == static_cast<std::int64_t>(k + 1) * n * (n + 1) / 2, "v == static_cast<std::int64_t>(k + 1) * n * (n + 1) / 2");
     Work b = comm.barrier_async();
     while (!b.test()) std::this_thread::yield();
-    CHECK(b.error() == nullptr);
+    expect(b.error() == nullptr, "b.error() == nullptr");
   });
 }
 
@@ -185,14 +202,14 @@ TEST_CASE("point-to-point messages match in issue order; self and out-of-range p
       std::fill(b.begin(), b.end(), 2.f);
       Work w = comm.send_async(a.data(), a.size(), DataType::f32, 1);
       comm.send(b.data(), b.size(), DataType::f32, 1);
-      REQUIRE(w.wait());
-      CHECK_THROWS_WITH(comm.send(a.data(), 1, DataType::f32, 0), Catch::Contains("peer 0 is this rank itself"));
-      CHECK_THROWS_WITH(comm.recv(a.data(), 1, DataType::f32, 5), Catch::Contains("peer 5 is outside [0, 2)"));
+      expect(w.wait(), "w.wait()");
+      expect_throws_with([&] { comm.send(a.data(), 1, DataType::f32, 0); }, "peer 0 is this rank itself");
+      expect_throws_with([&] { comm.recv(a.data(), 1, DataType::f32, 5); }, "peer 5 is outside [0, 2)");
     } else {
       comm.recv(a.data(), a.size(), DataType::f32, 0);
       comm.recv(b.data(), b.size(), DataType::f32, 0);
-      REQUIRE(a[999] == 1.f);
-      REQUIRE(b[0] == 2.f);
+      expect(a[999] == 1.f, "a[999] == 1.f");
+      expect(b[0] == 2.f, "b[0] == 2.f");
     }
     comm.barrier();
   });
@@ -202,22 +219,22 @@ TEST_CASE("split makes independent sub-communicators ordered by key") {
   run_ranks(4, [](Comm& comm) {
     const int r = comm.rank();
     Comm half = comm.split(r % 2, -r);  // keys reverse the order inside each half
-    REQUIRE(half.size() == 2);
-    CHECK(half.rank() == (r < 2 ? 1 : 0));
+    expect(half.size() == 2, "half.size() == 2");
+    expect(half.rank() == (r < 2 ? 1 : 0), "half.rank() == (r < 2 ? 1 : 0)");
     std::vector<std::int32_t> v(10, r);
     half.all_reduce(std::span(v), ReduceOp::sum);
-    CHECK(v[0] == (r % 2 == 0 ? 0 + 2 : 1 + 3));
+    expect(v[0] == (r % 2 == 0 ? 0 + 2 : 1 + 3), "v[0] == (r % 2 == 0 ? 0 + 2 : 1 + 3)");
     // The parent still works, and so does the child afterwards.
     std::vector<std::int32_t> w(3, 1);
     comm.all_reduce(std::span(w), ReduceOp::sum);
-    CHECK(w[2] == 4);
+    expect(w[2] == 4, "w[2] == 4");
     half.barrier();
     // A color nobody else uses is an error on the rank that passed it.
     if (r == 3) {
-      CHECK_THROWS_WITH(comm.split(7, 0), Catch::Contains("color 7 is used by no other rank"));
+      expect_throws_with([&] { comm.split(7, 0); }, "color 7 is used by no other rank");
     } else {
       Comm three = comm.split(0, r);
-      CHECK(three.size() == 3);
+      expect(three.size() == 3, "three.size() == 3");
       three.barrier();
     }
   });
