@@ -156,6 +156,7 @@ Work Comm::recv_async(void* buffer, std::size_t count, DataType type, int peer) 
 Work Comm::barrier_async() { return start(impl(), impl().barrier()); }
 
 Comm Comm::split(int color, int key) { return Comm(impl().split(color, key)); }
+void Comm::abort() { impl().abort(); }
 
 void Comm::check_span_sizes(std::size_t small, std::size_t big, int factor, const char* op) {
   if (big != small * static_cast<std::size_t>(factor)) {

@@ -86,6 +86,9 @@ class CommImpl {
   bool test(const std::shared_ptr<Operation>& op);
 
   std::unique_ptr<CommImpl> split(int color, int key);
+  /// Fails every queued and later operation here and tells the peers; safe
+  /// from any thread.
+  void abort();
 
  private:
   CommImpl(int rank, int size, Settings settings);
@@ -131,6 +134,7 @@ class CommImpl {
   std::condition_variable changed_;
   std::deque<std::shared_ptr<Operation>> queue_;
   bool driving_ = false;
+  std::atomic<bool> aborted_{false};
   std::size_t background_queued_ = 0;
   std::string broken_;  // why the communicator is unusable, if it is
   std::jthread progress_thread_;

@@ -67,6 +67,10 @@ void CommImpl::fail_queue(std::exception_ptr error) {
     why = e.what();
   }
   log_warn(why);
+  // Tell every peer, so that ranks not directly connected to the failure
+  // learn of it in a hop or two rather than at their own timeout.
+  for (auto& link : links_)
+    if (link) link->abort(cat("rank ", rank_, " (", infos_.empty() ? "?" : infos_[rank_].hostname, ") gave up: ", why));
   std::lock_guard lock(mutex_);
   // Links may still hold requests that point into callers' buffers: the
   // communicator must not move another byte.
@@ -112,6 +116,9 @@ void CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until) {
         spin_until = Clock::now() + spin;
         continue;
       }
+      if (aborted_.load(std::memory_order_relaxed))
+        throw Aborted(cat("rank ", rank_, ": ", head->what, " (op #", head->sequence & 0x7fffffffu,
+                          ") was aborted by the application (Comm::abort)"));
       auto now = Clock::now();
       if (now < spin_until) continue;
       if (now >= head->deadline.at())
@@ -149,6 +156,22 @@ void CommImpl::progress_loop(std::stop_token stop) {
     driving_ = false;
     changed_.notify_all();
   }
+}
+
+void CommImpl::abort() {
+  aborted_.store(true);
+  poller_.wake();
+  std::unique_lock lock(mutex_);
+  // The driving thread sees the flag within one turn and fails the queue; if
+  // nobody drives, do it here.
+  changed_.wait(lock, [&] { return !driving_; });
+  driving_ = true;
+  bool already = !broken_.empty();
+  lock.unlock();
+  if (!already) fail_queue(std::make_exception_ptr(Aborted(cat("rank ", rank_, ": the communicator was aborted by the application (Comm::abort)"))));
+  lock.lock();
+  driving_ = false;
+  changed_.notify_all();
 }
 
 void CommImpl::drain() {

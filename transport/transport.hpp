@@ -93,6 +93,12 @@ class Link {
   virtual bool busy() const = 0;
   /// Registers the descriptors this link waits on with the engine's poller.
   virtual void attach(Poller& poller) = 0;
+  /// Tells the peer, best effort and without blocking, that this rank gave up
+  /// on the communicator and why, then closes the connection. The peer's
+  /// pending and later requests fail with PeerLost carrying `reason`, so a
+  /// failure spreads to every rank in about one hop per link instead of each
+  /// rank waiting out its timeout.
+  virtual void abort(std::string_view reason) { (void)reason; }
   /// "rank 1 (host-a, 10.0.0.2:40123)": names the peer in errors.
   virtual std::string describe_peer() const = 0;
 };

@@ -153,6 +153,12 @@ class Comm {
   Work recv_async(void* buffer, std::size_t count, DataType type, int peer);
   Work barrier_async();
 
+  /// Gives up on this communicator, from any thread: every pending and later
+  /// operation here fails with an Aborted error, and the peers' operations
+  /// fail promptly with PeerLost naming this rank. A new communicator can be
+  /// created afterwards.
+  void abort();
+
   /// Splits this communicator (a collective call): ranks passing the same
   /// color form a new communicator, ordered by key then by rank here. The new
   /// one has its own connections and runs independently of this one. A color

@@ -239,3 +239,39 @@ TEST_CASE("split makes independent sub-communicators ordered by key") {
     }
   });
 }
+
+TEST_CASE("abort fails the peers promptly, naming the rank that gave up") {
+  const auto start = std::chrono::steady_clock::now();
+  run_ranks(3, [](Comm& comm) {
+    std::vector<float> v(1 << 16, 1.f);
+    if (comm.rank() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      comm.abort();
+      expect_throws_with([&] { comm.barrier(); }, "unusable");
+    } else {
+      // These wait for rank 0; its abort must reach them as PeerLost well
+      // before their 20 s timeout.
+      expect_throws_with([&] { comm.all_reduce(std::span(v), ReduceOp::sum); }, "rank 0");
+    }
+  }, 20000);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+  // A new communicator works after an aborted one.
+  run_ranks(2, [](Comm& comm) { comm.barrier(); });
+}
+
+TEST_CASE("abort from another thread unblocks a waiting operation") {
+  run_ranks(2, [](Comm& comm) {
+    std::vector<float> v(16);
+    if (comm.rank() == 0) {
+      std::jthread aborter([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        comm.abort();
+      });
+      // Rank 1 never sends: only the abort ends this wait.
+      expect_throws_with([&] { comm.recv(v.data(), v.size(), DataType::f32, 1); }, "aborted by the application");
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(600));  // rank 0 has aborted by now
+      expect_throws_with([&] { comm.barrier(); }, "rank 0");
+    }
+  }, 20000);
+}

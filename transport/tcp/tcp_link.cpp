@@ -176,6 +176,41 @@ bool TcpLink::progress_sends(Stream& s) {
   return moved;
 }
 
+void TcpLink::abort(std::string_view reason) {
+  std::string text(reason.substr(0, kMaxAbortReason));
+  for (auto& s : streams_) {
+    bool mid_frame = !s.sends.empty() && s.sends.front().sent > 0;
+    if (!mid_frame) {
+      FrameHeader header{kAbortTag, text.size()};
+      iovec iov[2] = {{&header, kHeaderBytes}, {text.data(), text.size()}};
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = 2;
+      ssize_t ignored = ::sendmsg(s.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      (void)ignored;
+    }
+    ::shutdown(s.fd.get(), SHUT_RDWR);
+  }
+  fail(std::make_exception_ptr(Aborted(cat("rank ", self_, ": link to ", peer_name_, " closed: ", reason))));
+}
+
+void TcpLink::read_abort_notice(Stream& s, const RecvPart& part, std::span<const std::byte> early) {
+  std::size_t length = std::min<std::size_t>(part.header.bytes, kMaxAbortReason);
+  std::size_t have = std::min(length, early.size());
+  std::string reason(reinterpret_cast<const char*>(early.data()), have);
+  reason.resize(length);
+  // The notice was sent in one piece just before the peer closed; take what
+  // arrived within a short grace.
+  try {
+    recv_all(s.fd.get(), reason.data() + have, length - have, Deadline::after(std::chrono::milliseconds(200)),
+             "abort notice");
+  } catch (const Error&) {
+    reason.resize(have);
+    reason += " (rest of the reason not received)";
+  }
+  throw PeerLost(cat(where("was told by", part.tag), " that it gave up: ", reason));
+}
+
 void TcpLink::check_header(const RecvPart& part) const {
   if (part.header.tag != part.tag || part.header.bytes != part.bytes)
     throw ProtocolMismatch(cat(where("received from", part.tag), " a message ", describe_tag(part.header.tag), " of ",
@@ -230,7 +265,11 @@ bool TcpLink::progress_recvs(Stream& s) {
       auto got = static_cast<std::size_t>(n);
       std::size_t to_header = std::min(got, kHeaderBytes - part.header_got);
       part.header_got += to_header;
-      if (to_header > 0 && part.header_got == kHeaderBytes) check_header(part);
+      if (to_header > 0 && part.header_got == kHeaderBytes) {
+        if (part.header.tag == kAbortTag)
+          read_abort_notice(s, part, std::span(static_cast<const std::byte*>(iov[count - 1].iov_base), got - to_header));
+        check_header(part);
+      }
       if (got > to_header) absorb_payload(s, part, got - to_header);
       if (part.done < part.bytes && got < requested) break;  // drained for now
     }

@@ -8,6 +8,10 @@
 // simple FIFO. Sends gather as many queued parts as fit into one sendmsg;
 // a receive reads header and payload with one readv where it can.
 //
+// A rank that gives up sends, where no frame is half-written, an abort
+// notice: a frame whose tag is kAbortTag and whose payload is the reason. The
+// peer turns it into PeerLost carrying that reason instead of a bare EOF.
+//
 // recv_reduce never lands the incoming bytes in the destination: they arrive
 // in a small per-socket bounce buffer that stays in cache and are combined
 // with the local operand element by element as they come in, so the
@@ -28,6 +32,8 @@ class TcpLink final : public Link {
  public:
   static constexpr std::size_t kStripeMinBytes = 256 * 1024;
   static constexpr std::size_t kBounceBytes = 256 * 1024;
+  static constexpr Tag kAbortTag = ~Tag{0};
+  static constexpr std::size_t kMaxAbortReason = 4096;
 
   TcpLink(int self_rank, int peer_rank, std::string peer_name, std::vector<Fd> sockets);
   ~TcpLink() override;
@@ -39,6 +45,7 @@ class TcpLink final : public Link {
   bool progress() override;
   bool busy() const override;
   void attach(Poller& poller) override;
+  void abort(std::string_view reason) override;
   std::string describe_peer() const override { return peer_name_; }
 
  private:
@@ -84,6 +91,8 @@ class TcpLink final : public Link {
   bool progress_recvs(Stream& s);
   void finish_part(const std::shared_ptr<Message>& message);
   void check_header(const RecvPart& part) const;
+  // `early` holds the first bytes of the notice, read together with its header.
+  [[noreturn]] void read_abort_notice(Stream& s, const RecvPart& part, std::span<const std::byte> early);
   void absorb_payload(Stream& s, RecvPart& part, std::size_t n);
   void fail(std::exception_ptr error);
   std::string where(std::string_view action, Tag tag) const;
