@@ -64,10 +64,7 @@ Region slice(const Partition& cut, std::size_t element, BufferId buffer, std::si
 }  // namespace
 
 Schedule binomial_broadcast(const CollectiveShape& shape) {
-  Schedule sched;
-  sched.algorithm = "binomial";
-  sched.type = shape.type;
-  sched.ranks = shape.ranks;
+  Schedule sched = Schedule::for_shape(shape, "binomial");
   const std::size_t element = size_of(shape.type);
   const std::size_t bytes = shape.count * element;
   if (bytes == 0) return sched;
@@ -94,11 +91,7 @@ Schedule binomial_broadcast(const CollectiveShape& shape) {
 }
 
 Schedule binomial_reduce(const CollectiveShape& shape) {
-  Schedule sched;
-  sched.algorithm = "binomial";
-  sched.type = shape.type;
-  sched.op = shape.op;
-  sched.ranks = shape.ranks;
+  Schedule sched = Schedule::for_shape(shape, "binomial");
   const std::size_t element = size_of(shape.type);
   const std::size_t bytes = shape.count * element;
   if (bytes == 0) return sched;

@@ -18,10 +18,7 @@
 
 namespace braid {
 Schedule chain_broadcast(const CollectiveShape& shape) {
-  Schedule sched;
-  sched.algorithm = "chain";
-  sched.type = shape.type;
-  sched.ranks = shape.ranks;
+  Schedule sched = Schedule::for_shape(shape, "chain");
   const std::size_t element = size_of(shape.type);
   const std::size_t bytes = shape.count * element;
   const int n = shape.ranks;

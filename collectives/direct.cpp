@@ -12,11 +12,7 @@
 namespace braid {
 
 Schedule direct_all_reduce(const CollectiveShape& shape) {
-  Schedule sched;
-  sched.algorithm = "direct";
-  sched.type = shape.type;
-  sched.op = shape.op;
-  sched.ranks = shape.ranks;
+  Schedule sched = Schedule::for_shape(shape, "direct");
   const std::size_t bytes = shape.count * size_of(shape.type);
   const int n = shape.ranks;
   if (bytes == 0) return sched;

@@ -117,15 +117,6 @@ struct HalvedSlices {
   }
 };
 
-Schedule begin_schedule(const CollectiveShape& shape) {
-  Schedule sched;
-  sched.algorithm = "tree";
-  sched.type = shape.type;
-  sched.op = shape.op;
-  sched.ranks = shape.ranks;
-  return sched;
-}
-
 Step whole_copy(std::size_t bytes) {
   return Step{.kind = StepKind::copy, .src = {BufferId::input, 0, bytes}, .dst = {BufferId::output, 0, bytes}};
 }
@@ -133,7 +124,7 @@ Step whole_copy(std::size_t bytes) {
 }  // namespace
 
 Schedule tree_all_reduce(const CollectiveShape& shape) {
-  Schedule sched = begin_schedule(shape);
+  Schedule sched = Schedule::for_shape(shape, "tree");
   const int n = shape.ranks;
   const std::size_t bytes = shape.count * size_of(shape.type);
   if (bytes == 0) return sched;
@@ -189,7 +180,7 @@ Schedule tree_all_reduce(const CollectiveShape& shape) {
 }
 
 Schedule tree_broadcast(const CollectiveShape& shape) {
-  Schedule sched = begin_schedule(shape);
+  Schedule sched = Schedule::for_shape(shape, "tree");
   sched.op = ReduceOp::sum;
   const int n = shape.ranks;
   const std::size_t bytes = shape.count * size_of(shape.type);

@@ -37,15 +37,6 @@
 namespace braid {
 namespace {
 
-Schedule empty_schedule(const CollectiveShape& shape, const char* name) {
-  Schedule sched;
-  sched.algorithm = name;
-  sched.type = shape.type;
-  sched.op = shape.op;
-  sched.ranks = shape.ranks;
-  return sched;
-}
-
 /// A block of shape.count elements cut into slices of about slice_bytes
 /// (at least one element each, none empty; no slices when count is 0).
 struct BlockSlices {
@@ -77,7 +68,7 @@ std::uint32_t tag(std::size_t slice) { return static_cast<std::uint32_t>(slice);
 }  // namespace
 
 Schedule pairwise_all_to_all(const CollectiveShape& shape) {
-  Schedule sched = empty_schedule(shape, "pairwise");
+  Schedule sched = Schedule::for_shape(shape, "pairwise");
   const BlockSlices b(shape);
   if (b.slices == 0) return sched;
   const int n = shape.ranks;
@@ -126,7 +117,7 @@ Schedule pairwise_all_to_all(const CollectiveShape& shape) {
 }
 
 Schedule direct_gather(const CollectiveShape& shape) {
-  Schedule sched = empty_schedule(shape, "direct");
+  Schedule sched = Schedule::for_shape(shape, "direct");
   const BlockSlices b(shape);
   if (b.slices == 0) return sched;
   const int n = shape.ranks;
@@ -148,7 +139,7 @@ Schedule direct_gather(const CollectiveShape& shape) {
 }
 
 Schedule direct_scatter(const CollectiveShape& shape) {
-  Schedule sched = empty_schedule(shape, "direct");
+  Schedule sched = Schedule::for_shape(shape, "direct");
   const BlockSlices b(shape);
   if (b.slices == 0) return sched;
   const int n = shape.ranks;

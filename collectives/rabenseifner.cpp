@@ -55,11 +55,7 @@ struct Fold {
 }  // namespace
 
 Schedule rabenseifner_all_reduce(const CollectiveShape& shape) {
-  Schedule sched;
-  sched.algorithm = "rabenseifner";
-  sched.type = shape.type;
-  sched.op = shape.op;
-  sched.ranks = shape.ranks;
+  Schedule sched = Schedule::for_shape(shape, "rabenseifner");
   const std::size_t element = size_of(shape.type);
   const std::size_t bytes = shape.count * element;
   const int n = shape.ranks;

@@ -67,11 +67,7 @@ enum Place : int { kMain = 0, kSlotA = 1, kSlotB = 2 };
 }  // namespace
 
 Schedule recursive_doubling_all_reduce(const CollectiveShape& shape) {
-  Schedule sched;
-  sched.algorithm = "recdbl";  // the name BRAID_ALGO and the plan use
-  sched.type = shape.type;
-  sched.op = shape.op;
-  sched.ranks = shape.ranks;
+  Schedule sched = Schedule::for_shape(shape, "recdbl");
   const std::size_t bytes = shape.count * size_of(shape.type);
   const int n = shape.ranks;
   const Region input{BufferId::input, 0, bytes};

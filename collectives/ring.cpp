@@ -24,11 +24,7 @@
 
 namespace braid {
 Schedule ring_all_reduce(const CollectiveShape& shape) {
-  Schedule sched;
-  sched.algorithm = "ring";
-  sched.type = shape.type;
-  sched.op = shape.op;
-  sched.ranks = shape.ranks;
+  Schedule sched = Schedule::for_shape(shape, "ring");
   const std::size_t element = size_of(shape.type);
   const int n = shape.ranks;
   if (shape.count == 0) return sched;

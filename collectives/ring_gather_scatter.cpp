@@ -43,19 +43,10 @@ struct RingBlocks {
   std::size_t count;
 };
 
-Schedule empty_schedule(const CollectiveShape& shape, const char* name) {
-  Schedule sched;
-  sched.algorithm = name;
-  sched.type = shape.type;
-  sched.op = shape.op;
-  sched.ranks = shape.ranks;
-  return sched;
-}
-
 }  // namespace
 
 Schedule ring_all_gather(const CollectiveShape& shape) {
-  Schedule sched = empty_schedule(shape, "ring");
+  Schedule sched = Schedule::for_shape(shape, "ring");
   if (shape.count == 0) return sched;
   const RingBlocks rb(shape);
   const std::size_t me = static_cast<std::size_t>(shape.rank);
@@ -79,7 +70,7 @@ Schedule ring_all_gather(const CollectiveShape& shape) {
 }
 
 Schedule ring_reduce_scatter(const CollectiveShape& shape) {
-  Schedule sched = empty_schedule(shape, "ring");
+  Schedule sched = Schedule::for_shape(shape, "ring");
   if (shape.count == 0) return sched;
   const RingBlocks rb(shape);
   if (rb.n == 1) {

@@ -18,6 +18,15 @@ std::string_view name_of(StepKind kind) {
   return "?";
 }
 
+Schedule Schedule::for_shape(const CollectiveShape& shape, std::string algorithm) {
+  Schedule sched;
+  sched.algorithm = std::move(algorithm);
+  sched.type = shape.type;
+  sched.op = shape.op;
+  sched.ranks = shape.ranks;
+  return sched;
+}
+
 std::uint32_t Schedule::add(Step step) {
   steps.push_back(std::move(step));
   return static_cast<std::uint32_t>(steps.size() - 1);

@@ -55,6 +55,9 @@ struct Schedule {
   std::size_t scratch_bytes = 0;
   std::vector<Step> steps;
 
+  /// An empty schedule of `algorithm` for `shape`'s type, operator and ranks.
+  static Schedule for_shape(const struct CollectiveShape& shape, std::string algorithm);
+
   std::uint32_t add(Step step);
   /// Peers this schedule talks to, sorted, without repeats.
   std::vector<int> peers() const;
