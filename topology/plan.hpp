@@ -28,8 +28,8 @@ struct Plan {
   std::string describe() const;
 
   /// Size rules until the cost model: see plan.cpp for the measurements.
-  static constexpr std::size_t kDirectMaxBytes = 4096;
-  static constexpr int kDirectMaxRanks = 16;
+  static constexpr std::size_t kSmallBytes = 32 * 1024;
+  static constexpr std::size_t kMediumBytes = 1024 * 1024;
 };
 
 /// The algorithms each collective has, first the default.
