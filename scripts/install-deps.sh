@@ -6,7 +6,7 @@
 #   scripts/install-deps.sh --bench   also Open MPI, for bench/compare_mpi.sh
 set -euo pipefail
 
-packages=(g++ meson ninja-build pkg-config catch2 python3)
+packages=(g++ meson ninja-build pkg-config catch2 python3 libssl-dev)
 if [ "${1:-}" = "--bench" ]; then
   packages+=(openmpi-bin libopenmpi-dev)
 fi

@@ -43,6 +43,7 @@ void CommImpl::join(Rendezvous rendezvous) {
   tcp.buffer_bytes = settings_.tcp_buffer_bytes;
   tcp.timeout = settings_.timeout;
   tcp.listen_address = advertise_;
+  tcp.auth_key = settings_.auth_key;
   transport_ = std::make_unique<TcpTransport>(tcp);
 
   Store& store = *rendezvous.store;
@@ -371,6 +372,7 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
   tcp.streams = settings_.tcp_streams;
   tcp.buffer_bytes = settings_.tcp_buffer_bytes;
   tcp.timeout = settings_.timeout;
+  tcp.auth_key = settings_.auth_key;
   auto transport = std::make_unique<TcpTransport>(tcp);
   constexpr std::size_t kRecord = 128;
   WireWriter w;

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/auth.hpp"
 #include "core/deadline.hpp"
 #include "core/socket.hpp"
 
@@ -41,19 +42,23 @@ class Store {
 };
 
 /// The store server rank 0 (or UniqueId::create) hosts: a thread serving any
-/// number of clients over TCP until destroyed.
+/// number of clients over TCP until destroyed. With a key, only clients that
+/// prove they hold the same key are served; the others are refused and logged
+/// with their address.
 class TcpStoreServer {
  public:
   /// Binds `addr` (port 0 picks a free one). Throws SystemError naming the
   /// address if it is in use.
-  static std::unique_ptr<TcpStoreServer> start(const SockAddr& addr);
+  static std::unique_ptr<TcpStoreServer> start(const SockAddr& addr, AuthKey key = {});
   virtual ~TcpStoreServer() = default;
   /// The address clients connect to (with the port actually bound).
   virtual SockAddr address() const = 0;
 };
 
 /// A client of TcpStoreServer. Thread-safe. Connecting retries until the
-/// deadline, since rank 0 may start after the others.
-std::unique_ptr<Store> connect_tcp_store(const HostPort& where, Deadline connect_deadline);
+/// deadline, since rank 0 may start after the others. Every connection runs the
+/// handshake with `key` (none: the store must have none either); a refusal or
+/// a store that cannot prove the key is ProtocolMismatch naming the address.
+std::unique_ptr<Store> connect_tcp_store(const HostPort& where, Deadline connect_deadline, AuthKey key = {});
 
 }  // namespace braid

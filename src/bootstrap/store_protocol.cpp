@@ -1,6 +1,7 @@
 #include "bootstrap/store_protocol.hpp"
 
 #include <algorithm>
+#include <array>
 #include <utility>
 
 #include "braid/types.hpp"
@@ -9,13 +10,14 @@
 namespace braid::store_protocol {
 namespace {
 
-constexpr std::uint8_t kLastOp = static_cast<std::uint8_t>(Op::wait);
-constexpr std::uint8_t kLastStatus = static_cast<std::uint8_t>(Status::protocol_error);
+constexpr std::uint8_t kLastOp = static_cast<std::uint8_t>(Op::auth);
+constexpr std::uint8_t kLastStatus = static_cast<std::uint8_t>(Status::auth_failed);
 constexpr char kHex[] = "0123456789abcdef";
 
 std::string_view frame_kind(bool is_reply) { return is_reply ? "store reply" : "store request"; }
 
 bool takes_one_key(Op op) { return op == Op::set || op == Op::get || op == Op::add; }
+bool is_handshake(Op op) { return op == Op::hello || op == Op::auth; }
 
 // The first bytes a peer sent, as text a log can show: "GET / HTTP/1.1\r\n".
 std::string preview(std::span<const std::byte> bytes) {
@@ -98,6 +100,18 @@ class Reader {
   std::uint32_t u32(std::string_view field) { return load_u32(take(4, field).data()); }
   std::uint64_t u64(std::string_view field) { return load_u64(take(8, field).data()); }
   std::int64_t i64(std::string_view field) { return static_cast<std::int64_t>(u64(field)); }
+  bool flag(std::string_view field) {
+    std::uint8_t v = u8(field);
+    if (v > 1) fail(cat(field, " ", int{v}, " is neither 0 nor 1"));
+    return v == 1;
+  }
+  template <std::size_t N>
+  std::array<std::byte, N> fixed(std::string_view field) {
+    auto b = take(N, field);
+    std::array<std::byte, N> out;
+    std::copy(b.begin(), b.end(), out.begin());
+    return out;
+  }
 
   std::string text(std::size_t cap, std::string_view field) {
     std::uint32_t n = u32(field);
@@ -163,6 +177,7 @@ class Writer {
   void u64(std::uint64_t v) {
     for (int i = 0; i < 8; ++i) out_.push_back(std::byte(static_cast<std::uint8_t>(v >> (8 * i))));
   }
+  void raw(std::span<const std::byte> b) { out_.insert(out_.end(), b.begin(), b.end()); }
   void bytes(std::span<const std::byte> b) {
     check_room(b.size());
     u32(static_cast<std::uint32_t>(b.size()));
@@ -204,6 +219,8 @@ std::string_view name_of(Op op) {
     case Op::add: return "add";
     case Op::check: return "check";
     case Op::wait: return "wait";
+    case Op::hello: return "hello";
+    case Op::auth: return "auth";
   }
   return "unknown op";
 }
@@ -214,6 +231,7 @@ std::string_view name_of(Status status) {
     case Status::timeout: return "timeout";
     case Status::invalid_argument: return "invalid argument";
     case Status::protocol_error: return "protocol error";
+    case Status::auth_failed: return "authentication failed";
   }
   return "unknown status";
 }
@@ -230,6 +248,8 @@ Bytes encode(const Request& r) {
     case Op::add: w.key(r.keys[0]); w.u64(static_cast<std::uint64_t>(r.delta)); break;
     case Op::check: w.keys(r.keys); break;
     case Op::wait: w.keys(r.keys); w.timeout(r.timeout); break;
+    case Op::hello: w.u8(r.auth ? 1 : 0); break;
+    case Op::auth: w.raw(r.nonce); w.raw(r.proof); break;
   }
   return w.finish();
 }
@@ -246,12 +266,21 @@ Bytes encode(const Reply& r) {
       }
       if (r.op == Op::add) w.u64(static_cast<std::uint64_t>(r.number));
       if (r.op == Op::check) w.u8(r.all_present ? 1 : 0);
+      if (r.op == Op::hello) {
+        w.u8(r.challenge ? 1 : 0);
+        if (r.challenge) w.raw(r.nonce);
+      }
+      if (r.op == Op::auth) w.raw(r.proof);
       break;
     case Status::timeout:
       if (r.op != Op::get && r.op != Op::wait)
         throw InvalidArgument(cat("a store ", name_of(r.op), " cannot time out"));
       w.keys(r.missing);
       break;
+    case Status::auth_failed:
+      if (!is_handshake(r.op))
+        throw InvalidArgument(cat("a store ", name_of(r.op), " cannot fail authentication"));
+      [[fallthrough]];
     case Status::invalid_argument:
     case Status::protocol_error: {
       std::string_view m = r.message;
@@ -281,6 +310,11 @@ std::optional<Decoded<Request>> decode_request(std::span<const std::byte> bytes)
     case Op::add: r.keys.push_back(in.key()); r.delta = in.i64("delta"); break;
     case Op::check: r.keys = in.keys(); break;
     case Op::wait: r.keys = in.keys(); r.timeout = in.timeout(); break;
+    case Op::hello: r.auth = in.flag("auth flag"); break;
+    case Op::auth:
+      r.nonce = in.fixed<kNonceBytes>("client nonce");
+      r.proof = in.fixed<kDigestBytes>("client proof");
+      break;
   }
   in.finish();
   return Decoded<Request>{std::move(r), kHeaderBytes + h->body_bytes};
@@ -303,6 +337,11 @@ std::optional<Decoded<Reply>> decode_reply(std::span<const std::byte> bytes) {
         if (flag > 1) in.fail(cat("presence flag ", int{flag}, " is neither 0 nor 1"));
         r.all_present = flag == 1;
       }
+      if (r.op == Op::hello) {
+        r.challenge = in.flag("challenge flag");
+        if (r.challenge) r.nonce = in.fixed<kNonceBytes>("server nonce");
+      }
+      if (r.op == Op::auth) r.proof = in.fixed<kDigestBytes>("server proof");
       break;
     case Status::timeout:
       if (r.op != Op::get && r.op != Op::wait) in.fail("only get and wait can time out");
@@ -310,6 +349,9 @@ std::optional<Decoded<Reply>> decode_reply(std::span<const std::byte> bytes) {
       if (r.missing.empty()) in.fail("a timeout must name the missing keys");
       if (r.op == Op::get && r.missing.size() != 1) in.fail("a get timeout names exactly one key");
       break;
+    case Status::auth_failed:
+      if (!is_handshake(r.op)) in.fail("only hello and auth can fail authentication");
+      [[fallthrough]];
     case Status::invalid_argument:
     case Status::protocol_error:
       r.message = in.text(kMaxMessageBytes, "message");

@@ -4,24 +4,37 @@
 // Every frame (request or reply) is an 8-byte header and a body:
 //
 //   byte 0     magic 0xB7          a stranger's bytes (HTTP, TLS, noise) fail here
-//   byte 1     version 1           another braid version fails here, by name
-//   byte 2     op                  1 set, 2 get, 3 add, 4 check, 5 wait (a reply echoes it)
+//   byte 1     version 2           another braid version fails here, by name
+//   byte 2     op                  1 set, 2 get, 3 add, 4 check, 5 wait, 6 hello, 7 auth (a reply echoes it)
 //   byte 3     status              0 in a request; in a reply 0 ok, 1 timeout,
-//                                  2 invalid argument, 3 protocol error
+//                                  2 invalid argument, 3 protocol error, 4 authentication failed
 //   bytes 4-7  body length         u32, little-endian, at most kMaxBodyBytes
 //
 // Integers in bodies are little-endian. A key is a u32 length (at most
 // kMaxKeyBytes) and its bytes; a key list is a u32 count (at most kMaxKeys)
 // and that many keys; a value is a u32 length (at most kMaxValueBytes) and its
-// bytes; a timeout is a u64 of milliseconds (at most kMaxTimeout).
+// bytes; a timeout is a u64 of milliseconds (at most kMaxTimeout). Nonces and
+// proofs are 32 bytes without a length.
 //
 //   request  set    key, value               reply ok  set    (empty)
 //            get    key, timeout                       get    value
 //            add    key, i64 delta                     add    i64 new value
 //            check  key list                           check  u8 (1: every key exists)
 //            wait   key list, timeout                  wait   (empty)
+//            hello  u8 auth (1: has a key)             hello  u8 challenge (0 or 1), then the server nonce if 1
+//            auth   client nonce, client proof         auth   server proof
 //   reply timeout (get, wait only)   key list: the keys still missing
-//   reply invalid argument / protocol error   a message (u32 length, at most kMaxMessageBytes)
+//   reply invalid argument / protocol error / authentication failed (hello, auth only)
+//                                    a message (u32 length, at most kMaxMessageBytes)
+//
+// A connection opens with a handshake: the client sends hello; without a key
+// on either side the server answers hello ok (no challenge) and requests
+// follow. With a key on both, the server answers with a challenge, the client
+// sends auth with its proof, and the server answers with its own proof
+// (core/auth.hpp; the transcript's hello is the client's hello frame). A key on
+// one side only, or a wrong proof, is answered "authentication failed" and the
+// connection closed; any other request before the handshake is done is a
+// protocol error.
 //
 // A connection carries requests one after another; the server answers them in
 // order. Decoding checks every length against both its cap and the bytes that
@@ -37,6 +50,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/auth.hpp"
 #include "core/deadline.hpp"
 
 namespace braid::store_protocol {
@@ -44,7 +58,9 @@ namespace braid::store_protocol {
 using Bytes = std::vector<std::byte>;
 
 inline constexpr std::uint8_t kMagic = 0xB7;
-inline constexpr std::uint8_t kVersion = 1;
+inline constexpr std::uint8_t kVersion = 2;
+/// Names the protocol inside the authentication transcript.
+inline constexpr std::string_view kAuthProtocol = "braid-store/2";
 inline constexpr std::size_t kHeaderBytes = 8;
 inline constexpr std::size_t kMaxKeyBytes = 4096;
 inline constexpr std::size_t kMaxValueBytes = std::size_t{64} << 20;
@@ -56,8 +72,8 @@ inline constexpr std::size_t kMaxFrameBytes = kHeaderBytes + kMaxBodyBytes;
 /// Waits longer than this are sent as this (a year: "never", but bounded).
 inline constexpr Millis kMaxTimeout = Millis(365LL * 24 * 3600 * 1000);
 
-enum class Op : std::uint8_t { set = 1, get = 2, add = 3, check = 4, wait = 5 };
-enum class Status : std::uint8_t { ok = 0, timeout = 1, invalid_argument = 2, protocol_error = 3 };
+enum class Op : std::uint8_t { set = 1, get = 2, add = 3, check = 4, wait = 5, hello = 6, auth = 7 };
+enum class Status : std::uint8_t { ok = 0, timeout = 1, invalid_argument = 2, protocol_error = 3, auth_failed = 4 };
 
 std::string_view name_of(Op op);
 std::string_view name_of(Status status);
@@ -68,6 +84,9 @@ struct Request {
   Bytes value;                    // set
   std::int64_t delta = 0;         // add
   Millis timeout{0};              // get, wait
+  bool auth = false;              // hello: the client holds a key
+  Nonce nonce{};                  // auth: the client nonce
+  Digest proof{};                 // auth: the client proof
 };
 
 struct Reply {
@@ -77,7 +96,10 @@ struct Reply {
   std::int64_t number = 0;           // ok to add: the new value
   bool all_present = false;          // ok to check
   std::vector<std::string> missing;  // timeout: the keys still missing
-  std::string message;               // invalid_argument, protocol_error
+  std::string message;               // invalid_argument, protocol_error, auth_failed
+  bool challenge = false;            // ok to hello: authenticate with `nonce`
+  Nonce nonce{};                     // ok to hello with a challenge: the server nonce
+  Digest proof{};                    // ok to auth: the server proof
 };
 
 template <typename Message>

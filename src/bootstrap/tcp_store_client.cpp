@@ -5,6 +5,9 @@
 // drops the connection, so a late reply can never be read as the answer to a
 // later request; the next call reconnects. Connection failures are PeerLost,
 // missing replies Timeout, and every message names the store and the operation.
+// Every connection, the first and each reopened one, starts with the handshake
+// of store_protocol.hpp; a refusal (another key, or a key on one side only) is
+// ProtocolMismatch naming the store's address.
 #include <algorithm>
 #include <mutex>
 #include <utility>
@@ -13,6 +16,7 @@
 #include "bootstrap/store_protocol.hpp"
 #include "braid/types.hpp"
 #include "core/check.hpp"
+#include "core/log.hpp"
 #include "core/text.hpp"
 
 namespace braid {
@@ -36,10 +40,70 @@ std::string quoted_list(const std::vector<std::string>& keys, std::size_t show =
   return out;
 }
 
+// Sends one frame and reads one reply frame.
+wire::Reply exchange(int fd, const Bytes& frame, Deadline deadline) {
+  send_all(fd, frame.data(), frame.size(), deadline, "send");
+  Bytes in(wire::kHeaderBytes);
+  recv_all(fd, in.data(), in.size(), deadline, "receive");
+  std::size_t size = wire::frame_size(in, true).value_or(0);
+  BRAID_CHECK(size >= wire::kHeaderBytes);
+  in.resize(size);
+  recv_all(fd, in.data() + wire::kHeaderBytes, size - wire::kHeaderBytes, deadline, "receive");
+  auto decoded = wire::decode_reply(in);
+  BRAID_CHECK(decoded && decoded->consumed == size);
+  return std::move(decoded->message);
+}
+
+// The client's side of the handshake on a fresh connection.
+void handshake(int fd, const AuthKey& key, const std::string& address, Deadline deadline) {
+  const std::string store = cat("braid store at ", address);
+  auto refuse = [&](const std::string& why) {
+    log_warn(store, ": ", why);
+    throw ProtocolMismatch(cat(store, ": ", why));
+  };
+  auto check = [&](const wire::Reply& reply, wire::Op op) {
+    if (reply.status == wire::Status::auth_failed) refuse(cat("refused this process: ", reply.message));
+    if (reply.status == wire::Status::protocol_error) refuse(cat("refused the connection: ", reply.message));
+    if (reply.op != op || reply.status != wire::Status::ok)
+      refuse(cat("answered the ", wire::name_of(op), " of the handshake with a ", wire::name_of(reply.op), " (",
+                 wire::name_of(reply.status), ")"));
+  };
+  try {
+    Bytes hello = wire::encode(wire::Request{.op = wire::Op::hello, .auth = key.enabled()});
+    wire::Reply challenge = exchange(fd, hello, deadline);
+    check(challenge, wire::Op::hello);
+    if (!challenge.challenge) {
+      if (key.enabled())
+        refuse("authentication failed: the store accepted this process without authenticating it, so it does not "
+               "hold the shared key (is something else listening at this address?)");
+      return;
+    }
+    if (!key.enabled())
+      refuse("the store asked for authentication but this process has no key (set the same BRAID_AUTH_KEY or "
+             "BRAID_AUTH_KEY_FILE in every process)");
+    Nonce mine = random_nonce();
+    wire::Request auth{.op = wire::Op::auth, .nonce = mine};
+    auth.proof = handshake_proof(key, AuthRole::client, wire::kAuthProtocol, mine, challenge.nonce, hello);
+    wire::Reply answer = exchange(fd, wire::encode(auth), deadline);
+    check(answer, wire::Op::auth);
+    Digest expected = handshake_proof(key, AuthRole::server, wire::kAuthProtocol, mine, challenge.nonce, hello);
+    if (!same_digest(answer.proof, expected))
+      refuse("authentication failed: the store could not prove it holds the shared key (the processes hold "
+             "different keys, or something else listens at this address)");
+  } catch (const ProtocolMismatch& e) {
+    if (std::string_view(e.what()).starts_with(store)) throw;
+    throw ProtocolMismatch(cat(store, ": handshake: ", e.what()));
+  } catch (const Timeout& e) {
+    throw Timeout(cat(store, ": no answer to the handshake (", e.what(), ")"));
+  } catch (const PeerLost& e) {
+    throw PeerLost(cat(store, ": the connection closed during the handshake (", e.what(), ")"));
+  }
+}
+
 class Client final : public Store {
  public:
-  Client(std::string address, std::vector<SockAddr> addrs, Fd fd)
-      : address_(std::move(address)), addrs_(std::move(addrs)), fd_(std::move(fd)) {}
+  Client(std::string address, std::vector<SockAddr> addrs, Fd fd, AuthKey key)
+      : address_(std::move(address)), addrs_(std::move(addrs)), key_(std::move(key)), fd_(std::move(fd)) {}
 
   void set(std::string_view key, std::span<const std::byte> value) override {
     wire::Request r{.op = wire::Op::set, .keys = {std::string(key)}, .value = Bytes(value.begin(), value.end())};
@@ -95,22 +159,13 @@ class Client final : public Store {
     std::lock_guard lock(mutex_);
     if (!fd_) reconnect(r, deadline);
     try {
-      send_all(fd_.get(), frame.data(), frame.size(), deadline, "send");
-      Bytes in(wire::kHeaderBytes);
-      recv_all(fd_.get(), in.data(), in.size(), deadline, "receive");
-      std::size_t size = wire::frame_size(in, true).value_or(0);
-      BRAID_CHECK(size >= wire::kHeaderBytes);
-      in.resize(size);
-      recv_all(fd_.get(), in.data() + wire::kHeaderBytes, size - wire::kHeaderBytes, deadline, "receive");
-      auto decoded = wire::decode_reply(in);
-      BRAID_CHECK(decoded && decoded->consumed == size);
-      wire::Reply& reply = decoded->message;
+      wire::Reply reply = exchange(fd_.get(), frame, deadline);
       if (reply.status == wire::Status::protocol_error)
         throw ProtocolMismatch(cat("the store refused the request: ", reply.message));
       if (reply.op != r.op)
         throw ProtocolMismatch(cat("the store answered a ", wire::name_of(reply.op), " instead"));
       if (reply.status == wire::Status::invalid_argument) throw InvalidArgument(cat(prefix(r), reply.message));
-      return std::move(reply);
+      return reply;
     } catch (const Timeout& e) {
       fd_.reset();
       throw Timeout(cat(prefix(r), "no reply within ", seconds_of(budget),
@@ -126,16 +181,21 @@ class Client final : public Store {
 
   void reconnect(const wire::Request& r, Deadline deadline) {
     Deadline window = Deadline::after(kReconnectWindow);
+    Deadline until = deadline.at() < window.at() ? deadline : window;
+    Fd fd;
     try {
-      fd_ = connect_tcp(addrs_, deadline.at() < window.at() ? deadline : window, "reconnect");
+      fd = connect_tcp(addrs_, until, "reconnect");
+      set_nodelay(fd.get());
+      handshake(fd.get(), key_, address_, until);
     } catch (const Timeout& e) {
       throw PeerLost(cat(prefix(r), "the connection to the store was lost and could not be reopened (", e.what(), ")"));
     }
-    set_nodelay(fd_.get());
+    fd_ = std::move(fd);
   }
 
   std::string address_;
   std::vector<SockAddr> addrs_;
+  AuthKey key_;
   std::mutex mutex_;
   Fd fd_;  // empty after a failure: the next call reconnects
 };
@@ -147,7 +207,7 @@ std::string host_port_text(const HostPort& where) {
 
 }  // namespace
 
-std::unique_ptr<Store> connect_tcp_store(const HostPort& where, Deadline connect_deadline) {
+std::unique_ptr<Store> connect_tcp_store(const HostPort& where, Deadline connect_deadline, AuthKey key) {
   std::string address = host_port_text(where);
   auto addrs = resolve(where, cat("the braid store address ", address));
   Fd fd;
@@ -158,7 +218,9 @@ std::unique_ptr<Store> connect_tcp_store(const HostPort& where, Deadline connect
                       "); is the process hosting the store (rank 0) running, and is the address right?"));
   }
   set_nodelay(fd.get());
-  return std::make_unique<Client>(std::move(address), std::move(addrs), std::move(fd));
+  Deadline reply_bound = Deadline::after(kReplyTimeout);
+  handshake(fd.get(), key, address, connect_deadline.at() < reply_bound.at() ? connect_deadline : reply_bound);
+  return std::make_unique<Client>(std::move(address), std::move(addrs), std::move(fd), std::move(key));
 }
 
 }  // namespace braid

@@ -16,6 +16,13 @@
 // closed; the others go on. A peer that closes its sending side gets no more
 // answers: the client never does that.
 //
+// Every connection starts with the handshake of store_handshake.hpp: until it
+// is done (and, with a key, the client has proved it holds the key) nothing
+// but the handshake is answered, and frames of at most kMaxHandshakeFrame are
+// read. A client refused for its key is logged with
+// its address and closed; one that does not finish the handshake within
+// kHandshakeWait is closed too, so strangers cannot pile up.
+//
 // Values are bytes. add() keeps its integer as decimal text (as torch's store
 // does), so get() of a counter reads "42", and set("n", "5") then add works.
 #include <sys/epoll.h>
@@ -32,6 +39,7 @@
 #include <utility>
 
 #include "bootstrap/store.hpp"
+#include "bootstrap/store_handshake.hpp"
 #include "bootstrap/store_protocol.hpp"
 #include "braid/types.hpp"
 #include "core/check.hpp"
@@ -50,6 +58,13 @@ constexpr std::size_t kReadChunk = 64 * 1024;
 constexpr std::size_t kOutputHighWater = std::size_t{1} << 20;
 // Buffers larger than this are released once empty (after a big value).
 constexpr std::size_t kKeepCapacity = std::size_t{1} << 20;
+// How long a new connection has to complete its handshake. A braid client
+// sends its hello as soon as it connects and the server answers at once.
+constexpr Millis kHandshakeWait = std::chrono::seconds(10);
+// The largest frame read from a connection whose handshake is not done: a
+// stranger cannot make the server buffer a 64 MiB "frame" before it has
+// proved anything.
+constexpr std::size_t kMaxHandshakeFrame = 256;
 
 std::span<const std::byte> as_bytes(std::string_view s) { return std::as_bytes(std::span(s.data(), s.size())); }
 
@@ -60,8 +75,12 @@ struct Waiter {
 };
 
 struct Connection {
+  Connection(Fd f, std::string from, const AuthKey& key) : fd(std::move(f)), peer(std::move(from)), handshake(key) {}
+
   Fd fd;
   std::string peer;
+  wire::ServerHandshake handshake;
+  Clock::time_point handshake_deadline;
   Bytes in;
   std::size_t in_start = 0;  // in[in_start..] is not yet decoded
   Bytes out;
@@ -70,12 +89,13 @@ struct Connection {
   std::uint32_t events = 0;  // the epoll interest registered now
 
   std::size_t unread() const { return in.size() - in_start; }
+  std::size_t read_limit() const { return handshake.done() ? wire::kMaxFrameBytes : kMaxHandshakeFrame; }
   std::size_t unsent() const { return out.size() - out_sent; }
 };
 
 class Server final : public TcpStoreServer {
  public:
-  Server(Fd listener, SockAddr bound);
+  Server(Fd listener, SockAddr bound, AuthKey key);
   ~Server() override;
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -91,6 +111,7 @@ class Server final : public TcpStoreServer {
   void settle_touched();
   void process(std::uint64_t id, Connection& c);
   void handle(std::uint64_t id, Connection& c, wire::Request request);
+  void expire_handshakes();
   void handle_add(Connection& c, const std::string& key, std::int64_t delta);
   void park(std::uint64_t id, Connection& c, wire::Request request);
   void notify(const std::string& key);
@@ -105,6 +126,7 @@ class Server final : public TcpStoreServer {
 
   Fd listener_;
   SockAddr address_;
+  AuthKey key_;
   std::string name_;  // "braid store at 127.0.0.1:29500"
   Fd epoll_;
   Fd wake_;
@@ -115,6 +137,7 @@ class Server final : public TcpStoreServer {
   std::unordered_map<std::uint64_t, Connection> connections_;
   std::unordered_map<std::string, std::vector<std::uint64_t>> watchers_;
   std::set<std::pair<Clock::time_point, std::uint64_t>> deadlines_;
+  std::set<std::pair<Clock::time_point, std::uint64_t>> handshakes_;  // connections still in their handshake
   std::vector<std::uint64_t> touched_;  // connections to process, flush and re-arm
   std::uint64_t next_id_ = 2;
   Clock::time_point last_accept_warning_{};
@@ -122,9 +145,10 @@ class Server final : public TcpStoreServer {
   std::thread thread_;  // last: starts after everything above exists
 };
 
-Server::Server(Fd listener, SockAddr bound)
+Server::Server(Fd listener, SockAddr bound, AuthKey key)
     : listener_(std::move(listener)),
       address_(bound),
+      key_(std::move(key)),
       name_(cat("braid store at ", bound.to_string())),
       epoll_(::epoll_create1(EPOLL_CLOEXEC)),
       wake_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
@@ -160,7 +184,10 @@ void Server::run() {
 void Server::serve() {
   epoll_event events[64];
   while (!stopping_.load()) {
-    int timeout_ms = deadlines_.empty() ? -1 : Deadline(deadlines_.begin()->first).poll_ms(Millis(3600 * 1000));
+    std::optional<Clock::time_point> next;
+    if (!deadlines_.empty()) next = deadlines_.begin()->first;
+    if (!handshakes_.empty() && (!next || handshakes_.begin()->first < *next)) next = handshakes_.begin()->first;
+    int timeout_ms = next ? Deadline(*next).poll_ms(Millis(3600 * 1000)) : -1;
     int n = ::epoll_wait(epoll_.get(), events, 64, timeout_ms);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -179,6 +206,7 @@ void Server::serve() {
       }
     }
     expire_waiters();
+    expire_handshakes();
     settle_touched();
   }
 }
@@ -202,9 +230,7 @@ void Server::accept_all() {
       }
       throw SystemError(cat("accept failed: ", errno_text(err)));
     }
-    Connection c;
-    c.fd = Fd(fd);
-    c.peer = peer_address(fd).to_string();
+    Connection c(Fd(fd), peer_address(fd).to_string(), key_);
     set_nodelay(fd);
     std::uint64_t id = next_id_++;
     epoll_event ev{};
@@ -215,6 +241,8 @@ void Server::accept_all() {
       continue;
     }
     c.events = EPOLLIN;
+    c.handshake_deadline = Clock::now() + kHandshakeWait;
+    handshakes_.emplace(c.handshake_deadline, id);
     log_trace(name_, ": client connected from ", c.peer);
     connections_.emplace(id, std::move(c));
   }
@@ -235,9 +263,9 @@ void Server::on_connection_event(std::uint64_t id, std::uint32_t events) {
 // Reads what the socket has, up to one maximal frame beyond what is decoded.
 // Returns false when the peer closed or the connection failed.
 bool Server::read_input(Connection& c) {
-  while (c.unread() < wire::kMaxFrameBytes) {
+  while (c.unread() < c.read_limit()) {
     std::size_t old = c.in.size();
-    std::size_t want = std::min(kReadChunk, wire::kMaxFrameBytes - c.unread());
+    std::size_t want = std::min(kReadChunk, c.read_limit() - c.unread());
     c.in.resize(old + want);
     ssize_t n = ::recv(c.fd.get(), c.in.data() + old, want, 0);
     c.in.resize(old + static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
@@ -279,6 +307,14 @@ void Server::settle_touched() {
       Connection& c = it->second;
       try {
         process(id, c);
+      } catch (const wire::AuthRefused& e) {
+        log_warn(name_, ": refused the client at ", c.peer, ": ", e.what());
+        reply(c, wire::Reply{.op = c.handshake.expected_op(),
+                             .status = wire::Status::auth_failed,
+                             .message = e.what()});
+        flush(c);
+        close(id);
+        continue;
       } catch (const ProtocolMismatch& e) {
         log_warn(name_, ": closing the connection from ", c.peer, ": ", e.what());
         // One error frame, best effort: a braid of another version can then
@@ -304,10 +340,25 @@ void Server::settle_touched() {
 
 void Server::process(std::uint64_t id, Connection& c) {
   while (!c.waiter && c.unsent() < kOutputHighWater) {
-    auto decoded = wire::decode_request(std::span(c.in).subspan(c.in_start));
+    auto pending = std::span(c.in).subspan(c.in_start);
+    if (!c.handshake.done()) {
+      auto size = wire::frame_size(pending, false);
+      if (size && *size > kMaxHandshakeFrame)
+        throw ProtocolMismatch(cat("a frame of ", *size, " bytes where the handshake belongs (at most ",
+                                   kMaxHandshakeFrame, "; a braid store client opens with hello)"));
+    }
+    auto decoded = wire::decode_request(pending);
     if (!decoded) break;
     c.in_start += decoded->consumed;
-    handle(id, c, std::move(decoded->message));
+    if (c.handshake.done()) {
+      handle(id, c, std::move(decoded->message));
+      continue;
+    }
+    reply(c, c.handshake.answer(decoded->message, pending.first(decoded->consumed)));
+    if (c.handshake.done()) {
+      handshakes_.erase({c.handshake_deadline, id});
+      log_trace(name_, ": client ", c.peer, " completed the handshake");
+    }
   }
   if (c.in_start == c.in.size()) {
     c.in.clear();
@@ -316,6 +367,19 @@ void Server::process(std::uint64_t id, Connection& c) {
   } else if (c.in_start > c.in.size() / 2) {
     c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(c.in_start));
     c.in_start = 0;
+  }
+}
+
+void Server::expire_handshakes() {
+  auto now = Clock::now();
+  while (!handshakes_.empty() && handshakes_.begin()->first <= now) {
+    std::uint64_t id = handshakes_.begin()->second;
+    auto it = connections_.find(id);
+    if (it != connections_.end())
+      log_warn(name_, ": closing the connection from ", it->second.peer, ": no handshake within ",
+               seconds_of(kHandshakeWait), " s");
+    handshakes_.erase(handshakes_.begin());
+    close(id);
   }
 }
 
@@ -348,6 +412,9 @@ void Server::handle(std::uint64_t id, Connection& c, wire::Request r) {
       }
       park(id, c, std::move(r));
       return;
+    case wire::Op::hello:
+    case wire::Op::auth:
+      throw ProtocolMismatch(cat("a second ", wire::name_of(r.op), " on a connection whose handshake is done"));
   }
 }
 
@@ -452,7 +519,7 @@ void Server::reply(Connection& c, const wire::Reply& r) {
 }
 
 void Server::update_events(std::uint64_t id, Connection& c) {
-  std::uint32_t want = (c.unread() < wire::kMaxFrameBytes ? EPOLLIN : 0u) | (c.unsent() > 0 ? EPOLLOUT : 0u);
+  std::uint32_t want = (c.unread() < c.read_limit() ? EPOLLIN : 0u) | (c.unsent() > 0 ? EPOLLOUT : 0u);
   if (want == c.events) return;
   epoll_event ev{};
   ev.events = want;
@@ -470,6 +537,7 @@ void Server::close(std::uint64_t id) {
     deadlines_.erase({c.waiter->deadline, id});
     unwatch(id, c.waiter->watching);
   }
+  if (!c.handshake.done()) handshakes_.erase({c.handshake_deadline, id});
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
   connections_.erase(it);
 }
@@ -483,12 +551,13 @@ std::vector<std::string> Server::missing_keys(const std::vector<std::string>& ke
 
 }  // namespace
 
-std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const SockAddr& addr) {
+std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const SockAddr& addr, AuthKey key) {
   Fd listener = listen_tcp(addr, "the braid store server");
   set_nonblocking(listener.get(), true);
   SockAddr bound = local_address(listener.get());
-  auto server = std::make_unique<Server>(std::move(listener), bound);
-  log_info("braid store serving at ", bound.to_string());
+  bool keyed = key.enabled();
+  auto server = std::make_unique<Server>(std::move(listener), bound, std::move(key));
+  log_info("braid store serving at ", bound.to_string(), keyed ? " (clients must authenticate)" : "");
   return server;
 }
 

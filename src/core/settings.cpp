@@ -35,6 +35,13 @@ constexpr std::array kTable = {
     SettingInfo{"BRAID_ALGO", "(auto)", "Force a collective algorithm: ring or direct (all-reduce), chain (broadcast). "
                 "Default: direct up to 4 KiB, ring above."},
     SettingInfo{"BRAID_TRANSPORT", "(auto)", "Force a transport: tcp."},
+    SettingInfo{"BRAID_AUTH_KEY", "(none)",
+                "Shared secret of the job. When set, every connection (the store's and each TCP one) proves "
+                "knowledge of it by an HMAC-SHA256 challenge-response, and a peer without it is refused. "
+                "Every rank needs the same key; it is never sent or logged."},
+    SettingInfo{"BRAID_AUTH_KEY_FILE", "(none)",
+                "Path of a file holding the shared secret instead (one trailing newline is ignored), so the key "
+                "stays out of the environment. Setting both is an error."},
 };
 
 std::optional<std::string> getenv_string(std::string_view name) {
@@ -127,6 +134,18 @@ Settings Settings::from_env() {
   if (auto v = env_integer("BRAID_SPIN_US", 0, 1000000)) s.spin_us = static_cast<int>(*v);
   if (auto v = getenv_string("BRAID_ALGO")) s.algo = *v;
   if (auto v = getenv_string("BRAID_TRANSPORT")) s.transport = *v;
+  auto key = getenv_string("BRAID_AUTH_KEY");
+  auto key_file = getenv_string("BRAID_AUTH_KEY_FILE");
+  if (key && key_file)
+    throw InvalidArgument("BRAID_AUTH_KEY and BRAID_AUTH_KEY_FILE are both set; set one of them");
+  if (key) {
+    try {
+      s.auth_key = AuthKey(*key);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(cat("BRAID_AUTH_KEY: ", e.what()));
+    }
+  }
+  if (key_file) s.auth_key = AuthKey::from_file(*key_file, "BRAID_AUTH_KEY_FILE");
   return s;
 }
 

@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/auth.hpp"
+
 namespace braid {
 
 enum class LogLevel { none, warn, info, trace };
@@ -40,9 +42,11 @@ struct Settings {
   std::optional<int> spin_us;  // unset: spin only when ranks fit on the cores
   std::string algo;
   std::string transport;
+  // Trust: the shared secret every connection proves (none: authentication off).
+  AuthKey auth_key;
 
   /// Reads the environment once; a malformed value throws InvalidArgument
-  /// naming the variable and the value.
+  /// naming the variable and the value (never the value of a secret).
   static Settings from_env();
   /// Reads one variable through the same table (for tools); nullopt if unset.
   static std::optional<std::string> raw(std::string_view name);

@@ -46,14 +46,37 @@ std::vector<std::byte> as_bytes(const std::string& s) {
 
 TEST_CASE("hello round-trips through its wire form") {
   Hello h = sample_hello();
-  Hello back = decode_hello(encode_hello(h));
-  CHECK(back.version == kTcpProtocolVersion);
-  CHECK(back.stream == 1);
-  CHECK(back.streams == 2);
-  CHECK(back.comm_id == h.comm_id);
-  CHECK(back.from_rank == 3);
-  CHECK(back.to_rank == 1);
-  CHECK(back.world_size == 4);
+  for (bool auth : {false, true}) {
+    h.auth = auth;
+    Hello back = decode_hello(encode_hello(h));
+    CHECK(back.version == kTcpProtocolVersion);
+    CHECK(back.stream == 1);
+    CHECK(back.streams == 2);
+    CHECK(back.auth == auth);
+    CHECK(back.comm_id == h.comm_id);
+    CHECK(back.from_rank == 3);
+    CHECK(back.to_rank == 1);
+    CHECK(back.world_size == 4);
+  }
+}
+
+TEST_CASE("a hello of this version with unknown flags or reserved bits is refused") {
+  auto bytes = encode_hello(sample_hello());
+  auto flags = bytes;
+  flags[10] = std::byte{0x02};
+  CHECK_THROWS_WITH(decode_hello(flags), Catch::Contains("unknown flags"));
+  auto reserved = bytes;
+  reserved[43] = std::byte{0x01};
+  CHECK_THROWS_WITH(decode_hello(reserved), Catch::Contains("reserved"));
+  // Another version's hello is not interpreted beyond its version, so the
+  // peer gets a polite wrong_version instead of a dropped connection.
+  Hello other = sample_hello();
+  other.version = 1;
+  auto old = encode_hello(other);
+  old[10] = std::byte{0xff};
+  Hello back = decode_hello(old);
+  CHECK(back.version == 1);
+  CHECK(check_hello(back, other.comm_id, 1, 4, 2) == HelloStatus::wrong_version);
 }
 
 TEST_CASE("a hello that is not braid's is rejected with a clear message") {
@@ -81,13 +104,60 @@ TEST_CASE("check_hello names each kind of mismatch") {
   CHECK(describe(HelloStatus::wrong_communicator).find("another communicator") != std::string_view::npos);
 }
 
+TEST_CASE("check_auth_mode: both sides must agree whether there is a key") {
+  Hello h = sample_hello();
+  CHECK(check_auth_mode(h, false) == HelloStatus::accepted);
+  CHECK(check_auth_mode(h, true) == HelloStatus::auth_required);
+  h.auth = true;
+  CHECK(check_auth_mode(h, true) == HelloStatus::accepted);
+  CHECK(check_auth_mode(h, false) == HelloStatus::auth_unexpected);
+  CHECK(describe(HelloStatus::auth_required).find("authentication required") != std::string_view::npos);
+  CHECK(describe(HelloStatus::auth_failed).find("authentication failed") != std::string_view::npos);
+}
+
 TEST_CASE("replies decode, and garbage replies are refused") {
-  CHECK(decode_reply(encode_reply(HelloStatus::wrong_rank)) == HelloStatus::wrong_rank);
+  for (auto status :
+       {HelloStatus::accepted, HelloStatus::wrong_rank, HelloStatus::challenge, HelloStatus::auth_failed}) {
+    HelloReply back = decode_reply(encode_reply(status));
+    CHECK(back.status == status);
+    CHECK(back.version == kTcpProtocolVersion);
+  }
   auto reply = encode_reply(HelloStatus::accepted);
   reply[6] = std::byte{0x7f};  // status out of range
   CHECK_THROWS_AS(decode_reply(reply), ProtocolMismatch);
+  reply = encode_reply(HelloStatus::auth_failed);
+  reply[6] = std::byte{static_cast<std::uint8_t>(HelloStatus::auth_failed) + 1};
+  CHECK_THROWS_WITH(decode_reply(reply), Catch::Contains("unknown status"));
   reply[0] = std::byte{0};
   CHECK_THROWS_AS(decode_reply(reply), ProtocolMismatch);
+  auto accepted = encode_reply(HelloStatus::accepted);
+  CHECK_THROWS_AS(decode_reply(std::span(accepted).first(7)), ProtocolMismatch);
+}
+
+TEST_CASE("a reply of another version is only understood as a version refusal") {
+  auto reply = encode_reply(HelloStatus::wrong_version);
+  reply[4] = std::byte{1};  // what a version-1 rank answers
+  HelloReply back = decode_reply(reply);
+  CHECK(back.version == 1);
+  CHECK(back.status == HelloStatus::wrong_version);
+  reply = encode_reply(HelloStatus::accepted);
+  reply[4] = std::byte{1};
+  CHECK_THROWS_WITH(decode_reply(reply), Catch::Contains("version 1"));
+}
+
+TEST_CASE("an authentication proof has exactly its size") {
+  AuthProof p;
+  for (std::size_t i = 0; i < kNonceBytes; ++i) p.client_nonce[i] = std::byte(static_cast<std::uint8_t>(i));
+  for (std::size_t i = 0; i < kDigestBytes; ++i) p.proof[i] = std::byte(static_cast<std::uint8_t>(100 + i));
+  auto bytes = encode_auth_proof(p);
+  AuthProof back = decode_auth_proof(bytes);
+  CHECK(back.client_nonce == p.client_nonce);
+  CHECK(back.proof == p.proof);
+  CHECK_THROWS_AS(decode_auth_proof(std::span(bytes).first(kAuthProofBytes - 1)), ProtocolMismatch);
+  std::vector<std::byte> longer(bytes.begin(), bytes.end());
+  longer.push_back(std::byte{0});
+  CHECK_THROWS_AS(decode_auth_proof(longer), ProtocolMismatch);
+  CHECK_THROWS_AS(decode_auth_proof({}), ProtocolMismatch);
 }
 
 TEST_CASE("two transports connect, and a stranger in between is refused") {

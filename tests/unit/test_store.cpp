@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bootstrap/store.hpp"
+#include "bootstrap/store_handshake.hpp"
 #include "bootstrap/store_protocol.hpp"
 #include "braid/types.hpp"
 #include "core/socket.hpp"
@@ -75,6 +76,34 @@ wire::Reply read_reply(int fd) {
 
 void send_bytes(int fd, const Bytes& b) { send_all(fd, b.data(), b.size(), Deadline::after(2s), "test"); }
 
+// A raw connection past the handshake of a store without a key.
+Fd raw_session(const TcpStoreServer& server) {
+  Fd fd = raw_connection(server);
+  send_bytes(fd.get(), wire::encode(wire::Request{.op = wire::Op::hello}));
+  wire::Reply r = read_reply(fd.get());
+  REQUIRE(r.op == wire::Op::hello);
+  REQUIRE(r.status == wire::Status::ok);
+  REQUIRE_FALSE(r.challenge);
+  return fd;
+}
+
+// What a fake store answers to a client's hello (no key). No Catch2
+// assertions: fakes run on their own threads.
+bool answer_hello(int fd) {
+  Bytes in(wire::kHeaderBytes + 1);
+  recv_all(fd, in.data(), in.size(), Deadline::after(5s), "fake store");
+  auto hello = wire::decode_request(in);
+  if (!hello || hello->message.op != wire::Op::hello) return false;
+  send_bytes(fd, wire::encode(wire::Reply{.op = wire::Op::hello}));
+  return true;
+}
+
+Nonce sample_nonce(std::uint8_t from) {
+  Nonce n{};
+  for (std::size_t i = 0; i < n.size(); ++i) n[i] = std::byte(static_cast<std::uint8_t>(from + i));
+  return n;
+}
+
 // The message of the E that f throws; a note naming what happened otherwise.
 template <typename E, typename F>
 std::string thrown(F&& f) {
@@ -100,6 +129,9 @@ std::vector<Bytes> sample_requests() {
       wire::encode(wire::Request{.op = wire::Op::add, .keys = {"counter"}, .delta = -7}),
       wire::encode(wire::Request{.op = wire::Op::check, .keys = {"a", "bb", "ccc"}}),
       wire::encode(wire::Request{.op = wire::Op::wait, .keys = {"x", "y"}, .timeout = 20ms}),
+      wire::encode(wire::Request{.op = wire::Op::hello}),
+      wire::encode(wire::Request{.op = wire::Op::hello, .auth = true}),
+      wire::encode(wire::Request{.op = wire::Op::auth, .nonce = sample_nonce(1), .proof = sample_nonce(77)}),
   };
 }
 
@@ -111,6 +143,10 @@ std::vector<Bytes> sample_replies() {
       wire::encode(wire::Reply{.op = wire::Op::check, .all_present = true}),
       wire::encode(wire::Reply{.op = wire::Op::wait, .status = wire::Status::timeout, .missing = {"m1", "m2"}}),
       wire::encode(wire::Reply{.op = wire::Op::add, .status = wire::Status::invalid_argument, .message = "nope"}),
+      wire::encode(wire::Reply{.op = wire::Op::hello}),
+      wire::encode(wire::Reply{.op = wire::Op::hello, .challenge = true, .nonce = sample_nonce(9)}),
+      wire::encode(wire::Reply{.op = wire::Op::auth, .proof = sample_nonce(200)}),
+      wire::encode(wire::Reply{.op = wire::Op::auth, .status = wire::Status::auth_failed, .message = "wrong key"}),
   };
 }
 
@@ -235,8 +271,8 @@ TEST_CASE("store protocol: a stranger's bytes are refused on the first byte", "[
 
 TEST_CASE("store protocol: malformed headers are refused with a reason", "[store][protocol]") {
   using Catch::Matchers::Contains;
-  CHECK_THAT(thrown<ProtocolMismatch>([&] { wire::decode_request(frame(wire::Op::set, {}, 2)); }),
-             Contains("version 2"));
+  CHECK_THAT(thrown<ProtocolMismatch>([&] { wire::decode_request(frame(wire::Op::set, {}, 1)); }),
+             Contains("version 1"));
   Bytes unknown_op = frame(wire::Op::set, {});
   unknown_op[2] = std::byte{9};
   CHECK_THAT(thrown<ProtocolMismatch>([&] { wire::decode_request(std::span(unknown_op).first(3)); }),
@@ -304,6 +340,102 @@ TEST_CASE("store protocol: lengths inside the body are checked", "[store][protoc
     CHECK_THROWS_AS(wire::decode_reply(frame(wire::Op::get, no_keys, wire::kVersion, 1)), ProtocolMismatch);
     CHECK_THROWS_AS(wire::decode_reply(frame(wire::Op::set, no_keys, wire::kVersion, 1)), ProtocolMismatch);
     CHECK_THROWS_AS(wire::decode_reply(frame(wire::Op::add, {}, wire::kVersion, 0)), ProtocolMismatch);
+  }
+}
+
+TEST_CASE("store protocol: the handshake frames round-trip and are checked strictly", "[store][protocol]") {
+  using Catch::Matchers::Contains;
+  auto hello = wire::decode_request(wire::encode(wire::Request{.op = wire::Op::hello, .auth = true}));
+  REQUIRE(hello);
+  CHECK(hello->message.auth);
+  auto auth = wire::decode_request(
+      wire::encode(wire::Request{.op = wire::Op::auth, .nonce = sample_nonce(3), .proof = sample_nonce(50)}));
+  REQUIRE(auth);
+  CHECK(auth->message.nonce == sample_nonce(3));
+  CHECK(auth->message.proof == sample_nonce(50));
+  auto challenge =
+      wire::decode_reply(wire::encode(wire::Reply{.op = wire::Op::hello, .challenge = true, .nonce = sample_nonce(4)}));
+  REQUIRE(challenge);
+  CHECK(challenge->message.challenge);
+  CHECK(challenge->message.nonce == sample_nonce(4));
+  auto proof = wire::decode_reply(wire::encode(wire::Reply{.op = wire::Op::auth, .proof = sample_nonce(5)}));
+  REQUIRE(proof);
+  CHECK(proof->message.proof == sample_nonce(5));
+
+  CHECK_THAT(thrown<ProtocolMismatch>([&] { wire::decode_request(frame(wire::Op::hello, {std::byte{2}})); }),
+             Contains("auth flag"));
+  CHECK_THAT(thrown<ProtocolMismatch>([&] { wire::decode_request(frame(wire::Op::hello, {})); }),
+             Contains("truncated"));
+  CHECK_THAT(thrown<ProtocolMismatch>([&] { wire::decode_request(frame(wire::Op::auth, Bytes(63))); }),
+             Contains("truncated"));
+  CHECK_THAT(thrown<ProtocolMismatch>([&] { wire::decode_request(frame(wire::Op::auth, Bytes(65))); }),
+             Contains("unexpected"));
+  // A challenge without its nonce, a nonce without a challenge, a short proof.
+  CHECK_THROWS_AS(wire::decode_reply(frame(wire::Op::hello, {std::byte{1}}, wire::kVersion, 0)), ProtocolMismatch);
+  Bytes stray_nonce(33);
+  CHECK_THROWS_AS(wire::decode_reply(frame(wire::Op::hello, stray_nonce, wire::kVersion, 0)), ProtocolMismatch);
+  CHECK_THROWS_AS(wire::decode_reply(frame(wire::Op::auth, Bytes(31), wire::kVersion, 0)), ProtocolMismatch);
+  // Only the handshake fails authentication.
+  Bytes message = length_then_zeros(1, 1);
+  CHECK(wire::decode_reply(frame(wire::Op::auth, message, wire::kVersion, 4)));
+  CHECK_THAT(thrown<ProtocolMismatch>([&] { wire::decode_reply(frame(wire::Op::get, message, wire::kVersion, 4)); }),
+             Contains("only hello and auth"));
+  CHECK_THROWS_AS(wire::encode(wire::Reply{.op = wire::Op::get, .status = wire::Status::auth_failed}), InvalidArgument);
+}
+
+TEST_CASE("store handshake: the server's state machine", "[store][protocol]") {
+  using Catch::Matchers::Contains;
+  wire::Request hello{.op = wire::Op::hello}, keyed_hello{.op = wire::Op::hello, .auth = true};
+  Bytes hello_frame = wire::encode(hello), keyed_frame = wire::encode(keyed_hello);
+  wire::Request get{.op = wire::Op::get, .keys = {"k"}};
+  SECTION("no key: one hello and it is done") {
+    wire::ServerHandshake h{AuthKey()};
+    CHECK_FALSE(h.done());
+    CHECK_THAT(thrown<ProtocolMismatch>([&] { h.answer(get, wire::encode(get)); }),
+               Contains("before the handshake"));
+    wire::Reply r = h.answer(hello, hello_frame);
+    CHECK(r.op == wire::Op::hello);
+    CHECK_FALSE(r.challenge);
+    CHECK(h.done());
+    CHECK_THROWS_AS(h.answer(hello, hello_frame), ProtocolMismatch);
+  }
+  SECTION("no key, and a client with one") {
+    wire::ServerHandshake h{AuthKey()};
+    CHECK_THROWS_AS(h.answer(keyed_hello, keyed_frame), wire::AuthRefused);
+  }
+  SECTION("a key, and a client without one") {
+    wire::ServerHandshake h{AuthKey("k")};
+    CHECK_THAT(thrown<wire::AuthRefused>([&] { h.answer(hello, hello_frame); }), Contains("authentication required"));
+  }
+  SECTION("a key: challenge, proof, server proof") {
+    AuthKey key("k");
+    wire::ServerHandshake h{key};
+    wire::Reply challenge = h.answer(keyed_hello, keyed_frame);
+    REQUIRE(challenge.challenge);
+    CHECK_FALSE(h.done());
+    CHECK(h.expected_op() == wire::Op::auth);
+    CHECK_THROWS_AS(h.answer(keyed_hello, keyed_frame), ProtocolMismatch);
+    wire::Request auth{.op = wire::Op::auth, .nonce = sample_nonce(1)};
+    auth.proof = handshake_proof(key, AuthRole::client, wire::kAuthProtocol, auth.nonce, challenge.nonce, keyed_frame);
+    wire::Request wrong = auth;
+    wrong.proof[0] ^= std::byte{1};
+    SECTION("the right proof") {
+      wire::Reply done = h.answer(auth, wire::encode(auth));
+      CHECK(h.done());
+      CHECK(done.proof ==
+            handshake_proof(key, AuthRole::server, wire::kAuthProtocol, auth.nonce, challenge.nonce, keyed_frame));
+    }
+    SECTION("a proof one bit off") {
+      CHECK_THAT(thrown<wire::AuthRefused>([&] { h.answer(wrong, wire::encode(wrong)); }),
+                 Contains("authentication failed"));
+      CHECK_FALSE(h.done());
+    }
+    SECTION("a proof bound to another hello") {
+      wire::Request other = auth;
+      other.proof =
+          handshake_proof(key, AuthRole::client, wire::kAuthProtocol, auth.nonce, challenge.nonce, hello_frame);
+      CHECK_THROWS_AS(h.answer(other, wire::encode(other)), wire::AuthRefused);
+    }
   }
 }
 
@@ -509,7 +641,7 @@ TEST_CASE("store: check and wait", "[store]") {
 
 TEST_CASE("store: requests sent back to back are answered in order", "[store]") {
   auto server = start_server();
-  Fd raw = raw_connection(*server);
+  Fd raw = raw_session(*server);
   Bytes both = wire::encode(wire::Request{.op = wire::Op::get, .keys = {"p"}, .timeout = 5s});
   Bytes second = wire::encode(wire::Request{.op = wire::Op::add, .keys = {"q"}, .delta = 3});
   both.insert(both.end(), second.begin(), second.end());
@@ -534,7 +666,7 @@ TEST_CASE("store: strangers are disconnected and the server keeps serving", "[st
   // Someone who connected and says nothing, and someone who stopped mid-frame,
   // hold nothing up.
   Fd idle = raw_connection(*server);
-  Fd partial = raw_connection(*server);
+  Fd partial = raw_session(*server);
   Bytes half = wire::encode(wire::Request{.op = wire::Op::set, .keys = {"k"}, .value = Bytes(1000)});
   half.resize(100);
   send_bytes(partial.get(), half);
@@ -556,14 +688,40 @@ TEST_CASE("store: strangers are disconnected and the server keeps serving", "[st
   SECTION("another protocol version is told why") {
     Fd old = raw_connection(*server);
     Bytes request = wire::encode(wire::Request{.op = wire::Op::get, .keys = {"k"}});
-    request[1] = std::byte{2};
+    request[1] = std::byte{1};
     send_bytes(old.get(), request);
     Bytes received;
     CHECK(closed_by_peer(old.get(), Deadline::after(2s), &received));
     auto reply = wire::decode_reply(received);
     REQUIRE(reply);
     CHECK(reply->message.status == wire::Status::protocol_error);
-    CHECK_THAT(reply->message.message, Catch::Matchers::Contains("version 2"));
+    CHECK_THAT(reply->message.message, Catch::Matchers::Contains("version 1"));
+  }
+  SECTION("a request before the handshake is refused") {
+    Fd rude = raw_connection(*server);
+    send_bytes(rude.get(), wire::encode(wire::Request{.op = wire::Op::get, .keys = {"k"}}));
+    Bytes received;
+    CHECK(closed_by_peer(rude.get(), Deadline::after(2s), &received));
+    auto reply = wire::decode_reply(received);
+    REQUIRE(reply);
+    CHECK(reply->message.status == wire::Status::protocol_error);
+    CHECK_THAT(reply->message.message, Catch::Matchers::Contains("before the handshake"));
+  }
+  SECTION("a large frame before the handshake is refused without reading it all") {
+    Fd big = raw_connection(*server);
+    ::send(big.get(), half.data(), half.size(), MSG_NOSIGNAL);
+    Bytes whole = wire::encode(wire::Request{.op = wire::Op::set, .keys = {"k"}, .value = Bytes(1000)});
+    ::send(big.get(), whole.data() + half.size(), whole.size() - half.size(), MSG_NOSIGNAL);
+    CHECK(closed_by_peer(big.get(), Deadline::after(2s)));
+  }
+  SECTION("a second hello is refused") {
+    Fd twice = raw_session(*server);
+    send_bytes(twice.get(), wire::encode(wire::Request{.op = wire::Op::hello}));
+    Bytes received;
+    CHECK(closed_by_peer(twice.get(), Deadline::after(2s), &received));
+    auto reply = wire::decode_reply(received);
+    REQUIRE(reply);
+    CHECK(reply->message.status == wire::Status::protocol_error);
   }
   CHECK(good->get_string("k", 1s) == "v");
   auto late = connect(*server);
@@ -624,6 +782,7 @@ TEST_CASE("store: after a local timeout the client reconnects, so a late reply i
       auto fd = accept_tcp(listener.get(), Deadline::after(5s));
       if (!fd) return;
       ++accepted;
+      if (!answer_hello(fd->get())) return;
       Bytes in(256);
       ssize_t n = ::recv(fd->get(), in.data(), in.size(), 0);
       if (n <= 0) return;

@@ -81,22 +81,83 @@ std::vector<Fd> TcpTransport::dial(const PeerRef& peer, Deadline deadline) {
     Hello hello;
     hello.stream = static_cast<std::uint16_t>(stream);
     hello.streams = static_cast<std::uint16_t>(options_.streams);
+    hello.auth = options_.auth_key.enabled();
     hello.comm_id = options_.comm_id;
     hello.from_rank = static_cast<std::uint32_t>(options_.rank);
     hello.to_rank = static_cast<std::uint32_t>(rank);
     hello.world_size = static_cast<std::uint32_t>(options_.world_size);
-    auto bytes = encode_hello(hello);
-    send_all(fd.get(), bytes.data(), bytes.size(), deadline, what);
-    std::array<std::byte, kHelloReplyBytes> reply;
-    recv_all(fd.get(), reply.data(), reply.size(), deadline, what);
-    HelloStatus status = decode_reply(reply);
-    if (status != HelloStatus::accepted) {
-      log_warn(what, ": refused: ", describe(status));
-      throw ProtocolMismatch(cat(what, ": the peer refused the connection: ", describe(status)));
-    }
+    dial_handshake(fd.get(), hello, deadline, what);
     sockets.push_back(std::move(fd));
   }
   return sockets;
+}
+
+void TcpTransport::dial_handshake(int fd, const Hello& hello, Deadline deadline, const std::string& what) {
+  auto refuse = [&](const std::string& why) {
+    log_warn(what, ": ", why);
+    throw ProtocolMismatch(cat(what, ": ", why));
+  };
+  auto read_reply = [&](Deadline until) {
+    std::array<std::byte, kHelloReplyBytes> bytes;
+    recv_all(fd, bytes.data(), bytes.size(), until, what);
+    return decode_reply(bytes);
+  };
+  const bool keyed = options_.auth_key.enabled();
+  auto hello_bytes = encode_hello(hello);
+  send_all(fd, hello_bytes.data(), hello_bytes.size(), deadline, what);
+  // The first answer comes when the peer gets round to accepting, which may
+  // be late; once it is talking to us, the rest is quick.
+  HelloReply reply = read_reply(deadline);
+  const Deadline quick = min_deadline(deadline, kHelloWait);
+  if (reply.status == HelloStatus::challenge) {
+    if (!keyed)
+      refuse("the peer sent an authentication challenge but this rank has no key "
+             "(set the same BRAID_AUTH_KEY or BRAID_AUTH_KEY_FILE on every rank)");
+    Nonce server_nonce;
+    recv_all(fd, server_nonce.data(), server_nonce.size(), quick, what);
+    AuthProof mine{.client_nonce = random_nonce()};
+    mine.proof = handshake_proof(options_.auth_key, AuthRole::client, kTcpAuthProtocol, mine.client_nonce,
+                                 server_nonce, hello_bytes);
+    auto proof_bytes = encode_auth_proof(mine);
+    send_all(fd, proof_bytes.data(), proof_bytes.size(), quick, what);
+    reply = read_reply(quick);
+    if (reply.status == HelloStatus::accepted) {
+      Digest theirs;
+      recv_all(fd, theirs.data(), theirs.size(), quick, what);
+      Digest expected = handshake_proof(options_.auth_key, AuthRole::server, kTcpAuthProtocol, mine.client_nonce,
+                                        server_nonce, hello_bytes);
+      if (!same_digest(theirs, expected))
+        refuse("authentication failed: the peer could not prove it holds the shared key "
+               "(the ranks hold different keys, or something else listens at this address)");
+      return;
+    }
+  } else if (reply.status == HelloStatus::accepted && keyed) {
+    refuse("authentication failed: the peer accepted the connection without authenticating it, "
+           "so it is not a braid rank holding the shared key");
+  }
+  if (reply.status == HelloStatus::wrong_version)
+    refuse(cat("the peer refused the connection: ", describe(reply.status), " (it speaks version ", reply.version,
+               ", this rank ", kTcpProtocolVersion, ")"));
+  if (reply.status != HelloStatus::accepted) refuse(cat("the peer refused the connection: ", describe(reply.status)));
+}
+
+HelloStatus TcpTransport::authenticate(int fd, std::span<const std::byte> hello_bytes, Deadline deadline,
+                                       const std::string& what, Digest& server_proof) {
+  Nonce server_nonce = random_nonce();
+  auto challenge = encode_reply(HelloStatus::challenge);
+  std::array<std::byte, kHelloReplyBytes + kNonceBytes> out;
+  std::copy(challenge.begin(), challenge.end(), out.begin());
+  std::copy(server_nonce.begin(), server_nonce.end(), out.begin() + kHelloReplyBytes);
+  send_all(fd, out.data(), out.size(), deadline, what);
+  std::array<std::byte, kAuthProofBytes> in;
+  recv_all(fd, in.data(), in.size(), deadline, what);
+  AuthProof theirs = decode_auth_proof(in);
+  Digest expected = handshake_proof(options_.auth_key, AuthRole::client, kTcpAuthProtocol, theirs.client_nonce,
+                                    server_nonce, hello_bytes);
+  if (!same_digest(theirs.proof, expected)) return HelloStatus::auth_failed;
+  server_proof = handshake_proof(options_.auth_key, AuthRole::server, kTcpAuthProtocol, theirs.client_nonce,
+                                 server_nonce, hello_bytes);
+  return HelloStatus::accepted;
 }
 
 bool TcpTransport::accept_one(Deadline deadline) {
@@ -104,18 +165,33 @@ bool TcpTransport::accept_one(Deadline deadline) {
   if (!conn) return false;
   Fd fd = std::move(*conn);
   SockAddr from = peer_address(fd.get());
+  // One deadline for the whole handshake, so a silent or slow stranger costs
+  // at most kHelloWait.
+  const Deadline quick = min_deadline(deadline, kHelloWait);
+  const std::string what = "handshake";  // the log line below names the rank and the address
   std::array<std::byte, kHelloBytes> bytes;
   try {
-    recv_all(fd.get(), bytes.data(), bytes.size(), min_deadline(deadline, kHelloWait),
-             cat("rank ", options_.rank, ": reading the hello of a connection from ", from.to_string()));
+    recv_all(fd.get(), bytes.data(), bytes.size(), quick, what);
     Hello hello = decode_hello(bytes);
-    HelloStatus status = check_hello(hello, options_.comm_id, options_.rank, options_.world_size, options_.streams);
+    const bool keyed = options_.auth_key.enabled();
+    HelloStatus status =
+        hello.version != kTcpProtocolVersion ? HelloStatus::wrong_version : check_auth_mode(hello, keyed);
+    // With a key, nothing about this communicator is said to a peer that has
+    // not proved it holds the key.
+    Digest server_proof{};
+    if (status == HelloStatus::accepted && keyed) status = authenticate(fd.get(), bytes, quick, what, server_proof);
+    if (status == HelloStatus::accepted)
+      status = check_hello(hello, options_.comm_id, options_.rank, options_.world_size, options_.streams);
     auto reply = encode_reply(status);
-    send_all(fd.get(), reply.data(), reply.size(), min_deadline(deadline, kHelloWait),
-             cat("rank ", options_.rank, ": answering ", from.to_string()));
+    send_all(fd.get(), reply.data(), reply.size(), quick, what);
+    if (status == HelloStatus::accepted && keyed)
+      send_all(fd.get(), server_proof.data(), server_proof.size(), quick, what);
     if (status != HelloStatus::accepted) {
-      log_warn("rank ", options_.rank, ": refused a connection from ", from.to_string(), " claiming rank ",
-               hello.from_rank, ": ", describe(status));
+      std::string claim = hello.version == kTcpProtocolVersion ? cat(" claiming rank ", hello.from_rank) : "";
+      log_warn("rank ", options_.rank, ": refused a connection from ", from.to_string(), claim, ": ", describe(status));
+      if (hello.version == kTcpProtocolVersion && hello.from_rank < static_cast<std::uint32_t>(options_.world_size))
+        refused_[static_cast<int>(hello.from_rank)] =
+            cat("a connection from ", from.to_string(), " claiming to be it was refused: ", describe(status));
       return true;
     }
     accepted_[{static_cast<int>(hello.from_rank), hello.stream}] = std::move(fd);
@@ -130,9 +206,13 @@ std::vector<Fd> TcpTransport::accept_from(int peer, Deadline deadline) {
   for (int stream = 0; stream < options_.streams; ++stream) {
     auto key = std::make_pair(peer, stream);
     while (accepted_.find(key) == accepted_.end()) {
-      if (!accept_one(deadline))
+      if (!accept_one(deadline)) {
+        auto refusal = refused_.find(peer);
         throw Timeout(cat("rank ", options_.rank, ": rank ", peer, " did not connect to ", listen_address_.to_string(),
-                          " within the timeout (did it start, and can it reach this address?)"));
+                          " within the timeout ",
+                          refusal == refused_.end() ? "(did it start, and can it reach this address?)"
+                                                    : cat("(", refusal->second, ")")));
+      }
     }
     sockets.push_back(std::move(accepted_[key]));
     accepted_.erase(key);

@@ -3,7 +3,10 @@
 // lower accepts; connect_all() dials all lower peers first and then accepts
 // from the higher ones, so by induction on the rank no two ranks wait on each
 // other. A connection that arrives for a peer nobody asked for yet is kept
-// until asked for; a stranger is refused and logged with its address.
+// until asked for; a stranger is refused and logged with its address. With an
+// authentication key every connection runs the challenge-response of
+// handshake.hpp, and a dialer with another key (or none) is refused and logged
+// on both sides.
 #pragma once
 
 #include <map>
@@ -13,8 +16,10 @@
 #include <utility>
 #include <vector>
 
+#include "core/auth.hpp"
 #include "core/comm_id.hpp"
 #include "core/socket.hpp"
+#include "transport/tcp/handshake.hpp"
 #include "transport/transport.hpp"
 
 namespace braid {
@@ -27,6 +32,7 @@ struct TcpOptions {
   std::size_t buffer_bytes = 0;
   Millis timeout{300000};
   SockAddr listen_address;  // the IP to advertise; the port is picked here
+  AuthKey auth_key;         // none: connections are not authenticated
 };
 
 class TcpTransport final : public Transport {
@@ -58,6 +64,11 @@ class TcpTransport final : public Transport {
 
  private:
   std::vector<Fd> dial(const PeerRef& peer, Deadline deadline);
+  void dial_handshake(int fd, const Hello& hello, Deadline deadline, const std::string& what);
+  // The acceptor's side of the challenge-response: accepted or auth_failed,
+  // and the server proof to send with an acceptance.
+  HelloStatus authenticate(int fd, std::span<const std::byte> hello_bytes, Deadline deadline, const std::string& what,
+                           Digest& server_proof);
   std::vector<Fd> accept_from(int peer, Deadline deadline);
   // Accepts one connection and files it under its rank; false at the deadline.
   bool accept_one(Deadline deadline);
@@ -67,6 +78,7 @@ class TcpTransport final : public Transport {
   Fd listener_;
   SockAddr listen_address_;
   std::map<std::pair<int, int>, Fd> accepted_;  // (rank, stream) -> connection
+  std::map<int, std::string> refused_;          // claimed rank -> the last refusal, for a timeout's message
 };
 
 /// "127.0.0.1:40123" as bytes: the TCP transport's address format.

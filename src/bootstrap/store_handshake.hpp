@@ -1,0 +1,47 @@
+// The store server's side of a connection's handshake (store_protocol.hpp has
+// the frames, core/auth.hpp the proofs), as a state machine fed one decoded
+// request at a time, so it can be tested and fuzzed without sockets.
+//
+//   hello     no key on either side: answered ok, done
+//             a key on both: answered with a challenge (a fresh server nonce)
+//             a key on one side only: AuthRefused
+//   auth      the client proof checked in constant time: answered with the
+//             server proof, done; a wrong proof (another key, a replay): AuthRefused
+//   anything else, or a handshake request out of turn: ProtocolMismatch
+#pragma once
+
+#include <span>
+
+#include "bootstrap/store_protocol.hpp"
+#include "braid/types.hpp"
+#include "core/auth.hpp"
+
+namespace braid::store_protocol {
+
+/// A client refused for its key (or lack of one): the server answers it with
+/// Status::auth_failed and this message, logs it, and closes the connection.
+class AuthRefused : public ProtocolMismatch {
+ public:
+  using ProtocolMismatch::ProtocolMismatch;
+};
+
+class ServerHandshake {
+ public:
+  explicit ServerHandshake(AuthKey key) : key_(std::move(key)) {}
+
+  bool done() const { return phase_ == Phase::done; }
+  /// The op a refusal now answers: hello, then auth.
+  Op expected_op() const { return phase_ == Phase::hello ? Op::hello : Op::auth; }
+  /// The reply to `request`, decoded from `frame` (whose bytes a hello
+  /// contributes to the transcript). Throws as the table above says.
+  Reply answer(const Request& request, std::span<const std::byte> frame);
+
+ private:
+  enum class Phase { hello, proof, done };
+  AuthKey key_;
+  Phase phase_ = Phase::hello;
+  Nonce server_nonce_{};
+  Bytes hello_frame_;
+};
+
+}  // namespace braid::store_protocol
