@@ -32,8 +32,9 @@ constexpr std::array kTable = {
     SettingInfo{"BRAID_SPIN_US", "(auto)",
                 "Microseconds to busy-poll before sleeping in the kernel; auto spins 20 us "
                 "when there are 4 or more cores per local rank, else 0."},
-    SettingInfo{"BRAID_ALGO", "(auto)", "Force a collective algorithm: ring or direct (all-reduce), chain (broadcast). "
-                "Default: direct up to 4 KiB, ring above."},
+    SettingInfo{"BRAID_ALGO", "(auto)",
+                "Force algorithms: a name (ring) for every collective that has it, or per collective "
+                "(all_reduce:tree,broadcast:binomial). See the algorithm table."},
     SettingInfo{"BRAID_TRANSPORT", "(auto)", "Force a transport: tcp."},
     SettingInfo{"BRAID_AUTH_KEY", "(none)",
                 "Shared secret of the job. When set, every connection (the store's and each TCP one) proves "
