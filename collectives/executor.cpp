@@ -9,8 +9,10 @@
 
 namespace braid {
 
-Executor::Executor(const Schedule& schedule, Buffers buffers, std::span<Link* const> links, std::uint32_t sequence)
-    : schedule_(schedule), buffers_(buffers), scratch_(schedule.scratch_bytes), links_(links), sequence_(sequence) {
+Executor::Executor(const Schedule& schedule, Buffers buffers, std::span<Link* const> links, std::uint32_t sequence,
+                   int self_rank)
+    : schedule_(schedule), buffers_(buffers), scratch_(schedule.scratch_bytes), links_(links), sequence_(sequence),
+      context_(schedule.descriptor.encode()), self_rank_(self_rank) {
   const auto n = schedule_.steps.size();
   state_.assign(n, State::waiting);
   deps_left_.resize(n);
@@ -64,7 +66,7 @@ std::byte* Executor::write_ptr(const Region& r) {
 void Executor::post(std::uint32_t index) {
   const Step& s = schedule_.steps[index];
   Link& link = *links_[s.peer];
-  Tag tag = make_tag(sequence_, s.tag_index);
+  Tag tag = make_tag(sequence_, s.tag_index, context_);
   switch (s.kind) {
     case StepKind::send:
       requests_[index] = link.send(ConstMemView{read_ptr(s.src), s.src.bytes}, tag);
@@ -130,7 +132,7 @@ void Executor::post_ready() {
         ++k;
         continue;
       }
-      requests_[i]->rethrow_if_failed();
+      if (requests_[i]->failed()) explain_failure(i);
       requests_[i].reset();
       in_flight_[k] = in_flight_.back();
       in_flight_.pop_back();
@@ -138,6 +140,26 @@ void Executor::post_ready() {
       again = true;
     }
     again = again || !local_ready_.empty();
+  }
+}
+
+void Executor::explain_failure(std::uint32_t index) const {
+  try {
+    requests_[index]->rethrow_if_failed();
+  } catch (const TagMismatch& m) {
+    const Step& s = schedule_.steps[index];
+    OpDescriptor theirs = OpDescriptor::decode(m.received.context);
+    std::uint32_t my_op = sequence_ & 0x7fffffffu, their_op = static_cast<std::uint32_t>(m.received.id >> 32) & 0x7fffffffu;
+    std::string peer = cat("rank ", self_rank_, ": ", links_[s.peer]->describe_peer());
+    if (m.received.context != m.expected.context)
+      throw ProtocolMismatch(cat(peer, " called ", theirs.describe(), " as op #", their_op, " while this rank called ",
+                                 schedule_.descriptor.describe(), " as op #", my_op,
+                                 ": every rank must call the same collectives in the same order"));
+    if ((m.received.id >> 32) != (m.expected.id >> 32))
+      throw ProtocolMismatch(cat(peer, " is at op #", their_op, " while this rank is at op #", my_op, " (",
+                                 schedule_.descriptor.describe(),
+                                 "): a rank skipped or added an operation"));
+    throw;
   }
 }
 

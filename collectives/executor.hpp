@@ -27,7 +27,8 @@ struct Buffers {
 class Executor {
  public:
   /// links[p] is the link to rank p (null for self and unused peers).
-  Executor(const Schedule& schedule, Buffers buffers, std::span<Link* const> links, std::uint32_t sequence);
+  Executor(const Schedule& schedule, Buffers buffers, std::span<Link* const> links, std::uint32_t sequence,
+           int self_rank = -1);
 
   /// One pass of posting, progress and completion. Returns true once every
   /// step is done; throws the first error of any step.
@@ -49,6 +50,9 @@ class Executor {
   };
 
   void post_ready();
+  // Rethrows a failed request's error; a TagMismatch is explained with both
+  // sides' operation descriptors.
+  [[noreturn]] void explain_failure(std::uint32_t index) const;
   void post(std::uint32_t index);
   void finish(std::uint32_t index);
   void run_local(std::uint32_t index);
@@ -60,6 +64,8 @@ class Executor {
   std::vector<std::byte> scratch_;
   std::span<Link* const> links_;
   std::uint32_t sequence_;
+  std::array<std::byte, 16> context_;
+  int self_rank_;
   std::vector<State> state_;
   std::vector<std::uint32_t> deps_left_;
   std::vector<std::uint32_t> dependents_begin_;  // CSR adjacency of dependents

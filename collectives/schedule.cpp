@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/check.hpp"
+#include "core/text.hpp"
 
 namespace braid {
 
@@ -16,6 +17,60 @@ std::string_view name_of(StepKind kind) {
     case StepKind::average: return "average";
   }
   return "?";
+}
+
+namespace {
+
+constexpr std::string_view kAlgorithmNames[] = {"(unknown)", "ring", "direct", "recdbl", "rabenseifner", "tree",
+                                                "chain", "binomial", "pairwise", "p2p"};
+constexpr std::string_view kKindNames[] = {"(unknown)", "all_reduce", "broadcast", "reduce", "all_gather",
+                                           "reduce_scatter", "all_to_all", "gather", "scatter", "send/recv", "barrier"};
+
+}  // namespace
+
+std::uint8_t OpDescriptor::algorithm_id(std::string_view name) {
+  for (std::size_t i = 1; i < std::size(kAlgorithmNames); ++i)
+    if (kAlgorithmNames[i] == name) return static_cast<std::uint8_t>(i);
+  return 0;
+}
+
+std::array<std::byte, 16> OpDescriptor::encode() const {
+  std::array<std::byte, 16> out{};
+  out[0] = static_cast<std::byte>(kind);
+  out[1] = static_cast<std::byte>(type);
+  out[2] = static_cast<std::byte>(op);
+  out[3] = static_cast<std::byte>(algorithm);
+  auto r = static_cast<std::uint32_t>(root);
+  for (int i = 0; i < 4; ++i) out[4 + i] = static_cast<std::byte>((r >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i) out[8 + i] = static_cast<std::byte>((count >> (8 * i)) & 0xff);
+  return out;
+}
+
+OpDescriptor OpDescriptor::decode(const std::array<std::byte, 16>& bytes) {
+  OpDescriptor d;
+  auto kind = std::to_integer<std::uint8_t>(bytes[0]);
+  auto type = std::to_integer<std::uint8_t>(bytes[1]);
+  auto op = std::to_integer<std::uint8_t>(bytes[2]);
+  // Bytes from a peer: out-of-range values describe as unknown, never as UB.
+  d.kind = kind < std::size(kKindNames) ? static_cast<Kind>(kind) : Kind::none;
+  d.type = type < kDataTypeCount ? static_cast<DataType>(type) : DataType::u8;
+  d.op = op < kReduceOpCount ? static_cast<ReduceOp>(op) : ReduceOp::sum;
+  d.algorithm = std::to_integer<std::uint8_t>(bytes[3]);
+  std::uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= std::to_integer<std::uint32_t>(bytes[4 + i]) << (8 * i);
+  d.root = static_cast<std::int32_t>(r);
+  for (int i = 0; i < 8; ++i) d.count |= std::to_integer<std::uint64_t>(bytes[8 + i]) << (8 * i);
+  return d;
+}
+
+std::string OpDescriptor::describe() const {
+  std::string out = cat(kKindNames[static_cast<std::size_t>(kind)], "(", name_of(type));
+  bool reduces = kind == Kind::all_reduce || kind == Kind::reduce || kind == Kind::reduce_scatter;
+  if (reduces) out += cat(" ", name_of(op));
+  out += cat(", ", count, " elements");
+  if (root >= 0) out += cat(", root ", root);
+  if (algorithm > 0 && algorithm < std::size(kAlgorithmNames)) out += cat(", ", kAlgorithmNames[algorithm]);
+  return out + ")";
 }
 
 Schedule Schedule::for_shape(const CollectiveShape& shape, std::string algorithm) {

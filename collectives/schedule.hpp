@@ -10,6 +10,7 @@
 // of b from a. Their tag_index must agree; the transports check it.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -47,8 +48,31 @@ struct Step {
   std::vector<std::uint32_t> deps;  // indices of earlier steps
 };
 
+/// What every rank of an operation must agree on. It travels in every
+/// message's tag context (16 bytes), so a rank that receives from a peer
+/// running something else can say exactly what each side called.
+struct OpDescriptor {
+  enum class Kind : std::uint8_t {
+    none, all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, gather, scatter, point_to_point, barrier
+  };
+  Kind kind = Kind::none;
+  DataType type = DataType::u8;
+  ReduceOp op = ReduceOp::sum;
+  std::uint8_t algorithm = 0;  // algorithm_id() of the schedule's algorithm
+  std::int32_t root = -1;
+  std::uint64_t count = 0;
+
+  std::array<std::byte, 16> encode() const;
+  static OpDescriptor decode(const std::array<std::byte, 16>& bytes);
+  /// "all_reduce(f32 sum, 1024 elements, ring)".
+  std::string describe() const;
+  /// A small number for each algorithm name braid has (0 for others).
+  static std::uint8_t algorithm_id(std::string_view name);
+};
+
 struct Schedule {
   std::string algorithm;  // "ring", "chain", ...
+  OpDescriptor descriptor;  // set by the communicator; zero in schedule tests
   DataType type = DataType::u8;
   ReduceOp op = ReduceOp::sum;
   int ranks = 1;

@@ -145,8 +145,11 @@ std::string_view CommImpl::algorithm_for(std::string_view collective, std::size_
   return plan_.algorithm_for(collective, bytes, size_);
 }
 
-std::shared_ptr<Operation> CommImpl::make_op(Schedule schedule, Buffers buffers, std::string what, std::uint32_t sequence) {
+std::shared_ptr<Operation> CommImpl::make_op(Schedule schedule, Buffers buffers, std::string what, std::uint32_t sequence,
+                                             OpDescriptor descriptor) {
   validate(schedule, BufferSizes{buffers.input_bytes, buffers.output_bytes}, rank_);
+  descriptor.algorithm = OpDescriptor::algorithm_id(schedule.algorithm);
+  schedule.descriptor = descriptor;
   auto op = std::make_shared<Operation>();
   op->what = std::move(what);
   op->schedule = std::move(schedule);
@@ -211,7 +214,8 @@ std::shared_ptr<Operation> CommImpl::all_reduce(const void* send, void* recv, st
                       : algo == "tree"         ? tree_all_reduce(s)
                                                : ring_all_reduce(s);
   return make_op(std::move(schedule), Buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), bytes, bytes},
-                 shape_text("all_reduce", type, name_of(op), count), ++collective_sequence_);
+                 shape_text("all_reduce", type, name_of(op), count), ++collective_sequence_,
+                 OpDescriptor{OpDescriptor::Kind::all_reduce, type, op, 0, -1, count});
 }
 
 std::shared_ptr<Operation> CommImpl::broadcast(const void* send, void* recv, std::size_t count, DataType type, int root) {
@@ -228,7 +232,8 @@ std::shared_ptr<Operation> CommImpl::broadcast(const void* send, void* recv, std
                                            : chain_broadcast(s);
   return make_op(std::move(schedule),
                  Buffers{static_cast<const std::byte*>(in), static_cast<std::byte*>(recv), in ? bytes : 0, bytes},
-                 shape_text("broadcast", type, cat("root ", root), count), ++collective_sequence_);
+                 shape_text("broadcast", type, cat("root ", root), count), ++collective_sequence_,
+                 OpDescriptor{OpDescriptor::Kind::broadcast, type, ReduceOp::sum, 0, root, count});
 }
 
 std::shared_ptr<Operation> CommImpl::reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
@@ -243,7 +248,8 @@ std::shared_ptr<Operation> CommImpl::reduce(const void* send, void* recv, std::s
   Schedule schedule = binomial_reduce(shape(count, type, op, root));
   return make_op(std::move(schedule),
                  Buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(out), bytes, out ? bytes : 0},
-                 shape_text("reduce", type, cat(name_of(op), ", root ", root), count), ++collective_sequence_);
+                 shape_text("reduce", type, cat(name_of(op), ", root ", root), count), ++collective_sequence_,
+                 OpDescriptor{OpDescriptor::Kind::reduce, type, op, 0, root, count});
 }
 
 std::shared_ptr<Operation> CommImpl::all_gather(const void* send, void* recv, std::size_t count, DataType type) {
@@ -255,7 +261,8 @@ std::shared_ptr<Operation> CommImpl::all_gather(const void* send, void* recv, st
                 recv ? static_cast<std::byte*>(recv) + block * static_cast<std::size_t>(rank_) : nullptr);
   Schedule schedule = ring_all_gather(shape(count, type, ReduceOp::sum, 0));
   return make_op(std::move(schedule), Buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), block, total},
-                 shape_text("all_gather", type, "", count), ++collective_sequence_);
+                 shape_text("all_gather", type, "", count), ++collective_sequence_,
+                 OpDescriptor{OpDescriptor::Kind::all_gather, type, ReduceOp::sum, 0, -1, count});
 }
 
 std::shared_ptr<Operation> CommImpl::reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
@@ -269,7 +276,8 @@ std::shared_ptr<Operation> CommImpl::reduce_scatter(const void* send, void* recv
                 send ? static_cast<const std::byte*>(send) + block * static_cast<std::size_t>(rank_) : nullptr);
   Schedule schedule = ring_reduce_scatter(shape(count, type, op, 0));
   return make_op(std::move(schedule), Buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), total, block},
-                 shape_text("reduce_scatter", type, name_of(op), count), ++collective_sequence_);
+                 shape_text("reduce_scatter", type, name_of(op), count), ++collective_sequence_,
+                 OpDescriptor{OpDescriptor::Kind::reduce_scatter, type, op, 0, -1, count});
 }
 
 std::shared_ptr<Operation> CommImpl::all_to_all(const void* send, void* recv, std::size_t count, DataType type) {
@@ -280,7 +288,8 @@ std::shared_ptr<Operation> CommImpl::all_to_all(const void* send, void* recv, st
   check_overlap(rank_, "all_to_all", send, total, recv, total, recv);
   Schedule schedule = pairwise_all_to_all(shape(count, type, ReduceOp::sum, 0));
   return make_op(std::move(schedule), Buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), total, total},
-                 shape_text("all_to_all", type, "", count), ++collective_sequence_);
+                 shape_text("all_to_all", type, "", count), ++collective_sequence_,
+                 OpDescriptor{OpDescriptor::Kind::all_to_all, type, ReduceOp::sum, 0, -1, count});
 }
 
 std::shared_ptr<Operation> CommImpl::gather(const void* send, void* recv, std::size_t count, DataType type, int root) {
@@ -295,7 +304,8 @@ std::shared_ptr<Operation> CommImpl::gather(const void* send, void* recv, std::s
   Schedule schedule = direct_gather(shape(count, type, ReduceOp::sum, root));
   return make_op(std::move(schedule),
                  Buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(out), block, out ? total : 0},
-                 shape_text("gather", type, cat("root ", root), count), ++collective_sequence_);
+                 shape_text("gather", type, cat("root ", root), count), ++collective_sequence_,
+                 OpDescriptor{OpDescriptor::Kind::gather, type, ReduceOp::sum, 0, root, count});
 }
 
 std::shared_ptr<Operation> CommImpl::scatter(const void* send, void* recv, std::size_t count, DataType type, int root) {
@@ -310,7 +320,8 @@ std::shared_ptr<Operation> CommImpl::scatter(const void* send, void* recv, std::
   Schedule schedule = direct_scatter(shape(count, type, ReduceOp::sum, root));
   return make_op(std::move(schedule),
                  Buffers{static_cast<const std::byte*>(in), static_cast<std::byte*>(recv), in ? total : 0, block},
-                 shape_text("scatter", type, cat("root ", root), count), ++collective_sequence_);
+                 shape_text("scatter", type, cat("root ", root), count), ++collective_sequence_,
+                 OpDescriptor{OpDescriptor::Kind::scatter, type, ReduceOp::sum, 0, root, count});
 }
 
 namespace {
@@ -338,7 +349,8 @@ std::shared_ptr<Operation> CommImpl::send(const void* buffer, std::size_t count,
   schedule.add(Step{.kind = StepKind::send, .peer = peer, .src = {BufferId::input, 0, bytes}});
   std::uint32_t sequence = kPointToPoint | (p2p_sequence_[peer]++ & ~kPointToPoint);
   return make_op(std::move(schedule), Buffers{static_cast<const std::byte*>(buffer), nullptr, bytes, 0},
-                 shape_text("send", type, cat("to rank ", peer), count), sequence);
+                 shape_text("send", type, cat("to rank ", peer), count), sequence,
+                 OpDescriptor{OpDescriptor::Kind::point_to_point, type, ReduceOp::sum, 0, -1, count});
 }
 
 std::shared_ptr<Operation> CommImpl::recv(void* buffer, std::size_t count, DataType type, int peer) {
@@ -352,11 +364,13 @@ std::shared_ptr<Operation> CommImpl::recv(void* buffer, std::size_t count, DataT
   schedule.add(Step{.kind = StepKind::recv, .peer = peer, .dst = {BufferId::output, 0, bytes}});
   std::uint32_t sequence = kPointToPoint | (p2p_sequence_[peer]++ & ~kPointToPoint);
   return make_op(std::move(schedule), Buffers{nullptr, static_cast<std::byte*>(buffer), 0, bytes},
-                 shape_text("recv", type, cat("from rank ", peer), count), sequence);
+                 shape_text("recv", type, cat("from rank ", peer), count), sequence,
+                 OpDescriptor{OpDescriptor::Kind::point_to_point, type, ReduceOp::sum, 0, -1, count});
 }
 
 std::shared_ptr<Operation> CommImpl::barrier() {
-  return make_op(ring_barrier(shape(0, DataType::u8, ReduceOp::sum, 0)), Buffers{}, "barrier", ++collective_sequence_);
+  return make_op(ring_barrier(shape(0, DataType::u8, ReduceOp::sum, 0)), Buffers{}, "barrier", ++collective_sequence_,
+                 OpDescriptor{OpDescriptor::Kind::barrier, DataType::u8, ReduceOp::sum, 0, -1, 0});
 }
 
 // ---- split ------------------------------------------------------------------------

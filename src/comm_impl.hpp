@@ -97,7 +97,8 @@ class CommImpl {
   void start(std::vector<RankInfo> infos, std::vector<std::vector<std::byte>> addresses);
   void connect_peers(const std::vector<int>& peers);
 
-  std::shared_ptr<Operation> make_op(Schedule schedule, Buffers buffers, std::string what, std::uint32_t sequence);
+  std::shared_ptr<Operation> make_op(Schedule schedule, Buffers buffers, std::string what, std::uint32_t sequence,
+                                     OpDescriptor descriptor);
   CollectiveShape shape(std::size_t count, DataType type, ReduceOp op, int root) const;
   std::string_view algorithm_for(std::string_view collective, std::size_t bytes) const;
   void check_buffer(const void* p, std::size_t count, std::string_view op, std::string_view which) const;

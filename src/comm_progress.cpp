@@ -55,7 +55,7 @@ bool CommImpl::test(const std::shared_ptr<Operation>& op) {
 void CommImpl::start_op(Operation& op) {
   std::vector<int> peers = op.schedule.peers();
   connect_peers(peers);
-  op.executor = std::make_unique<Executor>(op.schedule, op.buffers, link_ptrs_, op.sequence);
+  op.executor = std::make_unique<Executor>(op.schedule, op.buffers, link_ptrs_, op.sequence, rank_);
   op.deadline = Deadline::after(settings_.timeout);
 }
 

@@ -4,8 +4,8 @@
 
 namespace braid {
 
-std::string describe_tag(Tag tag) {
-  return cat("op #", tag >> 32, " step ", tag & 0xffffffffu);
+std::string describe_tag(const Tag& tag) {
+  return cat("op #", (tag.id >> 32) & 0x7fffffffu, (tag.id >> 63) ? " (point-to-point)" : "", " step ", tag.id & 0xffffffffu);
 }
 
 }  // namespace braid

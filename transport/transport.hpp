@@ -11,6 +11,7 @@
 // than silently reduced. A receive must name the exact size of the message.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -42,13 +43,35 @@ struct ConstMemView {
   MemKind kind = MemKind::host;
 };
 
-/// Identifies one message: the collective's sequence number and the index of
-/// the step inside its schedule.
-using Tag = std::uint64_t;
-constexpr Tag make_tag(std::uint32_t sequence, std::uint32_t index) {
-  return (static_cast<Tag>(sequence) << 32) | index;
+/// Identifies one message. `id` is the operation's sequence number and the
+/// index of the step inside its schedule; `context` is 16 bytes that the
+/// layer above fills with a description of the operation (which collective,
+/// type, operator, count, root). Transports carry both and refuse a message
+/// whose id, context or size differs from the receive's, so ranks that run
+/// different operations fail with a TagMismatch instead of mixing data.
+struct Tag {
+  std::uint64_t id = 0;
+  std::array<std::byte, 16> context{};
+  bool operator==(const Tag&) const = default;
+};
+constexpr Tag make_tag(std::uint32_t sequence, std::uint32_t index, const std::array<std::byte, 16>& context = {}) {
+  return Tag{(static_cast<std::uint64_t>(sequence) << 32) | index, context};
 }
-std::string describe_tag(Tag tag);  // "op #17 step 3"
+std::string describe_tag(const Tag& tag);  // "op #17 step 3"
+
+/// A message arrived that is not the one a receive expected: thrown by links
+/// so the layer that knows what the contexts mean can explain the mismatch.
+class TagMismatch : public ProtocolMismatch {
+ public:
+  TagMismatch(const std::string& message, Tag expected_tag, std::size_t expected_size, Tag received_tag,
+              std::size_t received_size)
+      : ProtocolMismatch(message), expected(expected_tag), expected_bytes(expected_size), received(received_tag),
+        received_bytes(received_size) {}
+  Tag expected;
+  std::size_t expected_bytes;
+  Tag received;
+  std::size_t received_bytes;
+};
 
 /// Completion state of one send or receive, shared between the Link that
 /// works on it and whoever waits for it.

@@ -84,10 +84,10 @@ TEST_CASE("memory link: receives reduce, and wrong tags or sizes fail with Proto
   SECTION("recv_reduce combines the local region with the message") {
     const std::int32_t local[3] = {10, 20, 30}, incoming[3] = {1, 2, 3};
     std::int32_t out[3] = {};
-    fabric.link(2, 0)->send(ConstMemView{reinterpret_cast<const std::byte*>(incoming), sizeof incoming}, 5);
+    fabric.link(2, 0)->send(ConstMemView{reinterpret_cast<const std::byte*>(incoming), sizeof incoming}, make_tag(0, 5));
     Request r = fabric.link(0, 2)->recv_reduce(MemView{reinterpret_cast<std::byte*>(out), sizeof out},
                                                ConstMemView{reinterpret_cast<const std::byte*>(local), sizeof local},
-                                               DataType::i32, ReduceOp::sum, 5);
+                                               DataType::i32, ReduceOp::sum, make_tag(0, 5));
     fabric.link(0, 2)->progress();
     REQUIRE(r->done());
     r->rethrow_if_failed();
@@ -110,8 +110,8 @@ TEST_CASE("memory link: receives reduce, and wrong tags or sizes fail with Proto
   }
   SECTION("a different size") {
     std::byte buf[8] = {};
-    fabric.link(1, 2)->send(ConstMemView{buf, 8}, 9);
-    Request r = fabric.link(2, 1)->recv(MemView{buf, 4}, 9);
+    fabric.link(1, 2)->send(ConstMemView{buf, 8}, make_tag(0, 9));
+    Request r = fabric.link(2, 1)->recv(MemView{buf, 4}, make_tag(0, 9));
     fabric.link(2, 1)->progress();
     REQUIRE(r->failed());
     CHECK_THROWS_AS(r->rethrow_if_failed(), ProtocolMismatch);

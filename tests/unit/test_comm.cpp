@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <future>
+#include <mutex>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -274,4 +275,31 @@ TEST_CASE("abort from another thread unblocks a waiting operation") {
       expect_throws_with([&] { comm.barrier(); }, "rank 0");
     }
   }, 20000);
+}
+
+TEST_CASE("ranks that call different collectives are told what each side called") {
+  std::vector<std::string> errors(2);
+  std::mutex m;
+  run_ranks(2, [&](Comm& comm) {
+    std::vector<float> v(1024, 1.f);
+    try {
+      if (comm.rank() == 0) comm.all_reduce(std::span(v), ReduceOp::sum);
+      else comm.broadcast(std::span(v), 1);  // the root only sends: it may finish
+      comm.barrier();                         // ...and then learn of the mismatch here
+    } catch (const ProtocolMismatch& e) {
+      std::lock_guard lock(m);
+      errors[static_cast<std::size_t>(comm.rank())] = e.what();
+    } catch (const PeerLost& e) {  // told by the other rank, which saw the mismatch first
+      std::lock_guard lock(m);
+      errors[static_cast<std::size_t>(comm.rank())] = e.what();
+    }
+  }, 10000);
+  // The receiving side explains the mismatch in full; the other learns it from
+  // the abort notice, which carries the same explanation.
+  std::string both = errors[0] + "\n" + errors[1];
+  INFO(both);
+  CHECK(both.find("called broadcast(f32, 1024 elements, root 1") != std::string::npos);
+  CHECK(both.find("this rank called all_reduce(f32 sum, 1024 elements") != std::string::npos);
+  CHECK(!errors[0].empty());
+  CHECK(!errors[1].empty());
 }

@@ -19,7 +19,7 @@ static_assert(std::endian::native == std::endian::little,
               "frame headers are sent in host order; braid supports little-endian hosts");
 
 namespace {
-constexpr std::size_t kHeaderBytes = 16;
+constexpr std::size_t kHeaderBytes = 32;
 constexpr int kMaxIov = 64;
 }  // namespace
 
@@ -55,7 +55,7 @@ std::size_t TcpLink::cut(std::size_t bytes, std::size_t parts, std::size_t i) co
   return at & ~std::size_t{63};
 }
 
-std::string TcpLink::where(std::string_view action, Tag tag) const {
+std::string TcpLink::where(std::string_view action, const Tag& tag) const {
   return cat("rank ", self_, ": ", action, " ", peer_name_, " (", describe_tag(tag), ")");
 }
 
@@ -69,7 +69,7 @@ Request TcpLink::send(ConstMemView src, Tag tag) {
   auto message = std::make_shared<Message>(Message{request, static_cast<int>(parts)});
   for (std::size_t i = 0; i < parts; ++i) {
     std::size_t begin = cut(src.bytes, parts, i), end = cut(src.bytes, parts, i + 1);
-    streams_[i].sends.push_back(SendPart{message, FrameHeader{tag, end - begin}, src.data + begin});
+    streams_[i].sends.push_back(SendPart{message, FrameHeader{tag.id, end - begin, tag.context}, src.data + begin});
   }
   return request;
 }
@@ -147,7 +147,8 @@ bool TcpLink::progress_sends(Stream& s) {
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      throw PeerLost(cat(where("lost the connection to", s.sends.front().header.tag), " while sending: ", errno_text(errno)));
+      const FrameHeader& h = s.sends.front().header;
+      throw PeerLost(cat(where("lost the connection to", Tag{h.tag, h.context}), " while sending: ", errno_text(errno)));
     }
     moved = true;
     auto left = static_cast<std::size_t>(n);
@@ -181,7 +182,7 @@ void TcpLink::abort(std::string_view reason) {
   for (auto& s : streams_) {
     bool mid_frame = !s.sends.empty() && s.sends.front().sent > 0;
     if (!mid_frame) {
-      FrameHeader header{kAbortTag, text.size()};
+      FrameHeader header{kAbortTag, text.size(), {}};
       iovec iov[2] = {{&header, kHeaderBytes}, {text.data(), text.size()}};
       msghdr msg{};
       msg.msg_iov = iov;
@@ -212,10 +213,12 @@ void TcpLink::read_abort_notice(Stream& s, const RecvPart& part, std::span<const
 }
 
 void TcpLink::check_header(const RecvPart& part) const {
-  if (part.header.tag != part.tag || part.header.bytes != part.bytes)
-    throw ProtocolMismatch(cat(where("received from", part.tag), " a message ", describe_tag(part.header.tag), " of ",
-                               part.header.bytes, " bytes while expecting ", describe_tag(part.tag), " of ",
-                               part.bytes, " bytes: the ranks are running different operations"));
+  Tag received{part.header.tag, part.header.context};
+  if (received != part.tag || part.header.bytes != part.bytes)
+    throw TagMismatch(cat(where("received from", part.tag), " a message ", describe_tag(received), " of ",
+                          part.header.bytes, " bytes while expecting ", describe_tag(part.tag), " of ", part.bytes,
+                          " bytes: the ranks are running different operations"),
+                      part.tag, part.bytes, received, part.header.bytes);
 }
 
 void TcpLink::absorb_payload(Stream& s, RecvPart& part, std::size_t n) {

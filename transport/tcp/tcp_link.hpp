@@ -1,7 +1,7 @@
 // TcpLink: a Link over one or more connected, non-blocking TCP sockets.
 //
-// Each message travels as a 16-byte frame header (tag, payload bytes) and its
-// payload. A message of at least kStripeMinBytes is cut into one part per
+// Each message travels as a 32-byte frame header (tag id, payload bytes, tag
+// context) and its payload. A message of at least kStripeMinBytes is cut into one part per
 // socket (boundaries on 64-byte multiples, so no element of any type is
 // split) and every part carries its own header; smaller messages go on socket
 // 0. Both ends compute the same cut from the size, so each socket stays a
@@ -18,6 +18,7 @@
 // reduction of one slice overlaps the transfer of the next.
 #pragma once
 
+#include <array>
 #include <deque>
 #include <memory>
 #include <string>
@@ -32,7 +33,7 @@ class TcpLink final : public Link {
  public:
   static constexpr std::size_t kStripeMinBytes = 256 * 1024;
   static constexpr std::size_t kBounceBytes = 256 * 1024;
-  static constexpr Tag kAbortTag = ~Tag{0};
+  static constexpr std::uint64_t kAbortTag = ~std::uint64_t{0};
   static constexpr std::size_t kMaxAbortReason = 4096;
 
   TcpLink(int self_rank, int peer_rank, std::string peer_name, std::vector<Fd> sockets);
@@ -49,10 +50,14 @@ class TcpLink final : public Link {
   std::string describe_peer() const override { return peer_name_; }
 
  private:
+  // On the wire, little-endian: u64 tag id, u64 payload bytes, 16 bytes of
+  // tag context.
   struct FrameHeader {
     std::uint64_t tag;
     std::uint64_t bytes;
+    std::array<std::byte, 16> context;
   };
+  static_assert(sizeof(FrameHeader) == 32, "frame headers are 32 bytes on the wire");
   struct Message {
     Request request;
     int parts_left = 0;
@@ -95,7 +100,7 @@ class TcpLink final : public Link {
   [[noreturn]] void read_abort_notice(Stream& s, const RecvPart& part, std::span<const std::byte> early);
   void absorb_payload(Stream& s, RecvPart& part, std::size_t n);
   void fail(std::exception_ptr error);
-  std::string where(std::string_view action, Tag tag) const;
+  std::string where(std::string_view action, const Tag& tag) const;
 
   int self_;
   int peer_;
