@@ -14,6 +14,12 @@ namespace {
 // for a loaded machine, short enough that a silent stranger cannot stall us.
 constexpr Millis kHelloWait{5000};
 
+// A healthy peer acknowledges data within milliseconds and answers keepalive
+// probes even while busy, so 10 s without either means the link or the host
+// is gone: the socket then fails instead of stalling until the operation's
+// own timeout (a downed link never fails a plain TCP connection).
+constexpr Millis kLivenessBound{10000};
+
 Deadline min_deadline(Deadline a, Millis b) { return Deadline(std::min(a.at(), Clock::now() + b)); }
 
 }  // namespace
@@ -63,7 +69,7 @@ std::unique_ptr<Link> TcpTransport::make_link(const RankInfo& peer, std::vector<
     set_nonblocking(fd.get(), true);
     set_nodelay(fd.get());
     set_buffer_sizes(fd.get(), options_.buffer_bytes);
-    set_liveness(fd.get(), options_.timeout);
+    set_liveness(fd.get(), std::min(options_.timeout, kLivenessBound));
   }
   std::string name = cat("rank ", peer.rank, " (", peer.hostname, ", ", remote.to_string(), ")");
   log_info("connected to ", name, " over ", sockets.size(), " TCP stream(s)");
