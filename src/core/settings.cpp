@@ -36,6 +36,9 @@ constexpr std::array kTable = {
                 "Force algorithms: a name (ring) for every collective that has it, or per collective "
                 "(all_reduce:tree,broadcast:binomial). See the algorithm table."},
     SettingInfo{"BRAID_TRANSPORT", "(auto)", "Force a transport: tcp."},
+    SettingInfo{"BRAID_DUMP_ON_SIGNAL", "(none)",
+                "On this signal (USR1, USR2, ...) every communicator of the process prints its flight "
+                "recorder (recent operations, who waits on whom) to stderr."},
     SettingInfo{"BRAID_AUTH_KEY", "(none)",
                 "Shared secret of the job. When set, every connection (the store's and each TCP one) proves "
                 "knowledge of it by an HMAC-SHA256 challenge-response, and a peer without it is refused. "
@@ -135,6 +138,7 @@ Settings Settings::from_env() {
   if (auto v = env_integer("BRAID_SPIN_US", 0, 1000000)) s.spin_us = static_cast<int>(*v);
   if (auto v = getenv_string("BRAID_ALGO")) s.algo = *v;
   if (auto v = getenv_string("BRAID_TRANSPORT")) s.transport = *v;
+  if (auto v = getenv_string("BRAID_DUMP_ON_SIGNAL")) s.dump_on_signal = *v;
   auto key = getenv_string("BRAID_AUTH_KEY");
   auto key_file = getenv_string("BRAID_AUTH_KEY_FILE");
   if (key && key_file)

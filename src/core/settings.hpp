@@ -42,6 +42,7 @@ struct Settings {
   std::optional<int> spin_us;  // unset: spin only when ranks fit on the cores
   std::string algo;
   std::string transport;
+  std::string dump_on_signal;
   // Trust: the shared secret every connection proves (none: authentication off).
   AuthKey auth_key;
 
