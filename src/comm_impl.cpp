@@ -16,7 +16,10 @@ std::string rank_key(std::string_view what, int rank) { return cat("braid/", wha
 }  // namespace
 
 CommImpl::CommImpl(int rank, int size, Settings settings)
-    : settings_(std::move(settings)), rank_(rank), size_(size), p2p_sequence_(static_cast<std::size_t>(size)) {}
+    : settings_(std::move(settings)), rank_(rank), size_(size), p2p_sequence_(static_cast<std::size_t>(size)),
+      recorder_(cat("rank ", rank, " of ", size)) {
+  if (!settings_.dump_on_signal.empty()) FlightRecorder::dump_on_signal(parse_signal(settings_.dump_on_signal));
+}
 
 CommImpl::~CommImpl() {
   progress_thread_ = {};  // request stop and join

@@ -28,6 +28,7 @@
 #include "core/poller.hpp"
 #include "core/rank_info.hpp"
 #include "core/settings.hpp"
+#include "flight_recorder.hpp"
 #include "rendezvous.hpp"
 #include "topology/plan.hpp"
 #include "transport/tcp/tcp_transport.hpp"
@@ -42,6 +43,7 @@ class Operation {
   Buffers buffers;
   std::uint32_t sequence = 0;  // the high half of every tag
   bool background = false;     // started with *_async
+  std::uint64_t record = 0;    // its entry in the flight recorder
   CommImpl* comm = nullptr;    // valid while not done
 
   // Written under the communicator's mutex; `done` is also read without it
@@ -51,6 +53,7 @@ class Operation {
 
   // Touched only by the driving thread.
   std::unique_ptr<Executor> executor;
+  Clock::time_point started;
   Deadline deadline = Deadline::never();
 };
 
@@ -86,6 +89,10 @@ class CommImpl {
   bool test(const std::shared_ptr<Operation>& op);
 
   std::unique_ptr<CommImpl> split(int color, int key);
+  /// The flight recorder's text: recent operations and who waits on whom.
+  std::string dump_state() const { return recorder_.dump(); }
+  /// The error that made this communicator unusable, if any.
+  std::exception_ptr async_error() const;
   /// Fails every queued and later operation here and tells the peers; safe
   /// from any thread.
   void abort();
@@ -131,7 +138,11 @@ class CommImpl {
   std::vector<std::uint32_t> p2p_sequence_;   // per peer
   std::uint32_t splits_ = 0;
 
-  std::mutex mutex_;
+  FlightRecorder recorder_;
+  std::uint64_t records_ = 0;
+  std::exception_ptr first_error_;
+
+  mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<std::shared_ptr<Operation>> queue_;
   bool driving_ = false;

@@ -16,6 +16,9 @@ void CommImpl::submit(const std::shared_ptr<Operation>& op, bool background) {
     op->done = true;
     return;
   }
+  op->record = ++records_;
+  bool p2p = (op->sequence & 0x80000000u) != 0;
+  recorder_.queued(op->record, cat(p2p ? "p2p #" : "op #", op->sequence & 0x7fffffffu), op->what);
   queue_.push_back(op);
   if (background) {
     ++background_queued_;
@@ -56,7 +59,9 @@ void CommImpl::start_op(Operation& op) {
   std::vector<int> peers = op.schedule.peers();
   connect_peers(peers);
   op.executor = std::make_unique<Executor>(op.schedule, op.buffers, link_ptrs_, op.sequence, rank_);
-  op.deadline = Deadline::after(settings_.timeout);
+  op.started = Clock::now();
+  op.deadline = Deadline(op.started + settings_.timeout);
+  recorder_.started(op.record);
 }
 
 void CommImpl::fail_queue(std::exception_ptr error) {
@@ -75,8 +80,10 @@ void CommImpl::fail_queue(std::exception_ptr error) {
   // Links may still hold requests that point into callers' buffers: the
   // communicator must not move another byte.
   broken_ = why;
+  if (!first_error_) first_error_ = error;
   bool first = true;
   for (auto& op : queue_) {
+    recorder_.failed(op->record, first ? why : "not run: an earlier operation failed");
     op->error = first ? error
                       : std::make_exception_ptr(Aborted(cat("rank ", rank_, ": ", op->what,
                                                             " was not run: an earlier operation failed: ", why)));
@@ -94,6 +101,7 @@ void CommImpl::fail_queue(std::exception_ptr error) {
 void CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until) {
   const auto spin = std::chrono::microseconds(spin_us_);
   auto spin_until = Clock::now() + spin;
+  auto last_note = Clock::now();
   while (true) {
     std::shared_ptr<Operation> head;
     {
@@ -107,6 +115,7 @@ void CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until) {
         std::lock_guard lock(mutex_);
         head->done = true;
         head->executor.reset();
+        recorder_.finished(head->record);
         if (head->background) --background_queued_;
         queue_.pop_front();
         changed_.notify_all();
@@ -121,9 +130,19 @@ void CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until) {
                           ") was aborted by the application (Comm::abort)"));
       auto now = Clock::now();
       if (now < spin_until) continue;
-      if (now >= head->deadline.at())
+      if (now >= head->deadline.at()) {
+        recorder_.waiting(head->record, head->executor->describe_pending());
+        log_warn("rank ", rank_, ": timed out; the flight recorder:\n", recorder_.dump());
         throw Timeout(cat("rank ", rank_, ": ", head->what, " (op #", head->sequence & 0x7fffffffu, ") timed out after ",
                           seconds_of(settings_.timeout), " s; ", head->executor->describe_pending()));
+      }
+      // What the operation waits on, for dumps; refreshed at most every
+      // 100 ms so the fast path never builds this text.
+      if (now - last_note >= std::chrono::milliseconds(100)) {
+        if (now - head->started >= std::chrono::milliseconds(100))
+          recorder_.waiting(head->record, head->executor->describe_pending());
+        last_note = now;
+      }
       if (until.expired()) return;
       auto nap = std::min<Clock::duration>({head->deadline.remaining(), until.remaining(), std::chrono::milliseconds(50)});
       poller_.wait(std::chrono::duration_cast<std::chrono::microseconds>(nap));
@@ -172,6 +191,11 @@ void CommImpl::abort() {
   lock.lock();
   driving_ = false;
   changed_.notify_all();
+}
+
+std::exception_ptr CommImpl::async_error() const {
+  std::lock_guard lock(mutex_);
+  return first_error_;
 }
 
 void CommImpl::drain() {

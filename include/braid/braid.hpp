@@ -109,6 +109,12 @@ class Comm {
   int size() const;
   /// One line naming the transport, the algorithms and the settings in use.
   std::string describe() const;
+  /// The flight recorder: the last operations with their state (queued,
+  /// running and whom it waits on, done, failed), oldest first.
+  std::string dump_state() const;
+  /// The error that made this communicator unusable (for example in an
+  /// asynchronous operation nobody waited for yet), or null.
+  std::exception_ptr async_error() const;
 
   // Collectives. Every rank calls each one with the same type, count,
   // operator and root. Counts are in elements; n is size(). In place where the

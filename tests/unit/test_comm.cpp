@@ -2,6 +2,7 @@
 // communicator, and 2-3 rank communicators whose ranks are threads.
 #include <catch2/catch.hpp>
 
+#include <csignal>
 #include <cstring>
 #include <stdexcept>
 #include <future>
@@ -14,6 +15,7 @@
 #include "braid/braid.hpp"
 #include "core/settings.hpp"
 #include "core/socket.hpp"
+#include "flight_recorder.hpp"
 
 using namespace braid;
 
@@ -302,4 +304,38 @@ TEST_CASE("ranks that call different collectives are told what each side called"
   CHECK(both.find("this rank called all_reduce(f32 sum, 1024 elements") != std::string::npos);
   CHECK(!errors[0].empty());
   CHECK(!errors[1].empty());
+}
+
+TEST_CASE("the flight recorder says what ran and whom a stuck operation waits on") {
+  run_ranks(2, [](Comm& comm) {
+    std::vector<float> v(64, 1.f);
+    comm.all_reduce(std::span(v), ReduceOp::sum);
+    comm.barrier();
+    std::string after = comm.dump_state();
+    expect(after.find("all_reduce(f32 sum, 64 elements): done in") != std::string::npos, after);
+    expect(after.find("barrier: done in") != std::string::npos, after);
+    expect(comm.async_error() == nullptr, "no error yet");
+    if (comm.rank() == 0) {
+      // Rank 1 never answers this receive: the dump names the wait.
+      Work w = comm.recv_async(v.data(), v.size(), DataType::f32, 1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));
+      std::string stuck = comm.dump_state();
+      expect(stuck.find("recv(f32 from rank 1, 64 elements): running for") != std::string::npos, stuck);
+      expect(stuck.find("waiting on recv from rank 1") != std::string::npos, stuck);
+      comm.abort();
+      expect_throws_with([&] { w.wait(); }, "aborted");
+      expect(comm.async_error() != nullptr, "the abort is the communicator's error");
+      expect(comm.dump_state().find("FAILED") != std::string::npos, comm.dump_state());
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(800));  // stay connected while rank 0 looks
+    }
+  }, 10000);
+}
+
+TEST_CASE("BRAID_DUMP_ON_SIGNAL names a usable signal") {
+  CHECK(parse_signal("USR1") == SIGUSR1);
+  CHECK(parse_signal("SIGUSR2") == SIGUSR2);
+  CHECK(parse_signal("10") == 10);
+  CHECK_THROWS_WITH(parse_signal("KILL"), Catch::Contains("BRAID_DUMP_ON_SIGNAL='KILL'"));
+  CHECK_THROWS_AS(parse_signal("9"), InvalidArgument);
 }

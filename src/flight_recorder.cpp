@@ -1,0 +1,152 @@
+#include "flight_recorder.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstring>
+#include <set>
+#include <thread>
+
+#include "braid/types.hpp"
+#include "core/log.hpp"
+#include "core/text.hpp"
+
+namespace braid {
+namespace {
+
+// Live recorders, for the signal dump. Never destroyed (a dump may race exit).
+std::mutex g_live_mutex;
+auto* g_live = new std::set<FlightRecorder*>;
+int g_signal_pipe[2] = {-1, -1};
+
+void on_signal(int) {
+  char byte = 1;
+  ssize_t ignored = ::write(g_signal_pipe[1], &byte, 1);
+  (void)ignored;
+}
+
+std::string milliseconds_between(Clock::time_point a, Clock::time_point b) {
+  return cat(std::chrono::duration<double, std::milli>(b - a).count(), " ms");
+}
+
+}  // namespace
+
+FlightRecorder::FlightRecorder(std::string owner) : owner_(std::move(owner)) {
+  std::lock_guard lock(g_live_mutex);
+  g_live->insert(this);
+}
+
+FlightRecorder::~FlightRecorder() {
+  std::lock_guard lock(g_live_mutex);
+  g_live->erase(this);
+}
+
+FlightRecorder::Entry* FlightRecorder::find(std::uint64_t id) {
+  for (auto it = entries_.rbegin(); it != entries_.rend(); ++it)
+    if (it->id == id) return &*it;
+  return nullptr;
+}
+
+void FlightRecorder::queued(std::uint64_t id, std::string label, std::string what) {
+  std::lock_guard lock(mutex_);
+  entries_.push_back(Entry{id, std::move(label), std::move(what), State::queued, Clock::now(), {}, {}, {}});
+  while (entries_.size() > kKept && entries_.front().state != State::queued && entries_.front().state != State::running)
+    entries_.pop_front();
+}
+
+void FlightRecorder::started(std::uint64_t id) {
+  std::lock_guard lock(mutex_);
+  if (Entry* e = find(id)) {
+    e->state = State::running;
+    e->started_at = Clock::now();
+  }
+}
+
+void FlightRecorder::waiting(std::uint64_t id, std::string on_whom) {
+  std::lock_guard lock(mutex_);
+  if (Entry* e = find(id)) e->detail = std::move(on_whom);
+}
+
+void FlightRecorder::finished(std::uint64_t id) {
+  std::lock_guard lock(mutex_);
+  if (Entry* e = find(id)) {
+    e->state = State::done;
+    e->ended_at = Clock::now();
+    e->detail.clear();
+  }
+}
+
+void FlightRecorder::failed(std::uint64_t id, std::string why) {
+  std::lock_guard lock(mutex_);
+  if (Entry* e = find(id)) {
+    e->state = State::failed;
+    e->ended_at = Clock::now();
+    e->detail = std::move(why);
+  }
+}
+
+std::string FlightRecorder::dump() const {
+  std::lock_guard lock(mutex_);
+  auto now = Clock::now();
+  std::string out = cat("braid flight recorder for ", owner_, " (last ", entries_.size(), " operations, oldest first)\n");
+  for (const auto& e : entries_) {
+    out += cat("  ", e.label, " ", e.what, ": ");
+    switch (e.state) {
+      case State::queued: out += cat("queued for ", milliseconds_between(e.queued_at, now)); break;
+      case State::running:
+        out += cat("running for ", milliseconds_between(e.started_at, now));
+        if (!e.detail.empty()) out += cat("; ", e.detail);
+        break;
+      case State::done: out += cat("done in ", milliseconds_between(e.started_at, e.ended_at)); break;
+      case State::failed: out += cat("FAILED: ", e.detail); break;
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+void FlightRecorder::dump_on_signal(int signal_number) {
+  static std::once_flag once;
+  std::call_once(once, [signal_number] {
+    if (::pipe2(g_signal_pipe, O_CLOEXEC) != 0) {
+      log_warn("BRAID_DUMP_ON_SIGNAL: cannot create the signal pipe: ", errno_text(errno));
+      return;
+    }
+    std::thread([] {
+      char byte;
+      while (::read(g_signal_pipe[0], &byte, 1) > 0) {
+        std::lock_guard lock(g_live_mutex);
+        for (const FlightRecorder* r : *g_live) {
+          std::string text = r->dump();
+          ssize_t ignored = ::write(STDERR_FILENO, text.data(), text.size());
+          (void)ignored;
+        }
+      }
+    }).detach();
+    struct sigaction action {};
+    action.sa_handler = on_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    ::sigaction(signal_number, &action, nullptr);
+  });
+}
+
+int parse_signal(std::string_view text) {
+  std::string name(text);
+  if (name.rfind("SIG", 0) == 0) name = name.substr(3);
+  static constexpr struct {
+    const char* name;
+    int number;
+  } kSignals[] = {{"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"HUP", SIGHUP}, {"QUIT", SIGQUIT}, {"WINCH", SIGWINCH}};
+  for (const auto& s : kSignals)
+    if (name == s.name) return s.number;
+  if (!name.empty() && std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    int number = std::stoi(name);
+    if (number > 0 && number < NSIG && number != SIGKILL && number != SIGSTOP) return number;
+  }
+  throw InvalidArgument(cat("BRAID_DUMP_ON_SIGNAL='", text, "' is not a signal braid can use (USR1, USR2, HUP, QUIT, WINCH or a number)"));
+}
+
+}  // namespace braid

@@ -1,0 +1,62 @@
+// FlightRecorder: the last operations of one communicator and what each is
+// doing (queued, running and waiting on whom, done, failed). It is printed on
+// a timeout, on demand (Comm::dump_state, braid_comm_dump_state) and when the
+// process receives the signal named by BRAID_DUMP_ON_SIGNAL, so a stuck job
+// says who waits on whom. Thread-safe; the driving thread updates it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+
+#include "core/deadline.hpp"
+
+namespace braid {
+
+class FlightRecorder {
+ public:
+  static constexpr std::size_t kKept = 32;
+
+  /// `owner` names the communicator in dumps ("rank 2 of 4").
+  explicit FlightRecorder(std::string owner);
+  ~FlightRecorder();
+  FlightRecorder(const FlightRecorder&) = delete;
+  FlightRecorder& operator=(const FlightRecorder&) = delete;
+
+  void queued(std::uint64_t id, std::string label, std::string what);
+  void started(std::uint64_t id);
+  void waiting(std::uint64_t id, std::string on_whom);
+  void finished(std::uint64_t id);
+  void failed(std::uint64_t id, std::string why);
+
+  /// One line per kept operation, oldest first, after a header line.
+  std::string dump() const;
+
+  /// Installs, once per process, a handler for `signal_number` that prints
+  /// every live recorder to stderr (from a helper thread, not the handler).
+  static void dump_on_signal(int signal_number);
+
+ private:
+  enum class State { queued, running, done, failed };
+  struct Entry {
+    std::uint64_t id;
+    std::string label;  // "op #17", "p2p #3"
+    std::string what;
+    State state = State::queued;
+    Clock::time_point queued_at, started_at, ended_at;
+    std::string detail;  // whom it waits on, or why it failed
+  };
+  Entry* find(std::uint64_t id);
+
+  std::string owner_;
+  mutable std::mutex mutex_;
+  std::deque<Entry> entries_;
+};
+
+/// Parses BRAID_DUMP_ON_SIGNAL's value ("USR1", "SIGUSR2", "10"); throws
+/// InvalidArgument naming the text.
+int parse_signal(std::string_view text);
+
+}  // namespace braid
