@@ -1,0 +1,216 @@
+// One rank of the fault matrix (tests/faults/fault_matrix.py). It joins the
+// communicator described by the BRAID_* environment and runs one of a few
+// modes; the driver injects the fault from outside (kill, SIGSTOP, a link set
+// down, a wrong key, garbage on a port) and judges how each rank ends.
+//
+//   fault_worker allreduce [--count N] [--seconds S]   all-reduce in a loop until S passes
+//   fault_worker mismatch  [--count N]                 rank 1 broadcasts while the others all-reduce
+//   fault_worker join                                  join, one small all-reduce, exit
+//   fault_worker garbage   --go-file PATH [--wait S]   join, barrier, print "ready", wait for PATH,
+//                                                      then all-to-all and all-reduce (new links), check
+//
+// What the driver reads:
+//   stdout  "rank R: running" once the first iteration is done (allreduce),
+//           "rank R: ready" (garbage), "rank R: OK ..." on success;
+//   stderr  "fault_worker rank R: FAILED <Kind> (<code>) after T s in <phase>: <message>"
+//           for a braid::Error, besides braid's own WARN log lines.
+//   exit    0 success, 3 a braid::Error, 4 any other exception, 5 a wrong result,
+//           2 bad usage or a bounded wait of the worker itself ran out.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "braid/braid.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kExitBraidError = 3;
+constexpr int kExitOtherError = 4;
+constexpr int kExitWrongResult = 5;
+constexpr int kExitUsage = 2;
+
+struct Args {
+  std::string mode;
+  std::size_t count = std::size_t{4} << 20;  // 16 MiB of f32: long enough to be mid-transfer
+  double seconds = 30;
+  std::string go_file;
+  double wait_seconds = 20;
+};
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr, "fault_worker: %s\nusage: fault_worker allreduce|mismatch|join|garbage [--count N] "
+                       "[--seconds S] [--go-file PATH] [--wait S]\n", why);
+  std::exit(kExitUsage);
+}
+
+Args parse(int argc, char** argv) {
+  if (argc < 2) usage("no mode");
+  Args a;
+  a.mode = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (i + 1 >= argc) usage(("missing value after " + flag).c_str());
+    const char* value = argv[++i];
+    if (flag == "--count") a.count = std::strtoull(value, nullptr, 10);
+    else if (flag == "--seconds") a.seconds = std::strtod(value, nullptr);
+    else if (flag == "--go-file") a.go_file = value;
+    else if (flag == "--wait") a.wait_seconds = std::strtod(value, nullptr);
+    else usage(("unknown flag " + flag).c_str());
+  }
+  return a;
+}
+
+const char* kind_of(braid::ErrorCode code) {
+  switch (code) {
+    case braid::ErrorCode::invalid_argument: return "InvalidArgument";
+    case braid::ErrorCode::timeout: return "Timeout";
+    case braid::ErrorCode::peer_lost: return "PeerLost";
+    case braid::ErrorCode::protocol: return "ProtocolMismatch";
+    case braid::ErrorCode::system: return "SystemError";
+    case braid::ErrorCode::aborted: return "Aborted";
+    case braid::ErrorCode::internal: return "Internal";
+    case braid::ErrorCode::unsupported: return "Unsupported";
+  }
+  return "Unknown";
+}
+
+int env_rank() {
+  const char* r = std::getenv("BRAID_RANK");
+  return r ? std::atoi(r) : -1;
+}
+
+void say(int rank, const std::string& line) {
+  std::printf("rank %d: %s\n", rank, line.c_str());
+  std::fflush(stdout);
+}
+
+// Fills every element with rank + 1; the sum over n ranks is n (n + 1) / 2.
+bool check_sum(const std::vector<float>& v, int ranks) {
+  const float expected = static_cast<float>(ranks * (ranks + 1) / 2);
+  for (float x : v)
+    if (x != expected) return false;
+  return true;
+}
+
+int run_allreduce(braid::Comm& comm, const Args& a, std::string& phase) {
+  std::vector<float> buffer(a.count);
+  const auto end = Clock::now() + std::chrono::duration<double>(a.seconds);
+  long iterations = 0;
+  while (Clock::now() < end) {
+    std::fill(buffer.begin(), buffer.end(), static_cast<float>(comm.rank() + 1));
+    phase = "all_reduce #" + std::to_string(iterations);
+    comm.all_reduce(std::span(buffer), braid::ReduceOp::sum);
+    if (!check_sum(buffer, comm.size())) {
+      std::fprintf(stderr, "fault_worker rank %d: WRONG RESULT in %s\n", comm.rank(), phase.c_str());
+      return kExitWrongResult;
+    }
+    if (iterations++ == 0) say(comm.rank(), "running");
+  }
+  say(comm.rank(), "OK " + std::to_string(iterations) + " all-reduces");
+  return 0;
+}
+
+int run_mismatch(braid::Comm& comm, const Args& a, std::string& phase) {
+  std::vector<float> buffer(a.count, static_cast<float>(comm.rank() + 1));
+  // One matching collective first, so the links are up and the mismatch is
+  // the second operation, not the first.
+  phase = "barrier";
+  comm.barrier();
+  if (comm.rank() == 1) {
+    phase = "broadcast (the odd one out)";
+    comm.broadcast(std::span(buffer), 0);
+  } else {
+    phase = "all_reduce";
+    comm.all_reduce(std::span(buffer), braid::ReduceOp::sum);
+  }
+  say(comm.rank(), "OK (a mismatch went unnoticed)");
+  return 0;
+}
+
+int run_join(braid::Comm& comm, std::string& phase) {
+  std::vector<float> buffer(1024, static_cast<float>(comm.rank() + 1));
+  phase = "all_reduce";
+  comm.all_reduce(std::span(buffer), braid::ReduceOp::sum);
+  if (!check_sum(buffer, comm.size())) return kExitWrongResult;
+  say(comm.rank(), "OK");
+  return 0;
+}
+
+int run_garbage(braid::Comm& comm, const Args& a, std::string& phase) {
+  if (a.go_file.empty()) usage("garbage needs --go-file");
+  phase = "barrier";
+  comm.barrier();
+  say(comm.rank(), "ready");
+  phase = "waiting for the go file";
+  const auto end = Clock::now() + std::chrono::duration<double>(a.wait_seconds);
+  while (!std::filesystem::exists(a.go_file)) {
+    if (Clock::now() >= end) {
+      std::fprintf(stderr, "fault_worker rank %d: no go file %s within %.0f s\n", comm.rank(), a.go_file.c_str(),
+                   a.wait_seconds);
+      return kExitUsage;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // The all-to-all talks to every peer, so ranks connect to the ones that
+  // are not ring neighbours now, after the garbage reached the listeners.
+  const int n = comm.size();
+  const std::size_t block = 4096;
+  std::vector<std::int32_t> send(block * n), recv(block * n, -1);
+  for (int p = 0; p < n; ++p)
+    for (std::size_t i = 0; i < block; ++i) send[p * block + i] = comm.rank() * 1000 + p;
+  phase = "all_to_all";
+  comm.all_to_all(std::span<const std::int32_t>(send), std::span(recv));
+  for (int p = 0; p < n; ++p)
+    for (std::size_t i = 0; i < block; ++i)
+      if (recv[p * block + i] != p * 1000 + comm.rank()) {
+        std::fprintf(stderr, "fault_worker rank %d: WRONG RESULT in all_to_all from rank %d\n", comm.rank(), p);
+        return kExitWrongResult;
+      }
+  std::vector<float> buffer(a.count, static_cast<float>(comm.rank() + 1));
+  phase = "all_reduce";
+  comm.all_reduce(std::span(buffer), braid::ReduceOp::sum);
+  if (!check_sum(buffer, n)) {
+    std::fprintf(stderr, "fault_worker rank %d: WRONG RESULT in all_reduce\n", comm.rank());
+    return kExitWrongResult;
+  }
+  phase = "barrier";
+  comm.barrier();
+  say(comm.rank(), "OK all_to_all and all_reduce correct");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  if (a.mode != "allreduce" && a.mode != "mismatch" && a.mode != "join" && a.mode != "garbage")
+    usage(("unknown mode " + a.mode).c_str());
+  const auto start = Clock::now();
+  int rank = env_rank();
+  std::string phase = "join";
+  auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  try {
+    braid::Comm comm = braid::Comm::from_env();
+    rank = comm.rank();
+    if (a.mode == "allreduce") return run_allreduce(comm, a, phase);
+    if (a.mode == "mismatch") return run_mismatch(comm, a, phase);
+    if (a.mode == "join") return run_join(comm, phase);
+    return run_garbage(comm, a, phase);
+  } catch (const braid::Error& e) {
+    std::fprintf(stderr, "fault_worker rank %d: FAILED %s (%s) after %.3f s in %s: %s\n", rank, kind_of(e.code()),
+                 std::string(braid::name_of(e.code())).c_str(), seconds(), phase.c_str(), e.what());
+    return kExitBraidError;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fault_worker rank %d: FAILED with a non-braid exception after %.3f s in %s: %s\n", rank,
+                 seconds(), phase.c_str(), e.what());
+    return kExitOtherError;
+  }
+}
