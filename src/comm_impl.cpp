@@ -28,8 +28,47 @@ CommImpl::~CommImpl() {
 
 std::unique_ptr<CommImpl> CommImpl::create(Rendezvous rendezvous, int rank, int size, Settings settings) {
   std::unique_ptr<CommImpl> comm(new CommImpl(rank, size, std::move(settings)));
-  comm->join(std::move(rendezvous));
+  try {
+    comm->join(std::move(rendezvous));
+  } catch (const Error&) {
+    // The rank hosting the store keeps it up a moment, so the ranks still
+    // waiting read why start-up failed instead of losing the store.
+    if (comm->store_server_) std::this_thread::sleep_for(std::min<Clock::duration>(kJoinFailureGrace, comm->settings_.timeout));
+    throw;
+  }
   return comm;
+}
+
+void CommImpl::wait_for_ranks(Store& store, std::string_view what, Deadline deadline) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) keys.push_back(rank_key(what, r));
+  const std::string abort_key = "braid/join_failed";
+  try {
+    while (true) {
+      try {
+        store.wait(keys, std::chrono::duration_cast<Millis>(std::min<Clock::duration>(deadline.remaining(), kJoinPoll)));
+        return;
+      } catch (const Timeout&) {
+      }
+      // Another rank may have given up already: then its reason is ours.
+      if (store.check(std::span(&abort_key, 1)))
+        throw Timeout(cat("rank ", rank_, ": start-up failed: ", store.get_string(abort_key, kJoinPoll)));
+      if (!deadline.expired()) continue;
+      std::string missing;
+      int count = 0;
+      for (int r = 0; r < size_; ++r)
+        if (!store.check(std::span(&keys[r], 1))) missing += cat(count++ ? ", " : "", r);
+      std::string why = cat("rank", count == 1 ? " " : "s ", missing, " of ", size_,
+                            " did not join the communicator at the store ", store_name_, " within ",
+                            seconds_of(settings_.timeout), " s");
+      store.set(abort_key, why);
+      throw Timeout(cat("rank ", rank_, ": ", why));
+    }
+  } catch (const PeerLost& e) {
+    throw PeerLost(cat("rank ", rank_, ": lost the braid store at ", store_name_,
+                       " (hosted by rank 0) while waiting for the other ranks to join; rank 0 probably failed or gave "
+                       "up first: ", e.what()));
+  }
 }
 
 void CommImpl::join(Rendezvous rendezvous) {
@@ -53,22 +92,7 @@ void CommImpl::join(Rendezvous rendezvous) {
   store.set(rank_key("info", rank_), RankInfo::local(rank_).encode());
   store.set(rank_key("tcp", rank_), transport_->local_address());
 
-  // Wait for everyone; on timeout, say exactly who is missing.
-  std::vector<std::string> keys;
-  for (int r = 0; r < size_; ++r) keys.push_back(rank_key("tcp", r));
-  try {
-    store.wait(keys, std::chrono::duration_cast<Millis>(deadline.remaining()));
-  } catch (const Timeout&) {
-    std::string missing;
-    int count = 0;
-    for (int r = 0; r < size_; ++r) {
-      std::string key = rank_key("tcp", r);
-      if (!store.check(std::span(&key, 1))) missing += cat(count++ ? ", " : "", r);
-    }
-    throw Timeout(cat("rank ", rank_, ": rank", count == 1 ? " " : "s ", missing, " of ", size_,
-                      " did not join the communicator at the store ", store_name_, " within ",
-                      seconds_of(settings_.timeout), " s"));
-  }
+  wait_for_ranks(store, "tcp", deadline);
   std::vector<RankInfo> infos(static_cast<std::size_t>(size_));
   std::vector<std::vector<std::byte>> addresses(static_cast<std::size_t>(size_));
   for (int r = 0; r < size_; ++r) {
@@ -80,9 +104,7 @@ void CommImpl::join(Rendezvous rendezvous) {
   // Nobody (in particular not the rank hosting the store) leaves start-up
   // before every rank has read what it needs from the store.
   store.set(rank_key("fetched", rank_), std::string_view("1"));
-  keys.clear();
-  for (int r = 0; r < size_; ++r) keys.push_back(rank_key("fetched", r));
-  store.wait(keys, std::chrono::duration_cast<Millis>(deadline.remaining()));
+  wait_for_ranks(store, "fetched", deadline);
   start(std::move(infos), std::move(addresses));
 }
 

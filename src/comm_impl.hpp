@@ -100,6 +100,13 @@ class CommImpl {
  private:
   CommImpl(int rank, int size, Settings settings);
   void join(Rendezvous rendezvous);
+  /// Waits until every rank has set braid/<what>/<rank> in the store. At the
+  /// deadline it names the missing ranks and publishes that, so ranks still
+  /// waiting fail with the same reason; a reason published by another rank
+  /// ends the wait at once. Polls in short slices to notice either.
+  void wait_for_ranks(Store& store, std::string_view what, Deadline deadline);
+  static constexpr Millis kJoinPoll{200};
+  static constexpr Millis kJoinFailureGrace{1000};
   /// Everything after the addresses are known: plan, spin policy, ring links.
   void start(std::vector<RankInfo> infos, std::vector<std::vector<std::byte>> addresses);
   void connect_peers(const std::vector<int>& peers);
