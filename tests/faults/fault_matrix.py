@@ -367,8 +367,11 @@ def send_garbage(port, payload, linger_s):
     """Connects to 127.0.0.1:port, sends payload, reads any answer for up to linger_s, closes. Returns our address."""
     with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
         me = "%s:%d" % s.getsockname()
-        s.sendall(payload)
-        s.shutdown(socket.SHUT_WR)
+        try:
+            s.sendall(payload)
+            s.shutdown(socket.SHUT_WR)
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            pass  # the server may refuse on the first bytes and close at once
         s.settimeout(linger_s)
         try:
             while s.recv(4096):
