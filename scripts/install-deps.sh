@@ -4,12 +4,17 @@
 #
 #   scripts/install-deps.sh           build + tests
 #   scripts/install-deps.sh --bench   also Open MPI, for bench/compare_mpi.sh
+#   scripts/install-deps.sh --fuzz    also clang and its libFuzzer runtime, for scripts/fuzz.sh
 set -euo pipefail
 
 packages=(g++ meson ninja-build pkg-config catch2 python3 libssl-dev)
-if [ "${1:-}" = "--bench" ]; then
-  packages+=(openmpi-bin libopenmpi-dev)
-fi
+for arg in "$@"; do
+  case "$arg" in
+    --bench) packages+=(openmpi-bin libopenmpi-dev) ;;
+    --fuzz) packages+=(clang libclang-rt-14-dev) ;;
+    *) echo "install-deps: unknown option $arg (use --bench, --fuzz)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do

@@ -13,6 +13,8 @@ namespace braid {
 namespace {
 
 constexpr std::uint64_t kIdMagic = 0x3144494449415242ull;  // "BRAIDID1"
+constexpr std::size_t kIdBytes = 128;          // UniqueId::kBytes
+constexpr std::size_t kMaxStoreAddress = 100;  // fits kIdBytes with the magic, id and length
 
 SockAddr advertised_address(const SockAddr& store, const Settings& settings) {
   if (!settings.socket_ifname.empty()) {
@@ -99,14 +101,7 @@ std::vector<std::byte> create_unique_id_bytes(const Settings& settings) {
   }
   std::shared_ptr<TcpStoreServer> server = TcpStoreServer::start(bind_to, settings.auth_key);
   std::string where = server->address().to_string();
-  CommId id = CommId::random();
-  WireWriter w;
-  w.u64(kIdMagic);
-  w.bytes(id.bytes);
-  w.str(where);
-  auto bytes = w.take();
-  if (bytes.size() > 128) throw Error(ErrorCode::internal, "unique id does not fit in 128 bytes");
-  bytes.resize(128);
+  auto bytes = encode_unique_id(UniqueIdContents{CommId::random(), where});
   {
     std::lock_guard lock(g_hosted_mutex);
     (*g_hosted)[where] = HostedStore{std::move(server), ::getpid()};
@@ -115,18 +110,34 @@ std::vector<std::byte> create_unique_id_bytes(const Settings& settings) {
   return bytes;
 }
 
-Rendezvous rendezvous_by_id(std::span<const std::byte> id, int rank, int size, const Settings& settings) {
-  (void)rank;
-  (void)size;
+std::vector<std::byte> encode_unique_id(const UniqueIdContents& contents) {
+  WireWriter w;
+  w.u64(kIdMagic);
+  w.bytes(contents.comm_id.bytes);
+  w.str(contents.store);
+  auto bytes = w.take();
+  if (bytes.size() > kIdBytes) throw Error(ErrorCode::internal, cat("unique id does not fit in ", kIdBytes, " bytes"));
+  bytes.resize(kIdBytes);
+  return bytes;
+}
+
+UniqueIdContents decode_unique_id(std::span<const std::byte> id) {
   WireReader r(id, "braid unique id");
   if (r.u64() != kIdMagic)
     throw InvalidArgument("the unique id was not made by braid_get_unique_id / UniqueId::create (bad magic)");
-  CommId comm_id;
-  auto idb = r.bytes(comm_id.bytes.size());
-  std::copy(idb.begin(), idb.end(), comm_id.bytes.begin());
-  std::string where = r.str(100);
-  Rendezvous rv = connect_to(where, settings, take_hosted(where));
-  rv.comm_id = comm_id;
+  UniqueIdContents contents;
+  auto idb = r.bytes(contents.comm_id.bytes.size());
+  std::copy(idb.begin(), idb.end(), contents.comm_id.bytes.begin());
+  contents.store = r.str(kMaxStoreAddress);
+  return contents;
+}
+
+Rendezvous rendezvous_by_id(std::span<const std::byte> id, int rank, int size, const Settings& settings) {
+  (void)rank;
+  (void)size;
+  UniqueIdContents contents = decode_unique_id(id);
+  Rendezvous rv = connect_to(contents.store, settings, take_hosted(contents.store));
+  rv.comm_id = contents.comm_id;
   return rv;
 }
 

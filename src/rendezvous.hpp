@@ -31,4 +31,18 @@ Rendezvous rendezvous_by_id(std::span<const std::byte> id, int rank, int size, c
 /// Starts a store for UniqueId::create and returns the id bytes.
 std::vector<std::byte> create_unique_id_bytes(const Settings& settings);
 
+/// What a UniqueId's bytes carry: the communicator id and where its store
+/// listens. The bytes come from whoever handed the id to this rank, so they
+/// are decoded as untrusted input (tests/fuzz/fuzz_unique_id.cpp).
+struct UniqueIdContents {
+  CommId comm_id;
+  std::string store;  // "10.0.0.1:40123"
+};
+/// 128 bytes, zero-padded; Error(internal) when the store address does not fit.
+std::vector<std::byte> encode_unique_id(const UniqueIdContents& contents);
+/// Throws InvalidArgument when the bytes were not made by encode_unique_id
+/// (bad magic), ProtocolMismatch when they are truncated or the address is
+/// longer than 100 bytes. Bytes after the address (the padding) are ignored.
+UniqueIdContents decode_unique_id(std::span<const std::byte> id);
+
 }  // namespace braid
