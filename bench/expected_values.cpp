@@ -1,5 +1,6 @@
 #include "expected_values.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -62,6 +63,22 @@ T broadcast_value(int root, std::size_t i) {
   return from_integer<T>(static_cast<std::int64_t>((i * 13 + static_cast<std::size_t>(root) * 5) % 97) - 48);
 }
 
+// splitmix64's finaliser: every input bit affects every output bit.
+std::uint64_t mix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+template <typename T>
+T block_value(int from, int to, std::size_t i) {
+  const std::uint64_t key = mix64(static_cast<std::uint64_t>(i)) ^
+                            mix64((static_cast<std::uint64_t>(static_cast<std::uint32_t>(from)) << 32) |
+                                  static_cast<std::uint32_t>(to));
+  return from_integer<T>(static_cast<std::int64_t>(mix64(key) % 251) - 125);
+}
+
 template <typename Fn>
 decltype(auto) with_type(DataType type, Fn&& fn) {
   switch (type) {
@@ -84,6 +101,18 @@ bool same_bits(const T& a, const T& b) {
   return std::memcmp(&a, &b, sizeof(T)) == 0;
 }
 
+// Counts the elements of `data` that differ from value(i), i < count.
+template <typename Value>
+std::size_t count_differing(DataType type, const void* data, std::size_t count, Value&& value) {
+  return with_type(type, [&](auto zero) {
+    using T = decltype(zero);
+    auto* in = static_cast<const T*>(data);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < count; ++i) wrong += !same_bits(in[i], value(zero, i));
+    return wrong;
+  });
+}
+
 }  // namespace
 
 void fill_reduce_input(DataType type, ReduceOp op, int rank, void* data, std::size_t count) {
@@ -95,13 +124,8 @@ void fill_reduce_input(DataType type, ReduceOp op, int rank, void* data, std::si
 }
 
 std::size_t count_wrong_reduce(DataType type, ReduceOp op, int ranks, const void* data, std::size_t count) {
-  return with_type(type, [&](auto zero) {
-    using T = decltype(zero);
-    auto* in = static_cast<const T*>(data);
-    std::size_t wrong = 0;
-    for (std::size_t i = 0; i < count; ++i) wrong += !same_bits(in[i], expected<T>(type, op, ranks, i));
-    return wrong;
-  });
+  return count_differing(type, data, count,
+                         [&](auto zero, std::size_t i) { return expected<decltype(zero)>(type, op, ranks, i); });
 }
 
 void fill_broadcast_input(DataType type, int root, void* data, std::size_t count) {
@@ -113,13 +137,51 @@ void fill_broadcast_input(DataType type, int root, void* data, std::size_t count
 }
 
 std::size_t count_wrong_broadcast(DataType type, int root, const void* data, std::size_t count) {
-  return with_type(type, [&](auto zero) {
-    using T = decltype(zero);
-    auto* in = static_cast<const T*>(data);
-    std::size_t wrong = 0;
-    for (std::size_t i = 0; i < count; ++i) wrong += !same_bits(in[i], broadcast_value<T>(root, i));
-    return wrong;
+  return count_differing(type, data, count,
+                         [&](auto zero, std::size_t i) { return broadcast_value<decltype(zero)>(root, i); });
+}
+
+std::size_t count_wrong_reduce_scatter(DataType type, ReduceOp op, int rank, int ranks, const void* data,
+                                       std::size_t count) {
+  const std::size_t first = static_cast<std::size_t>(rank) * count;
+  return count_differing(type, data, count, [&](auto zero, std::size_t i) {
+    return expected<decltype(zero)>(type, op, ranks, first + i);
   });
+}
+
+void fill_block(DataType type, int from, int to, void* data, std::size_t count) {
+  with_type(type, [&](auto zero) {
+    using T = decltype(zero);
+    auto* out = static_cast<T*>(data);
+    for (std::size_t i = 0; i < count; ++i) out[i] = block_value<T>(from, to, i);
+  });
+}
+
+std::size_t count_wrong_block(DataType type, int from, int to, const void* data, std::size_t count) {
+  return count_differing(type, data, count,
+                         [&](auto zero, std::size_t i) { return block_value<decltype(zero)>(from, to, i); });
+}
+
+void fill_all_to_all_input(DataType type, int rank, int ranks, void* data, std::size_t count) {
+  auto* out = static_cast<std::byte*>(data);
+  for (int p = 0; p < ranks; ++p)
+    fill_block(type, rank, p, out + static_cast<std::size_t>(p) * count * size_of(type), count);
+}
+
+std::size_t count_wrong_all_to_all(DataType type, int rank, int ranks, const void* data, std::size_t count) {
+  auto* in = static_cast<const std::byte*>(data);
+  std::size_t wrong = 0;
+  for (int q = 0; q < ranks; ++q)
+    wrong += count_wrong_block(type, q, rank, in + static_cast<std::size_t>(q) * count * size_of(type), count);
+  return wrong;
+}
+
+std::size_t count_wrong_gather(DataType type, int ranks, const void* data, std::size_t count) {
+  auto* in = static_cast<const std::byte*>(data);
+  std::size_t wrong = 0;
+  for (int q = 0; q < ranks; ++q)
+    wrong += count_wrong_block(type, q, q, in + static_cast<std::size_t>(q) * count * size_of(type), count);
+  return wrong;
 }
 
 }  // namespace braid::check

@@ -3,15 +3,24 @@
 // braid_last_error(). No exception crosses this boundary.
 #include "braid/braid.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "braid/braid.hpp"
 #include "core/text.hpp"
 
 struct braid_comm {
   braid::Comm comm;
+};
+
+struct braid_work {
+  braid::Work work;
 };
 
 namespace {
@@ -32,17 +41,31 @@ braid_result_t guarded(Body&& body) {
   } catch (const std::exception& e) {
     t_last_error = braid::cat("unexpected error: ", e.what());
     return braid_internal_error;
+  } catch (...) {
+    t_last_error = "unexpected error of an unknown kind";
+    return braid_internal_error;
   }
 }
 
-braid::DataType to_type(braid_datatype_t t) {
-  int v = static_cast<int>(t);
+// C lets an enum variable hold any int, but in C++ loading a value outside
+// the range of an enum without a fixed underlying type is undefined (UBSan's
+// -fsanitize=enum traps it). The C enums crossing this boundary are read as
+// their raw bits instead, never loaded as the enum type.
+template <typename Enum>
+int raw_value(const Enum& e) {
+  std::underlying_type_t<Enum> v;
+  std::memcpy(&v, &e, sizeof v);
+  return static_cast<int>(v);
+}
+
+braid::DataType to_type(const braid_datatype_t& t) {
+  int v = raw_value(t);
   if (v < 0 || v >= braid::kDataTypeCount) throw braid::InvalidArgument(braid::cat("unknown braid_datatype_t value ", v));
   return static_cast<braid::DataType>(v);
 }
 
-braid::ReduceOp to_op(braid_redop_t op) {
-  int v = static_cast<int>(op);
+braid::ReduceOp to_op(const braid_redop_t& op) {
+  int v = raw_value(op);
   if (v < 0 || v >= braid::kReduceOpCount) throw braid::InvalidArgument(braid::cat("unknown braid_redop_t value ", v));
   return static_cast<braid::ReduceOp>(v);
 }
@@ -55,6 +78,24 @@ braid::Comm& comm_of(braid_comm_t comm) {
 template <typename Pointer>
 void require(Pointer* p, const char* name) {
   if (p == nullptr) throw braid::InvalidArgument(braid::cat(name, " is NULL"));
+}
+
+braid::Work& work_of(braid_work_t work) {
+  if (work == nullptr) throw braid::InvalidArgument("the work handle is NULL");
+  return work->work;
+}
+
+// The *_async entry points: `start` submits the operation and returns its
+// Work, which becomes a handle only once the operation is queued, so *work is
+// NULL after any failure.
+template <typename Start>
+braid_result_t started(braid_work_t* work, Start&& start) {
+  return guarded([&] {
+    require(work, "the work handle pointer");
+    *work = nullptr;
+    braid::Work w = start();
+    *work = new braid_work{std::move(w)};
+  });
 }
 
 }  // namespace
@@ -105,6 +146,15 @@ braid_result_t braid_comm_count(braid_comm_t comm, int* count) {
   });
 }
 
+braid_result_t braid_comm_split(braid_comm_t comm, int color, int key, braid_comm_t* newcomm) {
+  return guarded([&] {
+    require(newcomm, "the new communicator pointer");
+    *newcomm = nullptr;
+    braid::Comm child = comm_of(comm).split(color, key);
+    *newcomm = new braid_comm{std::move(child)};
+  });
+}
+
 braid_result_t braid_all_reduce(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
                                 braid_redop_t op, braid_comm_t comm) {
   return guarded([&] { comm_of(comm).all_reduce(sendbuf, recvbuf, count, to_type(datatype), to_op(op)); });
@@ -115,12 +165,141 @@ braid_result_t braid_broadcast(const void* sendbuf, void* recvbuf, size_t count,
   return guarded([&] { comm_of(comm).broadcast(sendbuf, recvbuf, count, to_type(datatype), root); });
 }
 
+braid_result_t braid_reduce(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
+                            braid_redop_t op, int root, braid_comm_t comm) {
+  return guarded([&] { comm_of(comm).reduce(sendbuf, recvbuf, count, to_type(datatype), to_op(op), root); });
+}
+
+braid_result_t braid_all_gather(const void* sendbuf, void* recvbuf, size_t sendcount, braid_datatype_t datatype,
+                                braid_comm_t comm) {
+  return guarded([&] { comm_of(comm).all_gather(sendbuf, recvbuf, sendcount, to_type(datatype)); });
+}
+
+braid_result_t braid_reduce_scatter(const void* sendbuf, void* recvbuf, size_t recvcount, braid_datatype_t datatype,
+                                    braid_redop_t op, braid_comm_t comm) {
+  return guarded([&] { comm_of(comm).reduce_scatter(sendbuf, recvbuf, recvcount, to_type(datatype), to_op(op)); });
+}
+
+braid_result_t braid_all_to_all(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
+                                braid_comm_t comm) {
+  return guarded([&] { comm_of(comm).all_to_all(sendbuf, recvbuf, count, to_type(datatype)); });
+}
+
+braid_result_t braid_gather(const void* sendbuf, void* recvbuf, size_t sendcount, braid_datatype_t datatype, int root,
+                            braid_comm_t comm) {
+  return guarded([&] { comm_of(comm).gather(sendbuf, recvbuf, sendcount, to_type(datatype), root); });
+}
+
+braid_result_t braid_scatter(const void* sendbuf, void* recvbuf, size_t recvcount, braid_datatype_t datatype, int root,
+                             braid_comm_t comm) {
+  return guarded([&] { comm_of(comm).scatter(sendbuf, recvbuf, recvcount, to_type(datatype), root); });
+}
+
 braid_result_t braid_barrier(braid_comm_t comm) {
   return guarded([&] { comm_of(comm).barrier(); });
 }
 
+braid_result_t braid_send(const void* buf, size_t count, braid_datatype_t datatype, int peer, braid_comm_t comm) {
+  return guarded([&] { comm_of(comm).send(buf, count, to_type(datatype), peer); });
+}
+
+braid_result_t braid_recv(void* buf, size_t count, braid_datatype_t datatype, int peer, braid_comm_t comm) {
+  return guarded([&] { comm_of(comm).recv(buf, count, to_type(datatype), peer); });
+}
+
+// ---- started in the background ----------------------------------------------------
+
+braid_result_t braid_all_reduce_async(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
+                                      braid_redop_t op, braid_comm_t comm, braid_work_t* work) {
+  return started(work, [&] {
+    return comm_of(comm).all_reduce_async(sendbuf, recvbuf, count, to_type(datatype), to_op(op));
+  });
+}
+
+braid_result_t braid_broadcast_async(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
+                                     int root, braid_comm_t comm, braid_work_t* work) {
+  return started(work, [&] { return comm_of(comm).broadcast_async(sendbuf, recvbuf, count, to_type(datatype), root); });
+}
+
+braid_result_t braid_reduce_async(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
+                                  braid_redop_t op, int root, braid_comm_t comm, braid_work_t* work) {
+  return started(work, [&] {
+    return comm_of(comm).reduce_async(sendbuf, recvbuf, count, to_type(datatype), to_op(op), root);
+  });
+}
+
+braid_result_t braid_all_gather_async(const void* sendbuf, void* recvbuf, size_t sendcount,
+                                      braid_datatype_t datatype, braid_comm_t comm, braid_work_t* work) {
+  return started(work, [&] { return comm_of(comm).all_gather_async(sendbuf, recvbuf, sendcount, to_type(datatype)); });
+}
+
+braid_result_t braid_reduce_scatter_async(const void* sendbuf, void* recvbuf, size_t recvcount,
+                                          braid_datatype_t datatype, braid_redop_t op, braid_comm_t comm,
+                                          braid_work_t* work) {
+  return started(work, [&] {
+    return comm_of(comm).reduce_scatter_async(sendbuf, recvbuf, recvcount, to_type(datatype), to_op(op));
+  });
+}
+
+braid_result_t braid_all_to_all_async(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
+                                      braid_comm_t comm, braid_work_t* work) {
+  return started(work, [&] { return comm_of(comm).all_to_all_async(sendbuf, recvbuf, count, to_type(datatype)); });
+}
+
+braid_result_t braid_gather_async(const void* sendbuf, void* recvbuf, size_t sendcount, braid_datatype_t datatype,
+                                  int root, braid_comm_t comm, braid_work_t* work) {
+  return started(work, [&] { return comm_of(comm).gather_async(sendbuf, recvbuf, sendcount, to_type(datatype), root); });
+}
+
+braid_result_t braid_scatter_async(const void* sendbuf, void* recvbuf, size_t recvcount, braid_datatype_t datatype,
+                                   int root, braid_comm_t comm, braid_work_t* work) {
+  return started(work, [&] { return comm_of(comm).scatter_async(sendbuf, recvbuf, recvcount, to_type(datatype), root); });
+}
+
+braid_result_t braid_barrier_async(braid_comm_t comm, braid_work_t* work) {
+  return started(work, [&] { return comm_of(comm).barrier_async(); });
+}
+
+braid_result_t braid_send_async(const void* buf, size_t count, braid_datatype_t datatype, int peer, braid_comm_t comm,
+                                braid_work_t* work) {
+  return started(work, [&] { return comm_of(comm).send_async(buf, count, to_type(datatype), peer); });
+}
+
+braid_result_t braid_recv_async(void* buf, size_t count, braid_datatype_t datatype, int peer, braid_comm_t comm,
+                                braid_work_t* work) {
+  return started(work, [&] { return comm_of(comm).recv_async(buf, count, to_type(datatype), peer); });
+}
+
+braid_result_t braid_work_wait(braid_work_t work, long timeout_ms, int* done) {
+  return guarded([&] {
+    if (done != nullptr) *done = 0;
+    braid::Work& w = work_of(work);
+    // Clamped so that now + timeout cannot overflow the clock; any operation
+    // fails on its own BRAID_TIMEOUT long before.
+    constexpr long long kLongestMs = 30LL * 24 * 3600 * 1000;
+    std::optional<std::chrono::milliseconds> timeout;
+    if (timeout_ms >= 0) timeout = std::chrono::milliseconds(std::min<long long>(timeout_ms, kLongestMs));
+    bool finished = w.wait(timeout);
+    if (done != nullptr) *done = finished ? 1 : 0;
+    else if (!finished)
+      throw braid::Timeout(braid::cat("braid_work_wait: the operation was not done within ", timeout_ms, " ms"));
+  });
+}
+
+braid_result_t braid_work_test(braid_work_t work, int* done) {
+  return guarded([&] {
+    require(done, "the done pointer");
+    *done = 0;
+    *done = work_of(work).test() ? 1 : 0;
+  });
+}
+
+braid_result_t braid_work_free(braid_work_t work) {
+  return guarded([&] { delete work; });
+}
+
 const char* braid_get_error_string(braid_result_t result) {
-  switch (result) {
+  switch (raw_value(result)) {
     case braid_success: return "success";
     case braid_invalid_argument: return "invalid argument";
     case braid_timeout: return "timeout";

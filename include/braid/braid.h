@@ -62,16 +62,37 @@ typedef struct {
 
 typedef struct braid_comm* braid_comm_t;
 
+/** A collective or point-to-point operation started by one of the *_async
+ * calls. Operations of one communicator run one after another in the order
+ * they were started, in the background, while the caller computes; the
+ * buffers must stay valid until the operation is done. Free every handle with
+ * braid_work_free, waited for or not: freeing does not cancel the operation
+ * (the communicator finishes it). A handle may outlive its communicator:
+ * braid_comm_destroy finishes every queued operation first. */
+typedef struct braid_work* braid_work_t;
+
 /** Creates a rendezvous point hosted by this process (see braid::UniqueId). */
 braid_result_t braid_get_unique_id(braid_unique_id_t* id);
 /** Joins communicator `id` as `rank` of `nranks`. */
 braid_result_t braid_comm_init_rank(braid_comm_t* comm, int nranks, braid_unique_id_t id, int rank);
 /** Joins the communicator described by BRAID_RANK, BRAID_WORLD_SIZE, BRAID_STORE_ADDR. */
 braid_result_t braid_comm_init_env(braid_comm_t* comm);
-/** Frees the communicator. Accepts NULL. */
+/** Splits `comm` (a collective call: every rank of `comm` calls it). Ranks
+ * passing the same `color` form a new communicator, ordered by `key`, then by
+ * rank in `comm`; it has its own connections and runs independently of
+ * `comm`, which stays usable. `color` must be non-negative and shared by at
+ * least two ranks, or the call fails on the ranks that passed it.
+ * `*newcomm` is NULL after a failure. */
+braid_result_t braid_comm_split(braid_comm_t comm, int color, int key, braid_comm_t* newcomm);
+/** Frees the communicator after finishing the operations still queued on it
+ * (each bounded by BRAID_TIMEOUT). Accepts NULL. */
 braid_result_t braid_comm_destroy(braid_comm_t comm);
 braid_result_t braid_comm_rank(braid_comm_t comm, int* rank);
 braid_result_t braid_comm_count(braid_comm_t comm, int* count);
+
+/* Collectives. Every rank calls each one with the same datatype, count, op
+ * and root. Counts are in elements; n is the communicator's size. Each call
+ * blocks until this rank's part is done. */
 
 /** recvbuf[i] = op over ranks of sendbuf[i]; sendbuf == recvbuf works in place. */
 braid_result_t braid_all_reduce(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
@@ -79,7 +100,88 @@ braid_result_t braid_all_reduce(const void* sendbuf, void* recvbuf, size_t count
 /** Copies root's sendbuf into every rank's recvbuf (sendbuf is read on root only). */
 braid_result_t braid_broadcast(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
                                int root, braid_comm_t comm);
+/** recvbuf[i] on root = op over ranks of sendbuf[i]; recvbuf is ignored on the
+ * other ranks (may be NULL). sendbuf == recvbuf works in place on root. */
+braid_result_t braid_reduce(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
+                            braid_redop_t op, int root, braid_comm_t comm);
+/** recvbuf (n x sendcount) = every rank's sendbuf (sendcount) in rank order.
+ * In place: sendbuf == recvbuf + rank x sendcount elements. */
+braid_result_t braid_all_gather(const void* sendbuf, void* recvbuf, size_t sendcount, braid_datatype_t datatype,
+                                braid_comm_t comm);
+/** recvbuf (recvcount) = block `rank` of op over ranks of sendbuf
+ * (n x recvcount). In place: recvbuf == sendbuf + rank x recvcount elements. */
+braid_result_t braid_reduce_scatter(const void* sendbuf, void* recvbuf, size_t recvcount, braid_datatype_t datatype,
+                                    braid_redop_t op, braid_comm_t comm);
+/** Block p (count elements) of sendbuf goes to rank p; block p of recvbuf
+ * comes from rank p. Both hold n x count. In place: sendbuf == recvbuf. */
+braid_result_t braid_all_to_all(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
+                                braid_comm_t comm);
+/** root's recvbuf (n x sendcount) = every rank's sendbuf (sendcount) in rank
+ * order; recvbuf is ignored elsewhere. In place on root: sendbuf == recvbuf +
+ * root x sendcount elements. */
+braid_result_t braid_gather(const void* sendbuf, void* recvbuf, size_t sendcount, braid_datatype_t datatype, int root,
+                            braid_comm_t comm);
+/** Every rank's recvbuf (recvcount) = block `rank` of root's sendbuf
+ * (n x recvcount); sendbuf is ignored elsewhere. In place on root: recvbuf ==
+ * sendbuf + root x recvcount elements. */
+braid_result_t braid_scatter(const void* sendbuf, void* recvbuf, size_t recvcount, braid_datatype_t datatype, int root,
+                             braid_comm_t comm);
+/** Returns once every rank has entered the barrier. */
 braid_result_t braid_barrier(braid_comm_t comm);
+
+/* Point to point. `peer` must post the matching braid_recv (braid_send) with
+ * the same count and datatype; operations between two ranks match in the
+ * order they are issued. A communicator runs its operations one at a time in
+ * the order they were started (the _async ones too), and a send may wait
+ * until the peer receives, so in an exchange one side must send first and
+ * the other receive first (for a ring: even ranks send then receive, odd
+ * ranks receive then send); otherwise both wait until BRAID_TIMEOUT. */
+
+/** Sends count elements of buf to `peer`. */
+braid_result_t braid_send(const void* buf, size_t count, braid_datatype_t datatype, int peer, braid_comm_t comm);
+/** Receives count elements from `peer` into buf. */
+braid_result_t braid_recv(void* buf, size_t count, braid_datatype_t datatype, int peer, braid_comm_t comm);
+
+/* The same, started in the background: each returns at once with a handle in
+ * *work (NULL if the call fails) for braid_work_wait / braid_work_test. The
+ * buffers must stay valid and untouched until the operation is done. */
+
+braid_result_t braid_all_reduce_async(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
+                                      braid_redop_t op, braid_comm_t comm, braid_work_t* work);
+braid_result_t braid_broadcast_async(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
+                                     int root, braid_comm_t comm, braid_work_t* work);
+braid_result_t braid_reduce_async(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
+                                  braid_redop_t op, int root, braid_comm_t comm, braid_work_t* work);
+braid_result_t braid_all_gather_async(const void* sendbuf, void* recvbuf, size_t sendcount,
+                                      braid_datatype_t datatype, braid_comm_t comm, braid_work_t* work);
+braid_result_t braid_reduce_scatter_async(const void* sendbuf, void* recvbuf, size_t recvcount,
+                                          braid_datatype_t datatype, braid_redop_t op, braid_comm_t comm,
+                                          braid_work_t* work);
+braid_result_t braid_all_to_all_async(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
+                                      braid_comm_t comm, braid_work_t* work);
+braid_result_t braid_gather_async(const void* sendbuf, void* recvbuf, size_t sendcount, braid_datatype_t datatype,
+                                  int root, braid_comm_t comm, braid_work_t* work);
+braid_result_t braid_scatter_async(const void* sendbuf, void* recvbuf, size_t recvcount, braid_datatype_t datatype,
+                                   int root, braid_comm_t comm, braid_work_t* work);
+braid_result_t braid_barrier_async(braid_comm_t comm, braid_work_t* work);
+braid_result_t braid_send_async(const void* buf, size_t count, braid_datatype_t datatype, int peer, braid_comm_t comm,
+                                braid_work_t* work);
+braid_result_t braid_recv_async(void* buf, size_t count, braid_datatype_t datatype, int peer, braid_comm_t comm,
+                                braid_work_t* work);
+
+/** Waits until the operation is done or `timeout_ms` milliseconds pass
+ * (timeout_ms < 0: until done, which the communicator's BRAID_TIMEOUT bounds;
+ * 0: just look). Sets *done to 1 when done, else 0, and returns braid_success.
+ * `done` may be NULL: then an operation not done in time returns
+ * braid_timeout. A failed operation returns its error code (again at every
+ * later wait or test), and braid_last_error() its message. */
+braid_result_t braid_work_wait(braid_work_t work, long timeout_ms, int* done);
+/** Never blocks: sets *done to 1 if the operation is done, else 0 (and moves
+ * it forward if no other thread is doing so). A failed operation returns its
+ * error code. */
+braid_result_t braid_work_test(braid_work_t work, int* done);
+/** Frees the handle; the operation itself still runs to completion. Accepts NULL. */
+braid_result_t braid_work_free(braid_work_t work);
 
 /** A fixed description of a result code ("timeout"). */
 const char* braid_get_error_string(braid_result_t result);

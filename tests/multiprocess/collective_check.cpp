@@ -1,7 +1,7 @@
 // Multi-process correctness check, run by the test suite under braid-run with
 // 2, 3 and 4 ranks over real TCP sockets:
 //
-//   braid-run -n 3 collective_check [--large-mib 64]
+//   braid-run -n 3 collective_check [--large-mib 64] [--only all_reduce|broadcast]
 //
 // all_reduce: every type x op at counts 0, 1, odd, not divisible by the rank
 // count, and several pipeline slices, in place and out of place; then one
@@ -9,7 +9,8 @@
 // broadcast: every type from every root at the same counts, in place and out
 // of place; large buffers from the last rank. barrier: a few in a row.
 // Every rank checks its own result against independently computed values
-// (bench/expected_values.hpp); any wrong element fails the process.
+// (bench/expected_values.hpp); any wrong element fails the process. --only
+// runs one of the two (the tests that force one algorithm with BRAID_ALGO).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -78,13 +79,21 @@ void check_broadcast(braid::Comm& comm, Tally& tally, braid::DataType type, int 
 
 int main(int argc, char** argv) {
   std::size_t large_mib = 64;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--large-mib") == 0 && i + 1 < argc) large_mib = std::strtoul(argv[++i], nullptr, 10);
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: collective_check [--large-mib N]\n");
+      std::fprintf(stderr, "usage: collective_check [--large-mib N] [--only all_reduce|broadcast]\n");
       return 2;
     }
   }
+  if (!only.empty() && only != "all_reduce" && only != "broadcast") {
+    std::fprintf(stderr, "collective_check: --only takes all_reduce or broadcast\n");
+    return 2;
+  }
+  const bool all_reduces = only.empty() || only == "all_reduce";
+  const bool broadcasts = only.empty() || only == "broadcast";
   try {
     braid::Comm comm = braid::Comm::from_env();
     const int n = comm.size();
@@ -92,24 +101,31 @@ int main(int argc, char** argv) {
     const std::size_t n_sz = static_cast<std::size_t>(n);
     // 0, 1, odd, not divisible by n, and enough elements for several slices.
     const std::vector<std::size_t> counts = {0, 1, 7, n_sz * 13 + 1, 1001, 300007};
-    for (auto type : kTypes)
-      for (auto op : kOps)
-        for (auto count : counts)
-          for (bool in_place : {false, true}) check_all_reduce(comm, tally, type, op, count, in_place);
-    for (auto type : kTypes)
-      for (int root = 0; root < n; ++root)
-        for (auto count : counts)
-          for (bool in_place : {false, true}) check_broadcast(comm, tally, type, root, count, in_place);
+    if (all_reduces)
+      for (auto type : kTypes)
+        for (auto op : kOps)
+          for (auto count : counts)
+            for (bool in_place : {false, true}) check_all_reduce(comm, tally, type, op, count, in_place);
+    if (broadcasts)
+      for (auto type : kTypes)
+        for (int root = 0; root < n; ++root)
+          for (auto count : counts)
+            for (bool in_place : {false, true}) check_broadcast(comm, tally, type, root, count, in_place);
     for (int i = 0; i < 5; ++i) {
       comm.barrier();
       tally.record(true, "barrier", comm.rank());
     }
     if (large_mib > 0) {
       const std::size_t large = large_mib << 20;
-      check_all_reduce(comm, tally, braid::DataType::f32, braid::ReduceOp::sum, large / 4, false);
-      check_all_reduce(comm, tally, braid::DataType::bf16, braid::ReduceOp::avg, large / 2, true);
-      check_all_reduce(comm, tally, braid::DataType::i64, braid::ReduceOp::max, large / 8 + 3, false);
-      check_broadcast(comm, tally, braid::DataType::f32, n - 1, large / 4 + 1, false);
+      if (all_reduces) {
+        check_all_reduce(comm, tally, braid::DataType::f32, braid::ReduceOp::sum, large / 4, false);
+        check_all_reduce(comm, tally, braid::DataType::bf16, braid::ReduceOp::avg, large / 2, true);
+        check_all_reduce(comm, tally, braid::DataType::i64, braid::ReduceOp::max, large / 8 + 3, false);
+      }
+      if (broadcasts) {
+        check_broadcast(comm, tally, braid::DataType::f32, n - 1, large / 4 + 1, false);
+        check_broadcast(comm, tally, braid::DataType::i8, 0, large + 5, true);
+      }
     }
     std::printf("rank %d of %d: %d cases right, %d wrong\n", comm.rank(), n, tally.cases - tally.failed, tally.failed);
     return tally.failed == 0 ? 0 : 1;

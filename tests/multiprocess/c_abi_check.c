@@ -1,0 +1,373 @@
+/* The C ABI from C: every entry point of braid/braid.h, run under braid-run
+ * (3 ranks in the test suite, any number >= 2 works):
+ *
+ *   braid-run -n 3 c_abi_check
+ *
+ * Blocking collectives, point to point, every *_async call with several
+ * operations in flight waited in reverse order, braid_work_test polling,
+ * braid_work_wait with a timeout, split, a second communicator made from a
+ * unique id, and the error codes: bad arguments, a timed-out operation and
+ * the communicator refusing work after it. Compiled as C11 and includes
+ * nothing of braid but braid/braid.h.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "braid/braid.h"
+
+static int g_rank = -1;
+static int g_failed = 0;
+static int g_cases = 0;
+
+static void expect(int ok, const char* what, int line) {
+  ++g_cases;
+  if (!ok) {
+    ++g_failed;
+    fprintf(stderr, "rank %d: FAILED line %d: %s (last error: %s)\n", g_rank, line, what, braid_last_error());
+  }
+}
+#define EXPECT(cond) expect((cond) ? 1 : 0, #cond, __LINE__)
+#define EXPECT_OK(call) expect((call) == braid_success, #call, __LINE__)
+#define EXPECT_CODE(call, code) expect((call) == (code), #call " == " #code, __LINE__)
+
+static void sleep_ms(long ms) {
+  struct timespec t;
+  t.tv_sec = ms / 1000;
+  t.tv_nsec = (ms % 1000) * 1000000L;
+  nanosleep(&t, NULL);
+}
+
+/* Values every rank can compute for every other rank. */
+static int32_t value(int rank, int i) { return (int32_t)(rank * 1000 + i % 997); }
+
+static void blocking_collectives(braid_comm_t comm, int rank, int n) {
+  enum { kCount = 257 };
+  int32_t send[kCount * 8], recv[kCount * 8];
+  int i, r, wrong;
+
+  /* reduce to the last rank; all_reduce in place. */
+  for (i = 0; i < kCount; ++i) send[i] = value(rank, i);
+  memset(recv, 0, sizeof recv);
+  EXPECT_OK(braid_reduce(send, rank == n - 1 ? recv : NULL, kCount, braid_i32, braid_sum, n - 1, comm));
+  if (rank == n - 1) {
+    for (wrong = 0, i = 0; i < kCount; ++i) {
+      int32_t want = 0;
+      for (r = 0; r < n; ++r) want += value(r, i);
+      wrong += recv[i] != want;
+    }
+    EXPECT(wrong == 0);
+  }
+  EXPECT_OK(braid_all_reduce(send, send, kCount, braid_i32, braid_max, comm));
+  for (wrong = 0, i = 0; i < kCount; ++i) wrong += send[i] != value(n - 1, i);
+  EXPECT(wrong == 0);
+
+  /* broadcast from rank 1. */
+  for (i = 0; i < kCount; ++i) send[i] = rank == 1 ? value(1, i) : -1;
+  EXPECT_OK(braid_broadcast(send, send, kCount, braid_i32, 1, comm));
+  for (wrong = 0, i = 0; i < kCount; ++i) wrong += send[i] != value(1, i);
+  EXPECT(wrong == 0);
+
+  /* all_gather, then gather to rank 0. */
+  for (i = 0; i < kCount; ++i) send[i] = value(rank, i);
+  EXPECT_OK(braid_all_gather(send, recv, kCount, braid_i32, comm));
+  for (wrong = 0, r = 0; r < n; ++r)
+    for (i = 0; i < kCount; ++i) wrong += recv[r * kCount + i] != value(r, i);
+  EXPECT(wrong == 0);
+  memset(recv, 0, sizeof recv);
+  EXPECT_OK(braid_gather(send, rank == 0 ? recv : NULL, kCount, braid_i32, 0, comm));
+  if (rank == 0) {
+    for (wrong = 0, r = 0; r < n; ++r)
+      for (i = 0; i < kCount; ++i) wrong += recv[r * kCount + i] != value(r, i);
+    EXPECT(wrong == 0);
+  }
+
+  /* reduce_scatter: block r of every rank's input is value(rank, r * kCount + i). */
+  for (r = 0; r < n; ++r)
+    for (i = 0; i < kCount; ++i) send[r * kCount + i] = value(rank, r * kCount + i);
+  EXPECT_OK(braid_reduce_scatter(send, recv, kCount, braid_i32, braid_sum, comm));
+  for (wrong = 0, i = 0; i < kCount; ++i) {
+    int32_t want = 0;
+    for (r = 0; r < n; ++r) want += value(r, rank * kCount + i);
+    wrong += recv[i] != want;
+  }
+  EXPECT(wrong == 0);
+
+  /* all_to_all in place: block p goes to rank p, tagged with both ranks. */
+  for (r = 0; r < n; ++r)
+    for (i = 0; i < kCount; ++i) send[r * kCount + i] = value(rank * 10 + r, i);
+  EXPECT_OK(braid_all_to_all(send, send, kCount, braid_i32, comm));
+  for (wrong = 0, r = 0; r < n; ++r)
+    for (i = 0; i < kCount; ++i) wrong += send[r * kCount + i] != value(r * 10 + rank, i);
+  EXPECT(wrong == 0);
+
+  /* scatter from the last rank. */
+  for (r = 0; r < n; ++r)
+    for (i = 0; i < kCount; ++i) send[r * kCount + i] = value(r + 50, i);
+  EXPECT_OK(braid_scatter(rank == n - 1 ? send : NULL, recv, kCount, braid_i32, n - 1, comm));
+  for (wrong = 0, i = 0; i < kCount; ++i) wrong += recv[i] != value(rank + 50, i);
+  EXPECT(wrong == 0);
+
+  /* send/recv around the ring: even ranks send first (operations run in order). */
+  {
+    int next = (rank + 1) % n, previous = (rank + n - 1) % n;
+    for (i = 0; i < kCount; ++i) send[i] = value(rank, i);
+    if (rank % 2 == 0) {
+      EXPECT_OK(braid_send(send, kCount, braid_i32, next, comm));
+      EXPECT_OK(braid_recv(recv, kCount, braid_i32, previous, comm));
+    } else {
+      EXPECT_OK(braid_recv(recv, kCount, braid_i32, previous, comm));
+      EXPECT_OK(braid_send(send, kCount, braid_i32, next, comm));
+    }
+    for (wrong = 0, i = 0; i < kCount; ++i) wrong += recv[i] != value(previous, i);
+    EXPECT(wrong == 0);
+  }
+  EXPECT_OK(braid_barrier(comm));
+}
+
+static void async_operations(braid_comm_t comm, int rank, int n) {
+  enum { kCount = 1001, kMaxRanks = 16, kWorks = 12 };
+  static float ar[kCount];
+  static double bc[kCount], rd[kCount], rd_out[kCount];
+  static int32_t ag[kCount], ag_out[kCount * kMaxRanks], rs[kCount * kMaxRanks], rs_out[kCount];
+  static int64_t a2a[kCount * kMaxRanks], a2a_out[kCount * kMaxRanks];
+  static uint8_t ga[kCount], ga_out[kCount * kMaxRanks], sc[kCount * kMaxRanks], sc_out[kCount];
+  static int32_t p2p_out[kCount], p2p_in[kCount];
+  braid_work_t works[kWorks];
+  int w = 0, i, r, wrong = 0, done = 0;
+  const int next = (rank + 1) % n, previous = (rank + n - 1) % n;
+
+  for (i = 0; i < kCount; ++i) {
+    ar[i] = (float)(rank + i % 7);
+    bc[i] = rank == 0 ? 0.5 * i : -1.0;
+    rd[i] = (double)(rank * 3 - i % 5);
+    ag[i] = value(rank, i);
+    ga[i] = (uint8_t)(rank * 31 + i);
+    p2p_out[i] = value(rank + 20, i);
+  }
+  for (r = 0; r < n; ++r)
+    for (i = 0; i < kCount; ++i) {
+      rs[r * kCount + i] = value(rank, r * kCount + i);
+      a2a[r * kCount + i] = (int64_t)value(rank * 10 + r, i) << 20;
+      sc[r * kCount + i] = (uint8_t)(r * 7 + i);
+    }
+
+  EXPECT_OK(braid_all_reduce_async(ar, ar, kCount, braid_f32, braid_sum, comm, &works[w++]));
+  EXPECT_OK(braid_broadcast_async(bc, bc, kCount, braid_f64, 0, comm, &works[w++]));
+  EXPECT_OK(braid_reduce_async(rd, rd_out, kCount, braid_f64, braid_min, n - 1, comm, &works[w++]));
+  EXPECT_OK(braid_all_gather_async(ag, ag_out, kCount, braid_i32, comm, &works[w++]));
+  if (rank % 2 == 0) EXPECT_OK(braid_send_async(p2p_out, kCount, braid_i32, next, comm, &works[w++]));
+  EXPECT_OK(braid_recv_async(p2p_in, kCount, braid_i32, previous, comm, &works[w++]));
+  if (rank % 2 == 1) EXPECT_OK(braid_send_async(p2p_out, kCount, braid_i32, next, comm, &works[w++]));
+  EXPECT_OK(braid_reduce_scatter_async(rs, rs_out, kCount, braid_i32, braid_sum, comm, &works[w++]));
+  EXPECT_OK(braid_all_to_all_async(a2a, a2a_out, kCount, braid_i64, comm, &works[w++]));
+  EXPECT_OK(braid_gather_async(ga, rank == 1 ? ga_out : NULL, kCount, braid_u8, 1, comm, &works[w++]));
+  EXPECT_OK(braid_scatter_async(rank == 0 ? sc : NULL, sc_out, kCount, braid_u8, 0, comm, &works[w++]));
+  EXPECT_OK(braid_barrier_async(comm, &works[w++]));
+  EXPECT(w == 11);
+
+  /* The first half polled with braid_work_test, the rest waited in reverse. */
+  for (i = 0; i < 5; ++i) {
+    braid_result_t rc = braid_success;
+    int spins = 0;
+    done = 0;
+    while (!done && rc == braid_success && spins++ < 10000000) rc = braid_work_test(works[i], &done);
+    EXPECT(rc == braid_success && done == 1);
+  }
+  for (i = w - 1; i >= 5; --i) {
+    EXPECT_OK(braid_work_wait(works[i], -1, &done));
+    EXPECT(done == 1);
+  }
+  /* Waiting again for a finished operation is fine, with or without done. */
+  EXPECT_OK(braid_work_wait(works[0], 0, NULL));
+  for (i = 0; i < w; ++i) EXPECT_OK(braid_work_free(works[i]));
+
+  for (i = 0; i < kCount; ++i) {
+    float want_ar = 0;
+    double want_rd = 1e300;
+    for (r = 0; r < n; ++r) {
+      want_ar += (float)(r + i % 7);
+      if ((double)(r * 3 - i % 5) < want_rd) want_rd = (double)(r * 3 - i % 5);
+    }
+    wrong += ar[i] != want_ar;
+    wrong += bc[i] != 0.5 * i;
+    if (rank == n - 1) wrong += rd_out[i] != want_rd;
+    wrong += p2p_in[i] != value(previous + 20, i);
+    wrong += sc_out[i] != (uint8_t)(rank * 7 + i);
+    {
+      int32_t want_rs = 0;
+      for (r = 0; r < n; ++r) want_rs += value(r, rank * kCount + i);
+      wrong += rs_out[i] != want_rs;
+    }
+    for (r = 0; r < n; ++r) {
+      wrong += ag_out[r * kCount + i] != value(r, i);
+      wrong += a2a_out[r * kCount + i] != (int64_t)value(r * 10 + rank, i) << 20;
+      if (rank == 1) wrong += ga_out[r * kCount + i] != (uint8_t)(r * 31 + i);
+    }
+  }
+  EXPECT(wrong == 0);
+
+  /* A handle freed unwaited: the operation still completes, in order. */
+  {
+    int32_t a = rank + 1, b = 1;
+    braid_work_t dropped = NULL;
+    EXPECT_OK(braid_all_reduce_async(&a, &a, 1, braid_i32, braid_sum, comm, &dropped));
+    EXPECT_OK(braid_work_free(dropped));
+    EXPECT_OK(braid_all_reduce(&b, &b, 1, braid_i32, braid_sum, comm));
+    EXPECT(a == n * (n + 1) / 2);
+    EXPECT(b == n);
+  }
+
+  /* braid_work_wait with a timeout on an operation that cannot finish yet:
+   * rank 1 sends only after 300 ms. */
+  if (rank == 0 || rank == 1) {
+    int32_t x = rank == 1 ? 4242 : 0;
+    braid_work_t pending = NULL;
+    if (rank == 0) {
+      EXPECT_OK(braid_recv_async(&x, 1, braid_i32, 1, comm, &pending));
+      done = 1;
+      EXPECT_OK(braid_work_wait(pending, 0, &done));
+      EXPECT(done == 0);
+      EXPECT_OK(braid_work_wait(pending, 20, &done));
+      EXPECT(done == 0);
+      EXPECT_CODE(braid_work_wait(pending, 0, NULL), braid_timeout);
+      EXPECT(strlen(braid_last_error()) > 0);
+      EXPECT_OK(braid_work_wait(pending, -1, &done));
+      EXPECT(done == 1);
+      EXPECT(x == 4242);
+      EXPECT_OK(braid_work_free(pending));
+    } else {
+      sleep_ms(300);
+      EXPECT_OK(braid_send(&x, 1, braid_i32, 0, comm));
+    }
+  }
+  EXPECT_OK(braid_barrier(comm));
+}
+
+static void argument_errors(braid_comm_t comm, int rank, int n) {
+  float v[8] = {0};
+  braid_work_t work = (braid_work_t)&v; /* must come back NULL */
+  braid_comm_t child = (braid_comm_t)&v;
+  int done = 0, count = 0;
+
+  EXPECT_CODE(braid_all_reduce(v, v, 8, braid_f32, braid_sum, NULL), braid_invalid_argument);
+  EXPECT(strstr(braid_last_error(), "NULL") != NULL);
+  EXPECT_CODE(braid_all_reduce(v, v, 8, (braid_datatype_t)99, braid_sum, comm), braid_invalid_argument);
+  EXPECT_CODE(braid_all_reduce(v, v, 8, braid_f32, (braid_redop_t)-3, comm), braid_invalid_argument);
+  EXPECT_CODE(braid_reduce(v, v, 8, braid_f32, braid_sum, n, comm), braid_invalid_argument);
+  EXPECT_CODE(braid_broadcast(v, v, 8, braid_f32, -1, comm), braid_invalid_argument);
+  EXPECT_CODE(braid_all_gather(v, NULL, 1, braid_f32, comm), braid_invalid_argument);
+  EXPECT_CODE(braid_gather(NULL, v, 1, braid_f32, 0, comm), braid_invalid_argument);
+  EXPECT_CODE(braid_scatter(v, v, 1, braid_f32, n + 5, comm), braid_invalid_argument);
+  EXPECT_CODE(braid_all_to_all(v, v + 1, 1, braid_f32, comm), braid_invalid_argument);
+  EXPECT_CODE(braid_send(v, 1, braid_f32, rank, comm), braid_invalid_argument);
+  EXPECT_CODE(braid_recv(v, 1, braid_f32, n, comm), braid_invalid_argument);
+  EXPECT_CODE(braid_comm_rank(comm, NULL), braid_invalid_argument);
+  EXPECT_CODE(braid_comm_count(NULL, &count), braid_invalid_argument);
+
+  EXPECT_CODE(braid_all_reduce_async(v, v, 8, braid_f32, braid_sum, comm, NULL), braid_invalid_argument);
+  EXPECT_CODE(braid_reduce_scatter_async(v, NULL, 1, braid_f32, braid_sum, comm, &work), braid_invalid_argument);
+  EXPECT(work == NULL);
+  work = (braid_work_t)&v;
+  EXPECT_CODE(braid_recv_async(v, 1, braid_f32, -1, comm, &work), braid_invalid_argument);
+  EXPECT(work == NULL);
+  EXPECT_CODE(braid_barrier_async(NULL, &work), braid_invalid_argument);
+  EXPECT_CODE(braid_work_wait(NULL, -1, &done), braid_invalid_argument);
+  EXPECT_CODE(braid_work_test(NULL, &done), braid_invalid_argument);
+  EXPECT_OK(braid_barrier_async(comm, &work));
+  EXPECT_CODE(braid_work_test(work, NULL), braid_invalid_argument);
+  EXPECT_OK(braid_work_wait(work, -1, NULL));
+  EXPECT_OK(braid_work_free(work));
+  EXPECT_OK(braid_work_free(NULL));
+  EXPECT_OK(braid_comm_destroy(NULL));
+
+  EXPECT_CODE(braid_comm_split(comm, -1, 0, &child), braid_invalid_argument);
+  EXPECT(child == NULL);
+  EXPECT_CODE(braid_comm_split(comm, 0, 0, NULL), braid_invalid_argument);
+
+  EXPECT(strcmp(braid_get_error_string(braid_success), "success") == 0);
+  EXPECT(strcmp(braid_get_error_string(braid_timeout), "timeout") == 0);
+  EXPECT(strcmp(braid_get_error_string(braid_unsupported), "unsupported") == 0);
+  EXPECT(strcmp(braid_get_error_string((braid_result_t)1234), "unknown result code") == 0);
+  EXPECT_OK(braid_barrier(comm)); /* still usable */
+}
+
+static void split(braid_comm_t comm, int rank, int n) {
+  braid_comm_t child = NULL;
+  int child_rank = -1, child_size = -1, sum = rank, i;
+  /* Everyone, in reverse key order. */
+  EXPECT_OK(braid_comm_split(comm, 3, n - rank, &child));
+  EXPECT_OK(braid_comm_rank(child, &child_rank));
+  EXPECT_OK(braid_comm_count(child, &child_size));
+  EXPECT(child_rank == n - 1 - rank && child_size == n);
+  EXPECT_OK(braid_all_reduce(&sum, &sum, 1, braid_i32, braid_sum, child));
+  EXPECT(sum == n * (n - 1) / 2);
+  {
+    int32_t parents[64] = {0}, me = rank;
+    EXPECT_OK(braid_all_gather(&me, parents, 1, braid_i32, child));
+    for (i = 0; i < n && i < 64; ++i) EXPECT(parents[i] == n - 1 - i);
+  }
+  EXPECT_OK(braid_comm_destroy(child));
+  EXPECT_OK(braid_barrier(comm));
+}
+
+/* A second communicator from a unique id made by rank 0 and broadcast over
+ * the first, with a 1 s timeout: rank 0 receives from rank 1, which never
+ * sends. The wait returns the timeout; the communicator then refuses work. */
+static void unique_id_and_timeout(braid_comm_t comm, int rank, int n) {
+  braid_unique_id_t id;
+  braid_comm_t second = NULL;
+  int second_rank = -1, second_size = -1, done = 1;
+  memset(&id, 0, sizeof id);
+  if (rank == 0) EXPECT_OK(braid_get_unique_id(&id));
+  EXPECT_OK(braid_broadcast(&id, &id, sizeof id, braid_u8, 0, comm));
+  setenv("BRAID_TIMEOUT", "1s", 1);
+  EXPECT_OK(braid_comm_init_rank(&second, n, id, rank));
+  EXPECT_OK(braid_comm_rank(second, &second_rank));
+  EXPECT_OK(braid_comm_count(second, &second_size));
+  EXPECT(second_rank == rank && second_size == n);
+  if (rank == 0) {
+    int32_t x = 0;
+    braid_work_t never = NULL;
+    braid_result_t rc;
+    EXPECT_OK(braid_recv_async(&x, 1, braid_i32, 1, second, &never));
+    rc = braid_work_wait(never, -1, &done);
+    EXPECT(rc == braid_timeout);
+    EXPECT(strstr(braid_last_error(), "timed out") != NULL);
+    EXPECT(braid_work_wait(never, -1, &done) == braid_timeout); /* the same error again */
+    EXPECT_CODE(braid_barrier(second), braid_aborted);
+    EXPECT_OK(braid_work_free(never));
+  }
+  EXPECT_OK(braid_barrier(comm)); /* on the first communicator, unaffected */
+  EXPECT_OK(braid_comm_destroy(second));
+}
+
+int main(void) {
+  braid_comm_t comm = NULL;
+  int rank = -1, n = 0;
+  braid_result_t rc = braid_comm_init_env(&comm);
+  if (rc != braid_success) {
+    fprintf(stderr, "c_abi_check: braid_comm_init_env: %s: %s\n", braid_get_error_string(rc), braid_last_error());
+    return 1;
+  }
+  EXPECT_OK(braid_comm_rank(comm, &rank));
+  EXPECT_OK(braid_comm_count(comm, &n));
+  g_rank = rank;
+  if (n < 2 || n > 8) {
+    fprintf(stderr, "c_abi_check: run it with 2 to 8 ranks (got %d)\n", n);
+    braid_comm_destroy(comm);
+    return 2;
+  }
+  blocking_collectives(comm, rank, n);
+  async_operations(comm, rank, n);
+  argument_errors(comm, rank, n);
+  split(comm, rank, n);
+  unique_id_and_timeout(comm, rank, n);
+  EXPECT_OK(braid_comm_destroy(comm));
+  printf("rank %d of %d: %d C ABI cases right, %d wrong\n", rank, n, g_cases - g_failed, g_failed);
+  return g_failed == 0 ? 0 : 1;
+}
