@@ -4,8 +4,11 @@
 // after progress(), which the communicator's progress engine calls; a Link
 // never blocks and never knows which collective is running.
 //
-// Matching rule: messages on a Link are delivered in the order they were
-// sent, and receives complete in the order they were posted. The tag of each
+// Matching rule: messages on a Link are matched to receives in the order
+// they were sent and posted (the k-th send meets the k-th receive). Requests
+// may be seen to complete out of that order (a link striped over several
+// sockets finishes a small later message before a large earlier one), so
+// callers check each request. The tag of each
 // incoming message must equal the tag of the receive it lands in; anything
 // else is a ProtocolMismatch, so a late or foreign message is detected rather
 // than silently reduced. A receive must name the exact size of the message.
