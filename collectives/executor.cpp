@@ -1,6 +1,7 @@
 #include "collectives/executor.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/check.hpp"
@@ -161,6 +162,8 @@ void Executor::explain_failure(std::uint32_t index) const {
                                  "): a rank skipped or added an operation"));
     throw;
   }
+  BRAID_CHECK(false, "explain_failure called for a request that did not fail");
+  std::abort();
 }
 
 bool Executor::advance() {

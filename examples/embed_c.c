@@ -2,10 +2,12 @@
  *
  *   embed_c [N]      (default 3)
  *
- * The parent makes a unique id (it hosts the rendezvous store), forks N
- * ranks that each join with braid_comm_init_rank, all-reduce, broadcast and
- * meet at a barrier, and reports what each rank saw. The same calls work in
- * N separate processes on N hosts if the id travels by file or MPI_Bcast.
+ * The parent forks N ranks, then makes a unique id (so it hosts the
+ * rendezvous store; it forks first because a process must not fork while
+ * braid's threads run) and hands the id to each rank through a pipe. Each
+ * rank joins with braid_comm_init_rank, all-reduces, broadcasts and meets the
+ * others at a barrier. The same calls work in N separate processes on N hosts
+ * if the id travels by file or MPI_Bcast.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,21 +63,39 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: embed_c [N]   (1 <= N <= 64)\n");
     return 2;
   }
-  braid_unique_id_t id;
-  braid_result_t rc = braid_get_unique_id(&id);
-  if (rc != braid_success) return fail(-1, "braid_get_unique_id", rc);
+  int pipes[64][2];
   fflush(stdout);
   for (int r = 0; r < nranks; ++r) {
+    if (pipe(pipes[r]) != 0) {
+      perror("pipe");
+      return 1;
+    }
     pid_t pid = fork();
     if (pid < 0) {
       perror("fork");
       return 1;
     }
     if (pid == 0) {
+      braid_unique_id_t id;
+      close(pipes[r][1]);
+      size_t got = 0;
+      while (got < sizeof id) {
+        ssize_t n = read(pipes[r][0], (char*)&id + got, sizeof id - got);
+        if (n <= 0) _exit(fail(r, "reading the unique id from the parent", braid_system_error));
+        got += (size_t)n;
+      }
       int rc_rank = run_rank(id, r, nranks);
       fflush(stdout);
       _exit(rc_rank);
     }
+    close(pipes[r][0]);
+  }
+  braid_unique_id_t id;
+  braid_result_t rc = braid_get_unique_id(&id);
+  if (rc != braid_success) return fail(-1, "braid_get_unique_id", rc);
+  for (int r = 0; r < nranks; ++r) {
+    if (write(pipes[r][1], &id, sizeof id) != (ssize_t)sizeof id) perror("write");
+    close(pipes[r][1]);
   }
   int failed = 0;
   for (int r = 0; r < nranks; ++r) {

@@ -401,7 +401,9 @@ std::shared_ptr<Operation> CommImpl::barrier() {
 // ---- split ------------------------------------------------------------------------
 
 std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
-  if (color < 0) throw InvalidArgument(cat("rank ", rank_, ": split: color ", color, " must be non-negative"));
+  // Every rank takes part in the exchange below, even one whose color is bad,
+  // so the others never wait for it; the error comes after.
+  const std::uint32_t split_index = ++splits_;
   // The new communicator listens on a port of its own, then every rank learns
   // every other's color, key and address through an all_gather here.
   TcpOptions tcp;
@@ -441,10 +443,10 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
     auto addr = rd.bytes(len);
     if (c == color) group.push_back({r, k, {addr.begin(), addr.end()}});
   }
+  if (color < 0) throw InvalidArgument(cat("rank ", rank_, ": split: color ", color, " must be non-negative"));
   std::stable_sort(group.begin(), group.end(), [](const Member& a, const Member& b) { return a.key < b.key; });
   if (group.size() < 2)
     throw InvalidArgument(cat("rank ", rank_, ": split: color ", color, " is used by no other rank"));
-  const std::uint32_t split_index = ++splits_;
 
   auto child = std::unique_ptr<CommImpl>(new CommImpl(0, static_cast<int>(group.size()), settings_));
   std::vector<RankInfo> infos;

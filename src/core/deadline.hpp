@@ -11,7 +11,14 @@ using Millis = std::chrono::milliseconds;
 
 class Deadline {
  public:
-  static Deadline after(Clock::duration d) { return Deadline(Clock::now() + d); }
+  /// Saturates: a duration too long for the clock (milliseconds::max()) is never.
+  template <typename Rep, typename Period>
+  static Deadline after(std::chrono::duration<Rep, Period> d) {
+    auto now = Clock::now();
+    auto room = std::chrono::duration_cast<std::chrono::duration<double>>(Clock::time_point::max() - now);
+    if (std::chrono::duration<double>(d) >= room) return never();
+    return Deadline(now + std::chrono::duration_cast<Clock::duration>(d));
+  }
   static Deadline never() { return Deadline(Clock::time_point::max()); }
   explicit Deadline(Clock::time_point at) : at_(at) {}
 
