@@ -7,7 +7,8 @@
 #   scripts/install-deps.sh --fuzz    also clang and its libFuzzer runtime, for scripts/fuzz.sh
 set -euo pipefail
 
-packages=(g++ meson ninja-build pkg-config catch2 python3 libssl-dev)
+# openssl: the command scripts/make-test-certs.sh (and so the TLS tests) runs.
+packages=(g++ meson ninja-build pkg-config catch2 python3 libssl-dev openssl)
 for arg in "$@"; do
   case "$arg" in
     --bench) packages+=(openmpi-bin libopenmpi-dev) ;;

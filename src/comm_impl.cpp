@@ -86,6 +86,7 @@ void CommImpl::join(Rendezvous rendezvous) {
   tcp.timeout = settings_.timeout;
   tcp.listen_address = advertise_;
   tcp.auth_key = settings_.auth_key;
+  tcp.tls = settings_.tls;
   transport_ = std::make_unique<TcpTransport>(tcp);
 
   Store& store = *rendezvous.store;
@@ -150,7 +151,8 @@ void CommImpl::connect_peers(const std::vector<int>& peers) {
 std::string CommImpl::describe() const {
   return cat("rank ", rank_, " of ", size_, " on ", infos_.empty() ? "?" : infos_[rank_].hostname, "; ",
              plan_.describe(), "; ", transport_->streams(), " TCP stream(s), slice ", human_bytes(settings_.slice_bytes),
-             ", spin ", spin_us_, " us, timeout ", seconds_of(settings_.timeout), " s");
+             ", spin ", spin_us_, " us, timeout ", seconds_of(settings_.timeout), " s, tls ",
+             settings_.tls.enabled() ? "on" : "off");
 }
 
 CollectiveShape CommImpl::shape(std::size_t count, DataType type, ReduceOp op, int root) const {
@@ -414,6 +416,7 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
   tcp.buffer_bytes = settings_.tcp_buffer_bytes;
   tcp.timeout = settings_.timeout;
   tcp.auth_key = settings_.auth_key;
+  tcp.tls = settings_.tls;
   auto transport = std::make_unique<TcpTransport>(tcp);
   constexpr std::size_t kRecord = 128;
   WireWriter w;

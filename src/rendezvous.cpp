@@ -52,7 +52,7 @@ Rendezvous connect_to(const std::string& where, const Settings& settings, std::s
   rv.server = std::move(server);
   rv.store_name = where;
   rv.advertise = advertised_address(addrs.front(), settings);
-  rv.store = connect_tcp_store(hp, Deadline::after(settings.timeout), settings.auth_key);
+  rv.store = connect_tcp_store(hp, Deadline::after(settings.timeout), settings.auth_key, settings.tls);
   return rv;
 }
 
@@ -68,7 +68,7 @@ Rendezvous rendezvous_at_store(const std::string& requested, int rank, int size,
   if (rank == 0) {
     auto addrs = resolve(hp, "braid store address");
     try {
-      server = TcpStoreServer::start(addrs.front(), settings.auth_key);
+      server = TcpStoreServer::start(addrs.front(), settings.auth_key, settings.tls);
     } catch (const Error& e) {
       throw Error(e.code(), cat("rank 0: cannot host the braid store at ", where, ": ", e.what()));
     }
@@ -99,7 +99,7 @@ std::vector<std::byte> create_unique_id_bytes(const Settings& settings) {
   } else {
     bind_to = resolve(HostPort{"127.0.0.1", 0}, "loopback").front();
   }
-  std::shared_ptr<TcpStoreServer> server = TcpStoreServer::start(bind_to, settings.auth_key);
+  std::shared_ptr<TcpStoreServer> server = TcpStoreServer::start(bind_to, settings.auth_key, settings.tls);
   std::string where = server->address().to_string();
   auto bytes = encode_unique_id(UniqueIdContents{CommId::random(), where});
   {

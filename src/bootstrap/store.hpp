@@ -14,6 +14,7 @@
 #include "core/auth.hpp"
 #include "core/deadline.hpp"
 #include "core/socket.hpp"
+#include "core/tls.hpp"
 
 namespace braid {
 
@@ -44,12 +45,13 @@ class Store {
 /// The store server rank 0 (or UniqueId::create) hosts: a thread serving any
 /// number of clients over TCP until destroyed. With a key, only clients that
 /// prove they hold the same key are served; the others are refused and logged
-/// with their address.
+/// with their address. With TLS on, every client connects through TLS with a
+/// certificate the server's CA signed, and a client in clear is refused.
 class TcpStoreServer {
  public:
   /// Binds `addr` (port 0 picks a free one). Throws SystemError naming the
   /// address if it is in use.
-  static std::unique_ptr<TcpStoreServer> start(const SockAddr& addr, AuthKey key = {});
+  static std::unique_ptr<TcpStoreServer> start(const SockAddr& addr, AuthKey key = {}, TlsContext tls = {});
   virtual ~TcpStoreServer() = default;
   /// The address clients connect to (with the port actually bound).
   virtual SockAddr address() const = 0;
@@ -59,6 +61,9 @@ class TcpStoreServer {
 /// deadline, since rank 0 may start after the others. Every connection runs the
 /// handshake with `key` (none: the store must have none either); a refusal or
 /// a store that cannot prove the key is ProtocolMismatch naming the address.
-std::unique_ptr<Store> connect_tcp_store(const HostPort& where, Deadline connect_deadline, AuthKey key = {});
+/// With `tls` on, every connection runs TLS first (the store must too), and a
+/// TLS failure is ProtocolMismatch naming the address and the reason.
+std::unique_ptr<Store> connect_tcp_store(const HostPort& where, Deadline connect_deadline, AuthKey key = {},
+                                         TlsContext tls = {});
 
 }  // namespace braid

@@ -7,7 +7,8 @@
 // missing replies Timeout, and every message names the store and the operation.
 // Every connection, the first and each reopened one, starts with the handshake
 // of store_protocol.hpp; a refusal (another key, or a key on one side only) is
-// ProtocolMismatch naming the store's address.
+// ProtocolMismatch naming the store's address. With TLS, each connection runs
+// the TLS handshake (this process the client) before that.
 #include <algorithm>
 #include <mutex>
 #include <utility>
@@ -41,21 +42,39 @@ std::string quoted_list(const std::vector<std::string>& keys, std::size_t show =
 }
 
 // Sends one frame and reads one reply frame.
-wire::Reply exchange(int fd, const Bytes& frame, Deadline deadline) {
-  send_all(fd, frame.data(), frame.size(), deadline, "send");
+wire::Reply exchange(Socket& socket, const Bytes& frame, Deadline deadline) {
+  socket.send_all(frame.data(), frame.size(), deadline, "send");
   Bytes in(wire::kHeaderBytes);
-  recv_all(fd, in.data(), in.size(), deadline, "receive");
+  socket.recv_all(in.data(), in.size(), deadline, "receive");
   std::size_t size = wire::frame_size(in, true).value_or(0);
   BRAID_CHECK(size >= wire::kHeaderBytes);
   in.resize(size);
-  recv_all(fd, in.data() + wire::kHeaderBytes, size - wire::kHeaderBytes, deadline, "receive");
+  socket.recv_all(in.data() + wire::kHeaderBytes, size - wire::kHeaderBytes, deadline, "receive");
   auto decoded = wire::decode_reply(in);
   BRAID_CHECK(decoded && decoded->consumed == size);
   return std::move(decoded->message);
 }
 
+// Opens a connection: TCP, then TLS where it is on. A TLS failure names the
+// store; a timeout is left for the caller to word.
+Socket open_connection(const std::vector<SockAddr>& addrs, const TlsContext& tls, const std::string& address,
+                       Deadline deadline, std::string_view what) {
+  Fd fd = connect_tcp(addrs, deadline, what);
+  set_nodelay(fd.get());
+  const std::string store = cat("braid store at ", address);
+  try {
+    return open_socket(std::move(fd), tls, TlsRole::client, deadline, store);
+  } catch (const ProtocolMismatch& e) {
+    log_warn(e.what());
+    throw;
+  } catch (const PeerLost& e) {
+    log_warn(e.what());
+    throw;
+  }
+}
+
 // The client's side of the handshake on a fresh connection.
-void handshake(int fd, const AuthKey& key, const std::string& address, Deadline deadline) {
+void handshake(Socket& socket, const AuthKey& key, const std::string& address, Deadline deadline) {
   const std::string store = cat("braid store at ", address);
   auto refuse = [&](const std::string& why) {
     log_warn(store, ": ", why);
@@ -70,7 +89,7 @@ void handshake(int fd, const AuthKey& key, const std::string& address, Deadline 
   };
   try {
     Bytes hello = wire::encode(wire::Request{.op = wire::Op::hello, .auth = key.enabled()});
-    wire::Reply challenge = exchange(fd, hello, deadline);
+    wire::Reply challenge = exchange(socket, hello, deadline);
     check(challenge, wire::Op::hello);
     if (!challenge.challenge) {
       if (key.enabled())
@@ -84,7 +103,7 @@ void handshake(int fd, const AuthKey& key, const std::string& address, Deadline 
     Nonce mine = random_nonce();
     wire::Request auth{.op = wire::Op::auth, .nonce = mine};
     auth.proof = handshake_proof(key, AuthRole::client, wire::kAuthProtocol, mine, challenge.nonce, hello);
-    wire::Reply answer = exchange(fd, wire::encode(auth), deadline);
+    wire::Reply answer = exchange(socket, wire::encode(auth), deadline);
     check(answer, wire::Op::auth);
     Digest expected = handshake_proof(key, AuthRole::server, wire::kAuthProtocol, mine, challenge.nonce, hello);
     if (!same_digest(answer.proof, expected))
@@ -102,8 +121,12 @@ void handshake(int fd, const AuthKey& key, const std::string& address, Deadline 
 
 class Client final : public Store {
  public:
-  Client(std::string address, std::vector<SockAddr> addrs, Fd fd, AuthKey key)
-      : address_(std::move(address)), addrs_(std::move(addrs)), key_(std::move(key)), fd_(std::move(fd)) {}
+  Client(std::string address, std::vector<SockAddr> addrs, Socket socket, AuthKey key, TlsContext tls)
+      : address_(std::move(address)),
+        addrs_(std::move(addrs)),
+        key_(std::move(key)),
+        tls_(std::move(tls)),
+        socket_(std::move(socket)) {}
 
   void set(std::string_view key, std::span<const std::byte> value) override {
     wire::Request r{.op = wire::Op::set, .keys = {std::string(key)}, .value = Bytes(value.begin(), value.end())};
@@ -157,9 +180,9 @@ class Client final : public Store {
     }
     auto deadline = Deadline::after(budget);
     std::lock_guard lock(mutex_);
-    if (!fd_) reconnect(r, deadline);
+    if (!socket_) reconnect(r, deadline);
     try {
-      wire::Reply reply = exchange(fd_.get(), frame, deadline);
+      wire::Reply reply = exchange(socket_, frame, deadline);
       if (reply.status == wire::Status::protocol_error)
         throw ProtocolMismatch(cat("the store refused the request: ", reply.message));
       if (reply.op != r.op)
@@ -167,14 +190,14 @@ class Client final : public Store {
       if (reply.status == wire::Status::invalid_argument) throw InvalidArgument(cat(prefix(r), reply.message));
       return reply;
     } catch (const Timeout& e) {
-      fd_.reset();
+      socket_.reset();
       throw Timeout(cat(prefix(r), "no reply within ", seconds_of(budget),
                         " s, so the connection is dropped and the next call reopens it (", e.what(), ")"));
     } catch (const PeerLost& e) {
-      fd_.reset();
+      socket_.reset();
       throw PeerLost(cat(prefix(r), "lost the connection to the store (", e.what(), ")"));
     } catch (const ProtocolMismatch& e) {
-      fd_.reset();
+      socket_.reset();
       throw ProtocolMismatch(cat(prefix(r), e.what()));
     }
   }
@@ -182,22 +205,22 @@ class Client final : public Store {
   void reconnect(const wire::Request& r, Deadline deadline) {
     Deadline window = Deadline::after(kReconnectWindow);
     Deadline until = deadline.at() < window.at() ? deadline : window;
-    Fd fd;
+    Socket socket;
     try {
-      fd = connect_tcp(addrs_, until, "reconnect");
-      set_nodelay(fd.get());
-      handshake(fd.get(), key_, address_, until);
+      socket = open_connection(addrs_, tls_, address_, until, "reconnect");
+      handshake(socket, key_, address_, until);
     } catch (const Timeout& e) {
       throw PeerLost(cat(prefix(r), "the connection to the store was lost and could not be reopened (", e.what(), ")"));
     }
-    fd_ = std::move(fd);
+    socket_ = std::move(socket);
   }
 
   std::string address_;
   std::vector<SockAddr> addrs_;
   AuthKey key_;
+  TlsContext tls_;
   std::mutex mutex_;
-  Fd fd_;  // empty after a failure: the next call reconnects
+  Socket socket_;  // empty after a failure: the next call reconnects
 };
 
 std::string host_port_text(const HostPort& where) {
@@ -207,20 +230,21 @@ std::string host_port_text(const HostPort& where) {
 
 }  // namespace
 
-std::unique_ptr<Store> connect_tcp_store(const HostPort& where, Deadline connect_deadline, AuthKey key) {
+std::unique_ptr<Store> connect_tcp_store(const HostPort& where, Deadline connect_deadline, AuthKey key,
+                                         TlsContext tls) {
   std::string address = host_port_text(where);
   auto addrs = resolve(where, cat("the braid store address ", address));
-  Fd fd;
+  Socket socket;
   try {
-    fd = connect_tcp(addrs, connect_deadline, "connect");
+    socket = open_connection(addrs, tls, address, connect_deadline, "connect");
   } catch (const Timeout& e) {
     throw Timeout(cat("could not reach the braid store at ", address, " (", e.what(),
                       "); is the process hosting the store (rank 0) running, and is the address right?"));
   }
-  set_nodelay(fd.get());
   Deadline reply_bound = Deadline::after(kReplyTimeout);
-  handshake(fd.get(), key, address, connect_deadline.at() < reply_bound.at() ? connect_deadline : reply_bound);
-  return std::make_unique<Client>(std::move(address), std::move(addrs), std::move(fd), std::move(key));
+  handshake(socket, key, address, connect_deadline.at() < reply_bound.at() ? connect_deadline : reply_bound);
+  return std::make_unique<Client>(std::move(address), std::move(addrs), std::move(socket), std::move(key),
+                                  std::move(tls));
 }
 
 }  // namespace braid

@@ -23,6 +23,14 @@
 // its address and closed; one that does not finish the handshake within
 // kHandshakeWait is closed too, so strangers cannot pile up.
 //
+// With TLS on, a connection first runs the TLS handshake, one non-blocking
+// step per readiness event and within the same kHandshakeWait; a client whose
+// first byte does not open a TLS handshake is answered with one error frame in
+// clear ("this store runs TLS") and closed. Afterwards reads and writes go
+// through OpenSSL. OpenSSL may hold decrypted bytes that the level-triggered
+// epoll cannot see, so a connection that stopped reading at its limit reads
+// them as soon as it has room again.
+//
 // Values are bytes. add() keeps its integer as decimal text (as torch's store
 // does), so get() of a counter reads "42", and set("n", "5") then add works.
 #include <sys/epoll.h>
@@ -74,10 +82,20 @@ struct Waiter {
   std::string watching;  // the missing key whose set re-checks this waiter
 };
 
+// What the connection's TLS is doing: off (the store runs in clear), waiting
+// for the first byte, in its handshake, or carrying the store's frames.
+enum class TlsPhase { off, first_byte, handshake, open };
+
+// receive() and send_some() results besides a byte count (0: the peer closed).
+constexpr long kWouldBlock = TlsSession::kWouldBlock;
+constexpr long kFailed = -2;
+
 struct Connection {
   Connection(Fd f, std::string from, const AuthKey& key) : fd(std::move(f)), peer(std::move(from)), handshake(key) {}
 
   Fd fd;
+  std::unique_ptr<TlsSession> tls;  // destroyed before the fd closes
+  TlsPhase tls_phase = TlsPhase::off;
   std::string peer;
   wire::ServerHandshake handshake;
   Clock::time_point handshake_deadline;
@@ -95,7 +113,7 @@ struct Connection {
 
 class Server final : public TcpStoreServer {
  public:
-  Server(Fd listener, SockAddr bound, AuthKey key);
+  Server(Fd listener, SockAddr bound, AuthKey key, TlsContext tls);
   ~Server() override;
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -106,7 +124,11 @@ class Server final : public TcpStoreServer {
   void serve();
   void accept_all();
   void on_connection_event(std::uint64_t id, std::uint32_t events);
+  bool advance_tls(std::uint64_t id, Connection& c);
+  void refuse_clear_client(Connection& c);
   bool read_input(Connection& c);
+  long receive(Connection& c, std::byte* data, std::size_t bytes);
+  long send_some(Connection& c, const std::byte* data, std::size_t bytes);
   bool flush(Connection& c);
   void settle_touched();
   void process(std::uint64_t id, Connection& c);
@@ -127,6 +149,7 @@ class Server final : public TcpStoreServer {
   Fd listener_;
   SockAddr address_;
   AuthKey key_;
+  TlsContext tls_;
   std::string name_;  // "braid store at 127.0.0.1:29500"
   Fd epoll_;
   Fd wake_;
@@ -145,10 +168,11 @@ class Server final : public TcpStoreServer {
   std::thread thread_;  // last: starts after everything above exists
 };
 
-Server::Server(Fd listener, SockAddr bound, AuthKey key)
+Server::Server(Fd listener, SockAddr bound, AuthKey key, TlsContext tls)
     : listener_(std::move(listener)),
       address_(bound),
       key_(std::move(key)),
+      tls_(std::move(tls)),
       name_(cat("braid store at ", bound.to_string())),
       epoll_(::epoll_create1(EPOLL_CLOEXEC)),
       wake_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
@@ -241,6 +265,7 @@ void Server::accept_all() {
       continue;
     }
     c.events = EPOLLIN;
+    if (tls_.enabled()) c.tls_phase = TlsPhase::first_byte;
     c.handshake_deadline = Clock::now() + kHandshakeWait;
     handshakes_.emplace(c.handshake_deadline, id);
     log_trace(name_, ": client connected from ", c.peer);
@@ -252,12 +277,75 @@ void Server::on_connection_event(std::uint64_t id, std::uint32_t events) {
   auto it = connections_.find(id);
   if (it == connections_.end()) return;
   Connection& c = it->second;
-  if ((events & (EPOLLHUP | EPOLLERR)) != 0 || ((events & EPOLLIN) != 0 && !read_input(c))) {
+  if ((events & (EPOLLHUP | EPOLLERR)) != 0) {
+    log_trace(name_, ": client ", c.peer, " disconnected");
+    close(id);
+    return;
+  }
+  if (c.tls_phase == TlsPhase::first_byte || c.tls_phase == TlsPhase::handshake) {
+    if (!advance_tls(id, c)) {
+      close(id);
+      return;
+    }
+    if (c.tls_phase != TlsPhase::open) return;
+    events |= EPOLLIN;  // the client's hello may have come with its last handshake message
+  }
+  if ((events & EPOLLIN) != 0 && !read_input(c)) {
     log_trace(name_, ": client ", c.peer, " disconnected");
     close(id);
     return;
   }
   touch(id);
+}
+
+// One step of a connection's TLS start; false when it is to be closed.
+bool Server::advance_tls(std::uint64_t id, Connection& c) {
+  try {
+    if (c.tls_phase == TlsPhase::first_byte) {
+      unsigned char first = 0;
+      ssize_t n = ::recv(c.fd.get(), &first, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0) return false;
+      if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+      if (first != 0x16) {
+        refuse_clear_client(c);
+        return false;
+      }
+      c.tls = std::make_unique<TlsSession>(tls_, c.fd.get(), TlsRole::server);
+      c.tls_phase = TlsPhase::handshake;
+    }
+    TlsSession::Want want = c.tls->handshake_step();
+    if (want == TlsSession::Want::nothing) {
+      c.tls_phase = TlsPhase::open;
+      log_trace(name_, ": client ", c.peer, " completed the TLS handshake (", c.tls->protocol(), ")");
+      return true;
+    }
+    std::uint32_t wanted = want == TlsSession::Want::read ? EPOLLIN : EPOLLOUT;
+    if (wanted != c.events) {
+      epoll_event ev{};
+      ev.events = wanted;
+      ev.data.u64 = id;
+      if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev) != 0) return false;
+      c.events = wanted;
+    }
+    return true;
+  } catch (const Error& e) {
+    log_warn(name_, ": refused the client at ", c.peer, ": ", e.what());
+    return false;
+  }
+}
+
+// A client that speaks in clear to a store that runs TLS: one error frame in
+// clear that says so, after taking what it sent (so closing does not reset the
+// connection before the client reads the answer).
+void Server::refuse_clear_client(Connection& c) {
+  std::byte scratch[1024];
+  while (::recv(c.fd.get(), scratch, sizeof scratch, MSG_DONTWAIT) > 0) {
+  }
+  std::string why = "this store runs TLS (BRAID_TLS=1) and the client connected without it (BRAID_TLS is set in "
+                    "some processes of the job only)";
+  log_warn(name_, ": refused the client at ", c.peer, ": ", why);
+  reply(c, wire::Reply{.op = wire::Op::hello, .status = wire::Status::protocol_error, .message = why});
+  flush(c);
 }
 
 // Reads what the socket has, up to one maximal frame beyond what is decoded.
@@ -267,26 +355,59 @@ bool Server::read_input(Connection& c) {
     std::size_t old = c.in.size();
     std::size_t want = std::min(kReadChunk, c.read_limit() - c.unread());
     c.in.resize(old + want);
-    ssize_t n = ::recv(c.fd.get(), c.in.data() + old, want, 0);
-    c.in.resize(old + static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
+    long n = receive(c, c.in.data() + old, want);
+    c.in.resize(old + static_cast<std::size_t>(std::max<long>(n, 0)));
     if (n > 0) continue;
-    if (n == 0) return false;
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
-    return false;
+    return n == kWouldBlock;
   }
   return true;
 }
 
+// Bytes read, 0 when the peer closed, kWouldBlock or kFailed.
+long Server::receive(Connection& c, std::byte* data, std::size_t bytes) {
+  if (c.tls) {
+    try {
+      return c.tls->read(data, bytes);
+    } catch (const Error& e) {
+      log_trace(name_, ": client ", c.peer, ": ", e.what());
+      return kFailed;
+    }
+  }
+  while (true) {
+    ssize_t n = ::recv(c.fd.get(), data, bytes, MSG_DONTWAIT);
+    if (n >= 0) return n;
+    if (errno == EINTR) continue;
+    return errno == EAGAIN || errno == EWOULDBLOCK ? kWouldBlock : kFailed;
+  }
+}
+
+// Bytes written, kWouldBlock or kFailed. Over TLS a write that would block is
+// retried from the same bytes (the buffer may have grown and moved meanwhile).
+long Server::send_some(Connection& c, const std::byte* data, std::size_t bytes) {
+  if (c.tls) {
+    try {
+      return c.tls->write(data, bytes);
+    } catch (const Error& e) {
+      log_trace(name_, ": client ", c.peer, ": ", e.what());
+      return kFailed;
+    }
+  }
+  while (true) {
+    ssize_t n = ::send(c.fd.get(), data, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) return n;
+    if (errno == EINTR) continue;
+    return errno == EAGAIN || errno == EWOULDBLOCK ? kWouldBlock : kFailed;
+  }
+}
+
 bool Server::flush(Connection& c) {
   while (c.unsent() > 0) {
-    ssize_t n = ::send(c.fd.get(), c.out.data() + c.out_sent, c.unsent(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    long n = send_some(c, c.out.data() + c.out_sent, c.unsent());
     if (n > 0) {
       c.out_sent += static_cast<std::size_t>(n);
       continue;
     }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    if (n == kWouldBlock) return true;
     return false;
   }
   c.out.clear();
@@ -329,9 +450,18 @@ void Server::settle_touched() {
         continue;
       }
       if (!flush(c)) {
-        log_trace(name_, ": cannot send to ", c.peer, ": ", errno_text(errno));
+        log_trace(name_, ": cannot send to ", c.peer);
         close(id);
         continue;
+      }
+      // Bytes OpenSSL decrypted beyond what fitted: epoll will not report them.
+      if (c.tls && c.tls->has_pending() && c.unread() < c.read_limit()) {
+        std::size_t before = c.unread();
+        if (!read_input(c)) {
+          close(id);
+          continue;
+        }
+        if (c.unread() > before) touch(id);
       }
       update_events(id, c);
     }
@@ -342,6 +472,9 @@ void Server::process(std::uint64_t id, Connection& c) {
   while (!c.waiter && c.unsent() < kOutputHighWater) {
     auto pending = std::span(c.in).subspan(c.in_start);
     if (!c.handshake.done()) {
+      if (c.in_start == 0 && looks_like_tls(pending))
+        throw ProtocolMismatch("the client opened a TLS handshake but this store runs without TLS (BRAID_TLS=1 is "
+                               "set in some processes of the job only)");
       auto size = wire::frame_size(pending, false);
       if (size && *size > kMaxHandshakeFrame)
         throw ProtocolMismatch(cat("a frame of ", *size, " bytes where the handshake belongs (at most ",
@@ -551,13 +684,15 @@ std::vector<std::string> Server::missing_keys(const std::vector<std::string>& ke
 
 }  // namespace
 
-std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const SockAddr& addr, AuthKey key) {
+std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const SockAddr& addr, AuthKey key, TlsContext tls) {
   Fd listener = listen_tcp(addr, "the braid store server");
   set_nonblocking(listener.get(), true);
   SockAddr bound = local_address(listener.get());
   bool keyed = key.enabled();
-  auto server = std::make_unique<Server>(std::move(listener), bound, std::move(key));
-  log_info("braid store serving at ", bound.to_string(), keyed ? " (clients must authenticate)" : "");
+  bool secured = tls.enabled();
+  auto server = std::make_unique<Server>(std::move(listener), bound, std::move(key), std::move(tls));
+  log_info("braid store serving at ", bound.to_string(), keyed ? " (clients must authenticate)" : "",
+           secured ? " (over TLS)" : "");
   return server;
 }
 

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
+#include <utility>
 
 #include "braid/types.hpp"
 #include "core/text.hpp"
@@ -46,6 +47,17 @@ constexpr std::array kTable = {
     SettingInfo{"BRAID_AUTH_KEY_FILE", "(none)",
                 "Path of a file holding the shared secret instead (one trailing newline is ignored), so the key "
                 "stays out of the environment. Setting both is an error."},
+    SettingInfo{"BRAID_TLS", "0",
+                "1: every connection (the store's and each TCP one) runs TLS 1.2+ (1.3 between braids) with "
+                "mutual certificate verification, before braid's own handshake; needs BRAID_TLS_CERT, "
+                "BRAID_TLS_KEY and BRAID_TLS_CA. Every process of the job needs the same setting."},
+    SettingInfo{"BRAID_TLS_CERT", "(none)",
+                "PEM file with this process's certificate chain (leaf first). It must be signed by a CA in the "
+                "peers' BRAID_TLS_CA; no host name is checked."},
+    SettingInfo{"BRAID_TLS_KEY", "(none)", "PEM file with the private key of BRAID_TLS_CERT (not passphrase-protected)."},
+    SettingInfo{"BRAID_TLS_CA", "(none)",
+                "PEM file (or OpenSSL hashed directory) of the CA certificates that every peer's certificate "
+                "must chain to."},
 };
 
 std::optional<std::string> getenv_string(std::string_view name) {
@@ -67,6 +79,36 @@ std::optional<long long> env_integer(std::string_view name, long long lo, long l
 std::string upper(std::string text) {
   for (char& c : text) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return text;
+}
+
+// BRAID_TLS and its files. Certificate settings without BRAID_TLS=1 are an
+// error rather than ignored: whoever set them expects encryption.
+TlsContext tls_from_env() {
+  auto on = getenv_string("BRAID_TLS");
+  TlsFiles files;
+  std::string missing, present;
+  for (auto [name, path] : {std::pair<std::string_view, std::string*>{"BRAID_TLS_CERT", &files.cert},
+                            {"BRAID_TLS_KEY", &files.key},
+                            {"BRAID_TLS_CA", &files.ca}}) {
+    if (auto v = getenv_string(name)) {
+      *path = *v;
+      present += cat(present.empty() ? "" : ", ", name);
+    } else {
+      missing += cat(missing.empty() ? "" : ", ", name);
+    }
+  }
+  std::string value = on ? upper(*on) : "0";
+  if (value == "0" || value == "OFF" || value == "FALSE" || value == "NO") {
+    if (!present.empty() && !on)
+      throw InvalidArgument(cat(present, " set but BRAID_TLS is not: set BRAID_TLS=1 to use TLS (or BRAID_TLS=0 to "
+                                "run without it)"));
+    return {};
+  }
+  if (value != "1" && value != "ON" && value != "TRUE" && value != "YES")
+    throw InvalidArgument(cat("BRAID_TLS='", *on, "' is not 0 or 1"));
+  if (!missing.empty())
+    throw InvalidArgument(cat("BRAID_TLS=1 needs BRAID_TLS_CERT, BRAID_TLS_KEY and BRAID_TLS_CA; not set: ", missing));
+  return TlsContext::load(files);
 }
 
 }  // namespace
@@ -151,6 +193,7 @@ Settings Settings::from_env() {
     }
   }
   if (key_file) s.auth_key = AuthKey::from_file(*key_file, "BRAID_AUTH_KEY_FILE");
+  s.tls = tls_from_env();
   return s;
 }
 

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "core/auth.hpp"
+#include "core/tls.hpp"
 
 namespace braid {
 
@@ -45,6 +46,8 @@ struct Settings {
   std::string dump_on_signal;
   // Trust: the shared secret every connection proves (none: authentication off).
   AuthKey auth_key;
+  // TLS for every connection (off unless BRAID_TLS=1); loaded and checked here.
+  TlsContext tls;
 
   /// Reads the environment once; a malformed value throws InvalidArgument
   /// naming the variable and the value (never the value of a secret).

@@ -117,7 +117,8 @@ TEST_CASE("check_auth_mode: both sides must agree whether there is a key") {
 
 TEST_CASE("replies decode, and garbage replies are refused") {
   for (auto status :
-       {HelloStatus::accepted, HelloStatus::wrong_rank, HelloStatus::challenge, HelloStatus::auth_failed}) {
+       {HelloStatus::accepted, HelloStatus::wrong_rank, HelloStatus::challenge, HelloStatus::auth_failed,
+        HelloStatus::tls_required}) {
     HelloReply back = decode_reply(encode_reply(status));
     CHECK(back.status == status);
     CHECK(back.version == kTcpProtocolVersion);
@@ -125,8 +126,8 @@ TEST_CASE("replies decode, and garbage replies are refused") {
   auto reply = encode_reply(HelloStatus::accepted);
   reply[6] = std::byte{0x7f};  // status out of range
   CHECK_THROWS_AS(decode_reply(reply), ProtocolMismatch);
-  reply = encode_reply(HelloStatus::auth_failed);
-  reply[6] = std::byte{static_cast<std::uint8_t>(HelloStatus::auth_failed) + 1};
+  reply = encode_reply(HelloStatus::tls_required);
+  reply[6] = std::byte{static_cast<std::uint8_t>(HelloStatus::tls_required) + 1};  // one past the last status
   CHECK_THROWS_WITH(decode_reply(reply), Catch::Contains("unknown status"));
   reply[0] = std::byte{0};
   CHECK_THROWS_AS(decode_reply(reply), ProtocolMismatch);

@@ -4,6 +4,7 @@
 
 #include "braid/types.hpp"
 #include "core/text.hpp"
+#include "core/tls.hpp"
 #include "core/wire.hpp"
 
 namespace braid {
@@ -37,6 +38,9 @@ std::string_view describe(HelloStatus status) {
     case HelloStatus::auth_failed:
       return "authentication failed: the proof of the shared key is wrong (the ranks hold different keys, "
              "or the connection replayed an old proof)";
+    case HelloStatus::tls_required:
+      return "TLS required: the accepting rank runs with BRAID_TLS=1 and the dialing rank connected without TLS "
+             "(BRAID_TLS is set on some ranks only)";
   }
   return "unknown refusal";
 }
@@ -59,6 +63,9 @@ std::array<std::byte, kHelloBytes> encode_hello(const Hello& hello) {
 Hello decode_hello(std::span<const std::byte> bytes) {
   if (bytes.size() != kHelloBytes)
     throw ProtocolMismatch(cat("braid TCP hello must be ", kHelloBytes, " bytes, got ", bytes.size()));
+  if (looks_like_tls(bytes))
+    throw ProtocolMismatch("the peer opened a TLS handshake but this rank runs without TLS (BRAID_TLS=1 is set on "
+                           "some ranks only)");
   WireReader r(bytes, "braid TCP hello");
   if (r.u32() != kTcpMagic) throw ProtocolMismatch("the connection does not speak braid's TCP protocol (bad magic)");
   Hello h;
@@ -112,7 +119,7 @@ HelloReply decode_reply(std::span<const std::byte> bytes) {
   HelloReply reply;
   reply.version = r.u16();
   auto status = r.u16();
-  if (status > static_cast<std::uint16_t>(HelloStatus::auth_failed))
+  if (status > static_cast<std::uint16_t>(HelloStatus::tls_required))
     throw ProtocolMismatch(cat("braid TCP hello reply has unknown status ", status));
   reply.status = static_cast<HelloStatus>(status);
   if (reply.version != kTcpProtocolVersion && reply.status != HelloStatus::wrong_version)

@@ -20,6 +20,12 @@
 // and the dialer checks the server proof before it uses the connection. A key
 // on one side only is refused at once (auth_required / auth_unexpected).
 //
+// With BRAID_TLS=1 all of the above runs inside TLS (core/tls.hpp), whose
+// handshake comes first: the dialer is the TLS client. An acceptor with TLS
+// that is sent a Hello in clear answers it, in clear, with tls_required; an
+// acceptor without TLS that is sent a TLS ClientHello refuses it as such
+// (decode_hello says so) and closes.
+//
 //   Hello (44 bytes, little-endian)
 //     u32 magic 'BRDT'  u16 version  u16 stream  u16 streams  u16 flags (bit 0: auth)
 //     u8[16] communicator id  u32 from_rank  u32 to_rank  u32 world_size  u32 reserved (0)
@@ -74,6 +80,7 @@ enum class HelloStatus : std::uint16_t {
   auth_unexpected = 7,  // the dialer has a key, the acceptor has none
   challenge = 8,        // followed by the acceptor's nonce
   auth_failed = 9,      // the dialer's proof is wrong: another key, or a replay
+  tls_required = 10,    // the acceptor runs TLS (BRAID_TLS=1), the dialer sent its hello in clear
 };
 std::string_view describe(HelloStatus status);
 
@@ -89,7 +96,8 @@ struct AuthProof {
 
 std::array<std::byte, kHelloBytes> encode_hello(const Hello& hello);
 /// Throws ProtocolMismatch when the bytes are not a braid Hello (wrong size or
-/// magic, e.g. an HTTP request or another program) or, for this version,
+/// magic, e.g. an HTTP request, another program, or a TLS handshake from a rank
+/// with BRAID_TLS=1, which the message names) or, for this version,
 /// unknown flags or non-zero reserved fields. The rest of a Hello of another
 /// version is not interpreted, so such a peer gets a polite wrong_version.
 Hello decode_hello(std::span<const std::byte> bytes);

@@ -21,22 +21,33 @@ static_assert(std::endian::native == std::endian::little,
 namespace {
 constexpr std::size_t kHeaderBytes = 32;
 constexpr int kMaxIov = 64;
+
+std::vector<Socket> in_clear(std::vector<Fd> fds) {
+  std::vector<Socket> sockets;
+  for (auto& fd : fds) sockets.emplace_back(std::move(fd));
+  return sockets;
+}
+
 }  // namespace
 
 TcpLink::TcpLink(int self_rank, int peer_rank, std::string peer_name, std::vector<Fd> sockets)
+    : TcpLink(self_rank, peer_rank, std::move(peer_name), in_clear(std::move(sockets))) {}
+
+TcpLink::TcpLink(int self_rank, int peer_rank, std::string peer_name, std::vector<Socket> sockets)
     : self_(self_rank), peer_(peer_rank), peer_name_(std::move(peer_name)) {
   BRAID_CHECK(!sockets.empty());
   streams_.resize(sockets.size());
   for (std::size_t i = 0; i < sockets.size(); ++i) {
-    streams_[i].fd = std::move(sockets[i]);
+    streams_[i].socket = std::move(sockets[i]);
     streams_[i].bounce.resize(kBounceBytes);
+    if (streams_[i].socket.tls()) streams_[i].stage.reserve(kTlsStageBytes);
   }
 }
 
 TcpLink::~TcpLink() = default;
 
 void TcpLink::attach(Poller& poller) {
-  for (auto& s : streams_) poller.add(s.fd.get());
+  for (auto& s : streams_) poller.add(s.fd());
 }
 
 bool TcpLink::busy() const {
@@ -109,6 +120,10 @@ void TcpLink::fail(std::exception_ptr error) {
     for (auto& p : s.recvs) p.message->request->fail(broken_);
     s.sends.clear();
     s.recvs.clear();
+    s.stage.clear();  // the parts it covered are gone
+    s.stage_sent = 0;
+    s.staged_whole = 0;
+    s.staged_header = false;
   }
 }
 
@@ -116,7 +131,7 @@ bool TcpLink::progress() {
   bool moved = false;
   try {
     for (auto& s : streams_) {
-      if (!s.sends.empty()) moved |= progress_sends(s);
+      if (!s.sends.empty()) moved |= s.socket.tls() ? progress_tls_sends(s) : progress_sends(s);
       if (!s.recvs.empty()) moved |= progress_recvs(s);
     }
   } catch (const Error&) {
@@ -143,7 +158,7 @@ bool TcpLink::progress_sends(Stream& s) {
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = static_cast<std::size_t>(count);
-    ssize_t n = ::sendmsg(s.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = ::sendmsg(s.fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
@@ -177,20 +192,134 @@ bool TcpLink::progress_sends(Stream& s) {
   return moved;
 }
 
+// The TLS send path: the stage first, else the front part's payload from the
+// caller's memory, else stage the next parts. A write that would block is
+// retried with the same bytes, as OpenSSL requires.
+bool TcpLink::progress_tls_sends(Stream& s) {
+  TlsSession& tls = *s.socket.tls();
+  bool moved = false;
+  while (true) {
+    const std::byte* data = nullptr;
+    std::size_t length = 0;
+    const bool staged = !s.stage.empty();
+    if (staged) {
+      data = s.stage.data() + s.stage_sent;
+      length = s.stage.size() - s.stage_sent;
+    } else {
+      if (s.sends.empty()) break;
+      SendPart& front = s.sends.front();
+      if (front.sent == 0) {
+        stage_front_parts(s);
+        continue;
+      }
+      std::size_t offset = front.sent - kHeaderBytes;
+      data = front.data + offset;
+      length = std::min(front.header.bytes - offset, kTlsChunkBytes);
+    }
+    long n = 0;
+    try {
+      n = tls.write(data, length);
+    } catch (const Error& e) {
+      const FrameHeader& h = s.sends.front().header;
+      throw PeerLost(cat(where("lost the connection to", Tag{h.tag, h.context}), " while sending: ", e.what()));
+    }
+    s.tls_write_pending = n == TlsSession::kWouldBlock;
+    if (s.tls_write_pending) break;
+    moved = true;
+    auto put = static_cast<std::size_t>(n);
+    if (staged) {
+      s.stage_sent += put;
+      if (s.stage_sent < s.stage.size()) continue;
+      for (std::size_t i = 0; i < s.staged_whole; ++i) {
+        auto message = s.sends.front().message;
+        s.sends.pop_front();
+        finish_part(message);
+      }
+      if (s.staged_header) s.sends.front().sent = kHeaderBytes;
+      s.stage.clear();
+      s.stage_sent = 0;
+      s.staged_whole = 0;
+      s.staged_header = false;
+    } else {
+      SendPart& front = s.sends.front();
+      front.sent += put;
+      if (front.sent == kHeaderBytes + front.header.bytes) {
+        auto message = front.message;
+        s.sends.pop_front();
+        finish_part(message);
+      }
+    }
+  }
+  return moved;
+}
+
+// Copies the headers of the parts at the front of the queue (none of them
+// started), and their payloads up to kTlsInlineBytes, into the empty stage; a
+// larger payload ends the stage after its header.
+void TcpLink::stage_front_parts(Stream& s) {
+  for (auto& part : s.sends) {
+    std::size_t payload = part.header.bytes;
+    bool whole = payload <= kTlsInlineBytes;
+    std::size_t need = kHeaderBytes + (whole ? payload : 0);
+    if (!s.stage.empty() && s.stage.size() + need > kTlsStageBytes) break;
+    auto* header = reinterpret_cast<const std::byte*>(&part.header);
+    s.stage.insert(s.stage.end(), header, header + kHeaderBytes);
+    if (!whole) {
+      s.staged_header = true;
+      break;
+    }
+    s.stage.insert(s.stage.end(), part.data, part.data + payload);
+    ++s.staged_whole;
+  }
+}
+
+ssize_t TcpLink::tls_readv(TlsSession& tls, const iovec* iov, int count) {
+  std::size_t total = 0;
+  for (int i = 0; i < count; ++i) {
+    auto* p = static_cast<std::byte*>(iov[i].iov_base);
+    std::size_t filled = 0;
+    while (filled < iov[i].iov_len) {
+      long n = tls.read(p + filled, iov[i].iov_len - filled);
+      if (n > 0) {
+        filled += static_cast<std::size_t>(n);
+        continue;
+      }
+      if (total + filled > 0) return static_cast<ssize_t>(total + filled);
+      if (n == 0) return 0;
+      errno = EAGAIN;
+      return -1;
+    }
+    total += filled;
+  }
+  return static_cast<ssize_t>(total);
+}
+
 void TcpLink::abort(std::string_view reason) {
   std::string text(reason.substr(0, kMaxAbortReason));
   for (auto& s : streams_) {
     bool mid_frame = !s.sends.empty() && s.sends.front().sent > 0;
-    if (!mid_frame) {
-      FrameHeader header{kAbortTag, text.size(), {}};
+    FrameHeader header{kAbortTag, text.size(), {}};
+    if (TlsSession* tls = s.socket.tls()) {
+      // Over TLS: where a write waits to be retried, or a staged frame is
+      // partly out, another record cannot be slipped in; skip the notice.
+      if (!mid_frame && s.stage.empty() && !s.tls_write_pending) {
+        std::vector<std::byte> notice(kHeaderBytes + text.size());
+        std::memcpy(notice.data(), &header, kHeaderBytes);
+        std::memcpy(notice.data() + kHeaderBytes, text.data(), text.size());
+        try {
+          (void)tls->write(notice.data(), notice.size());
+        } catch (const Error&) {
+        }
+      }
+    } else if (!mid_frame) {
       iovec iov[2] = {{&header, kHeaderBytes}, {text.data(), text.size()}};
       msghdr msg{};
       msg.msg_iov = iov;
       msg.msg_iovlen = 2;
-      ssize_t ignored = ::sendmsg(s.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      ssize_t ignored = ::sendmsg(s.fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
       (void)ignored;
     }
-    ::shutdown(s.fd.get(), SHUT_RDWR);
+    ::shutdown(s.fd(), SHUT_RDWR);
   }
   fail(std::make_exception_ptr(Aborted(cat("rank ", self_, ": link to ", peer_name_, " closed: ", reason))));
 }
@@ -203,8 +332,8 @@ void TcpLink::read_abort_notice(Stream& s, const RecvPart& part, std::span<const
   // The notice was sent in one piece just before the peer closed; take what
   // arrived within a short grace.
   try {
-    recv_all(s.fd.get(), reason.data() + have, length - have, Deadline::after(std::chrono::milliseconds(200)),
-             "abort notice");
+    s.socket.recv_all(reason.data() + have, length - have, Deadline::after(std::chrono::milliseconds(200)),
+                      "abort notice");
   } catch (const Error&) {
     reason.resize(have);
     reason += " (rest of the reason not received)";
@@ -255,7 +384,16 @@ bool TcpLink::progress_recvs(Stream& s) {
     std::size_t requested = 0;
     for (int i = 0; i < count; ++i) requested += iov[i].iov_len;
     if (requested > 0) {
-      ssize_t n = ::readv(s.fd.get(), iov, count);
+      ssize_t n = 0;
+      if (TlsSession* tls = s.socket.tls()) {
+        try {
+          n = tls_readv(*tls, iov, count);
+        } catch (const Error& e) {
+          throw PeerLost(cat(where("lost the connection to", part.tag), " while receiving: ", e.what()));
+        }
+      } else {
+        n = ::readv(s.fd(), iov, count);
+      }
       if (n < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) break;

@@ -16,7 +16,21 @@
 // in a small per-socket bounce buffer that stays in cache and are combined
 // with the local operand element by element as they come in, so the
 // reduction of one slice overlaps the transfer of the next.
+//
+// Under TLS (BRAID_TLS=1) a stream's socket carries a TlsSession, and the two
+// syscalls above become OpenSSL calls on the same non-blocking fd, chosen by
+// one branch per call (the path in clear is unchanged). TLS has no gather
+// write, so frame headers, and payloads of up to kTlsInlineBytes, are copied
+// into a per-stream staging buffer and leave in one SSL_write; a larger
+// payload is written from the caller's memory after its header. A part is
+// done only when its bytes are in the kernel, as in clear. A receive reads
+// until OpenSSL says it wants the socket readable (so no edge of the edge-
+// triggered poller is lost) or the posted receives are full; bytes that
+// OpenSSL has buffered beyond them are read on the next progress(), which
+// the executor calls whenever a receive is posted.
 #pragma once
+
+#include <sys/uio.h>
 
 #include <array>
 #include <deque>
@@ -25,6 +39,7 @@
 #include <vector>
 
 #include "core/socket.hpp"
+#include "core/tls.hpp"
 #include "transport/transport.hpp"
 
 namespace braid {
@@ -36,7 +51,16 @@ class TcpLink final : public Link {
   static constexpr std::uint64_t kAbortTag = ~std::uint64_t{0};
   static constexpr std::size_t kMaxAbortReason = 4096;
 
+  /// Frames one TLS write: headers and small payloads are copied into it.
+  static constexpr std::size_t kTlsStageBytes = 64 * 1024;
+  static constexpr std::size_t kTlsInlineBytes = 16 * 1024;
+  /// The most a TLS write takes from a large payload at once.
+  static constexpr std::size_t kTlsChunkBytes = 256 * 1024;
+
+  /// Over sockets in clear.
   TcpLink(int self_rank, int peer_rank, std::string peer_name, std::vector<Fd> sockets);
+  /// Over sockets in clear or inside TLS (each Socket says which).
+  TcpLink(int self_rank, int peer_rank, std::string peer_name, std::vector<Socket> sockets);
   ~TcpLink() override;
 
   int peer() const override { return peer_; }
@@ -81,11 +105,20 @@ class TcpLink final : public Link {
     std::size_t done = 0;  // payload bytes landed in dst
   };
   struct Stream {
-    Fd fd;
+    Socket socket;
     std::deque<SendPart> sends;
     std::deque<RecvPart> recvs;
     std::vector<std::byte> bounce;
     std::size_t bounce_fill = 0;
+    // TLS only: bytes of the first `staged_whole` queued parts (and, with
+    // `staged_header`, the header of the next) waiting to be written.
+    std::vector<std::byte> stage;
+    std::size_t stage_sent = 0;
+    std::size_t staged_whole = 0;
+    bool staged_header = false;
+    bool tls_write_pending = false;  // a write said "would block": retry it before anything else
+
+    int fd() const { return socket.fd(); }
   };
 
   // How a message of `bytes` is cut: part i is [cut(i), cut(i + 1)).
@@ -93,7 +126,11 @@ class TcpLink final : public Link {
   std::size_t cut(std::size_t bytes, std::size_t parts, std::size_t i) const;
   Request post_recv(MemView dst, const std::byte* local, DataType type, ReduceOp op, Tag tag);
   bool progress_sends(Stream& s);
+  bool progress_tls_sends(Stream& s);
+  void stage_front_parts(Stream& s);
   bool progress_recvs(Stream& s);
+  // readv's contract over TLS: bytes read, 0 at the end, -1 with errno EAGAIN.
+  static ssize_t tls_readv(TlsSession& tls, const iovec* iov, int count);
   void finish_part(const std::shared_ptr<Message>& message);
   void check_header(const RecvPart& part) const;
   // `early` holds the first bytes of the notice, read together with its header.

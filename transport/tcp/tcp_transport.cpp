@@ -63,27 +63,36 @@ std::vector<std::unique_ptr<Link>> TcpTransport::connect_all(std::span<const Pee
   return links;
 }
 
-std::unique_ptr<Link> TcpTransport::make_link(const RankInfo& peer, std::vector<Fd> sockets) {
-  SockAddr remote = peer_address(sockets.front().get());
-  for (auto& fd : sockets) {
-    set_nonblocking(fd.get(), true);
-    set_nodelay(fd.get());
-    set_buffer_sizes(fd.get(), options_.buffer_bytes);
-    set_liveness(fd.get(), std::min(options_.timeout, kLivenessBound));
+std::unique_ptr<Link> TcpTransport::make_link(const RankInfo& peer, std::vector<Socket> sockets) {
+  SockAddr remote = peer_address(sockets.front().fd());
+  for (auto& socket : sockets) {
+    set_nonblocking(socket.fd(), true);
+    set_nodelay(socket.fd());
+    set_buffer_sizes(socket.fd(), options_.buffer_bytes);
+    set_liveness(socket.fd(), std::min(options_.timeout, kLivenessBound));
   }
   std::string name = cat("rank ", peer.rank, " (", peer.hostname, ", ", remote.to_string(), ")");
-  log_info("connected to ", name, " over ", sockets.size(), " TCP stream(s)");
+  log_info("connected to ", name, " over ", sockets.size(), " TCP stream(s)",
+           sockets.front().tls() ? cat(" (", sockets.front().tls()->protocol(), ")") : "");
   return std::make_unique<TcpLink>(options_.rank, peer.rank, std::move(name), std::move(sockets));
 }
 
-std::vector<Fd> TcpTransport::dial(const PeerRef& peer, Deadline deadline) {
+std::vector<Socket> TcpTransport::dial(const PeerRef& peer, Deadline deadline) {
   int rank = peer.info->rank;
   SockAddr addr = parse_tcp_address(peer.address);
   std::string what = cat("rank ", options_.rank, ": connecting to rank ", rank, " (", peer.info->hostname, ", ",
                          addr.to_string(), ")");
-  std::vector<Fd> sockets;
+  std::vector<Socket> sockets;
   for (int stream = 0; stream < options_.streams; ++stream) {
-    Fd fd = connect_tcp({addr}, deadline, what);
+    Socket socket;
+    try {
+      // The TLS server answers when the peer gets round to accepting: the
+      // whole deadline, as for the first reply below.
+      socket = open_socket(connect_tcp({addr}, deadline, what), options_.tls, TlsRole::client, deadline, what);
+    } catch (const Error& e) {
+      log_warn(e.what());
+      throw;
+    }
     Hello hello;
     hello.stream = static_cast<std::uint16_t>(stream);
     hello.streams = static_cast<std::uint16_t>(options_.streams);
@@ -92,25 +101,32 @@ std::vector<Fd> TcpTransport::dial(const PeerRef& peer, Deadline deadline) {
     hello.from_rank = static_cast<std::uint32_t>(options_.rank);
     hello.to_rank = static_cast<std::uint32_t>(rank);
     hello.world_size = static_cast<std::uint32_t>(options_.world_size);
-    dial_handshake(fd.get(), hello, deadline, what);
-    sockets.push_back(std::move(fd));
+    dial_handshake(socket, hello, deadline, what);
+    sockets.push_back(std::move(socket));
   }
   return sockets;
 }
 
-void TcpTransport::dial_handshake(int fd, const Hello& hello, Deadline deadline, const std::string& what) {
+void TcpTransport::dial_handshake(Socket& socket, const Hello& hello, Deadline deadline, const std::string& what) {
   auto refuse = [&](const std::string& why) {
     log_warn(what, ": ", why);
     throw ProtocolMismatch(cat(what, ": ", why));
   };
   auto read_reply = [&](Deadline until) {
     std::array<std::byte, kHelloReplyBytes> bytes;
-    recv_all(fd, bytes.data(), bytes.size(), until, what);
+    try {
+      socket.recv_all(bytes.data(), bytes.size(), until, what);
+    } catch (const ProtocolMismatch& e) {
+      // Over TLS 1.3 a peer that refuses this rank's certificate says so
+      // after the handshake looked done here: the alert comes in its place.
+      log_warn(e.what());
+      throw;
+    }
     return decode_reply(bytes);
   };
   const bool keyed = options_.auth_key.enabled();
   auto hello_bytes = encode_hello(hello);
-  send_all(fd, hello_bytes.data(), hello_bytes.size(), deadline, what);
+  socket.send_all(hello_bytes.data(), hello_bytes.size(), deadline, what);
   // The first answer comes when the peer gets round to accepting, which may
   // be late; once it is talking to us, the rest is quick.
   HelloReply reply = read_reply(deadline);
@@ -120,16 +136,16 @@ void TcpTransport::dial_handshake(int fd, const Hello& hello, Deadline deadline,
       refuse("the peer sent an authentication challenge but this rank has no key "
              "(set the same BRAID_AUTH_KEY or BRAID_AUTH_KEY_FILE on every rank)");
     Nonce server_nonce;
-    recv_all(fd, server_nonce.data(), server_nonce.size(), quick, what);
+    socket.recv_all(server_nonce.data(), server_nonce.size(), quick, what);
     AuthProof mine{.client_nonce = random_nonce()};
     mine.proof = handshake_proof(options_.auth_key, AuthRole::client, kTcpAuthProtocol, mine.client_nonce,
                                  server_nonce, hello_bytes);
     auto proof_bytes = encode_auth_proof(mine);
-    send_all(fd, proof_bytes.data(), proof_bytes.size(), quick, what);
+    socket.send_all(proof_bytes.data(), proof_bytes.size(), quick, what);
     reply = read_reply(quick);
     if (reply.status == HelloStatus::accepted) {
       Digest theirs;
-      recv_all(fd, theirs.data(), theirs.size(), quick, what);
+      socket.recv_all(theirs.data(), theirs.size(), quick, what);
       Digest expected = handshake_proof(options_.auth_key, AuthRole::server, kTcpAuthProtocol, mine.client_nonce,
                                         server_nonce, hello_bytes);
       if (!same_digest(theirs, expected))
@@ -147,16 +163,16 @@ void TcpTransport::dial_handshake(int fd, const Hello& hello, Deadline deadline,
   if (reply.status != HelloStatus::accepted) refuse(cat("the peer refused the connection: ", describe(reply.status)));
 }
 
-HelloStatus TcpTransport::authenticate(int fd, std::span<const std::byte> hello_bytes, Deadline deadline,
+HelloStatus TcpTransport::authenticate(Socket& socket, std::span<const std::byte> hello_bytes, Deadline deadline,
                                        const std::string& what, Digest& server_proof) {
   Nonce server_nonce = random_nonce();
   auto challenge = encode_reply(HelloStatus::challenge);
   std::array<std::byte, kHelloReplyBytes + kNonceBytes> out;
   std::copy(challenge.begin(), challenge.end(), out.begin());
   std::copy(server_nonce.begin(), server_nonce.end(), out.begin() + kHelloReplyBytes);
-  send_all(fd, out.data(), out.size(), deadline, what);
+  socket.send_all(out.data(), out.size(), deadline, what);
   std::array<std::byte, kAuthProofBytes> in;
-  recv_all(fd, in.data(), in.size(), deadline, what);
+  socket.recv_all(in.data(), in.size(), deadline, what);
   AuthProof theirs = decode_auth_proof(in);
   Digest expected = handshake_proof(options_.auth_key, AuthRole::client, kTcpAuthProtocol, theirs.client_nonce,
                                     server_nonce, hello_bytes);
@@ -169,15 +185,19 @@ HelloStatus TcpTransport::authenticate(int fd, std::span<const std::byte> hello_
 bool TcpTransport::accept_one(Deadline deadline) {
   auto conn = accept_tcp(listener_.get(), deadline);
   if (!conn) return false;
-  Fd fd = std::move(*conn);
-  SockAddr from = peer_address(fd.get());
-  // One deadline for the whole handshake, so a silent or slow stranger costs
-  // at most kHelloWait.
+  SockAddr from = peer_address(conn->get());
+  // One deadline for the whole handshake, TLS included, so a silent or slow
+  // stranger costs at most kHelloWait.
   const Deadline quick = min_deadline(deadline, kHelloWait);
   const std::string what = "handshake";  // the log line below names the rank and the address
   std::array<std::byte, kHelloBytes> bytes;
   try {
-    recv_all(fd.get(), bytes.data(), bytes.size(), quick, what);
+    if (options_.tls.enabled() && !starts_tls(conn->get(), quick, what)) {
+      refuse_clear_hello(std::move(*conn), from, quick);
+      return true;
+    }
+    Socket socket = open_socket(std::move(*conn), options_.tls, TlsRole::server, quick, what);
+    socket.recv_all(bytes.data(), bytes.size(), quick, what);
     Hello hello = decode_hello(bytes);
     const bool keyed = options_.auth_key.enabled();
     HelloStatus status =
@@ -185,13 +205,13 @@ bool TcpTransport::accept_one(Deadline deadline) {
     // With a key, nothing about this communicator is said to a peer that has
     // not proved it holds the key.
     Digest server_proof{};
-    if (status == HelloStatus::accepted && keyed) status = authenticate(fd.get(), bytes, quick, what, server_proof);
+    if (status == HelloStatus::accepted && keyed) status = authenticate(socket, bytes, quick, what, server_proof);
     if (status == HelloStatus::accepted)
       status = check_hello(hello, options_.comm_id, options_.rank, options_.world_size, options_.streams);
     auto reply = encode_reply(status);
-    send_all(fd.get(), reply.data(), reply.size(), quick, what);
+    socket.send_all(reply.data(), reply.size(), quick, what);
     if (status == HelloStatus::accepted && keyed)
-      send_all(fd.get(), server_proof.data(), server_proof.size(), quick, what);
+      socket.send_all(server_proof.data(), server_proof.size(), quick, what);
     if (status != HelloStatus::accepted) {
       std::string claim = hello.version == kTcpProtocolVersion ? cat(" claiming rank ", hello.from_rank) : "";
       log_warn("rank ", options_.rank, ": refused a connection from ", from.to_string(), claim, ": ", describe(status));
@@ -200,24 +220,41 @@ bool TcpTransport::accept_one(Deadline deadline) {
             cat("a connection from ", from.to_string(), " claiming to be it was refused: ", describe(status));
       return true;
     }
-    accepted_[{static_cast<int>(hello.from_rank), hello.stream}] = std::move(fd);
+    accepted_[{static_cast<int>(hello.from_rank), hello.stream}] = std::move(socket);
   } catch (const Error& e) {
     log_warn("rank ", options_.rank, ": refused a connection from ", from.to_string(), ": ", e.what());
+    refused_unnamed_ = cat("a connection from ", from.to_string(), " was refused: ", e.what());
   }
   return true;
 }
 
-std::vector<Fd> TcpTransport::accept_from(int peer, Deadline deadline) {
-  std::vector<Fd> sockets;
+void TcpTransport::refuse_clear_hello(Fd fd, const SockAddr& from, Deadline deadline) {
+  std::array<std::byte, kHelloBytes> bytes;
+  recv_all(fd.get(), bytes.data(), bytes.size(), deadline, "handshake");
+  Hello hello = decode_hello(bytes);
+  auto reply = encode_reply(HelloStatus::tls_required);
+  send_all(fd.get(), reply.data(), reply.size(), deadline, "handshake");
+  std::string claim = hello.version == kTcpProtocolVersion ? cat(" claiming rank ", hello.from_rank) : "";
+  log_warn("rank ", options_.rank, ": refused a connection from ", from.to_string(), claim, ": ",
+           describe(HelloStatus::tls_required));
+  if (hello.version == kTcpProtocolVersion && hello.from_rank < static_cast<std::uint32_t>(options_.world_size))
+    refused_[static_cast<int>(hello.from_rank)] = cat("a connection from ", from.to_string(),
+                                                      " claiming to be it was refused: ",
+                                                      describe(HelloStatus::tls_required));
+}
+
+std::vector<Socket> TcpTransport::accept_from(int peer, Deadline deadline) {
+  std::vector<Socket> sockets;
   for (int stream = 0; stream < options_.streams; ++stream) {
     auto key = std::make_pair(peer, stream);
     while (accepted_.find(key) == accepted_.end()) {
       if (!accept_one(deadline)) {
         auto refusal = refused_.find(peer);
+        std::string why = refusal != refused_.end() ? refusal->second
+                          : !refused_unnamed_.empty() ? refused_unnamed_
+                                                      : "did it start, and can it reach this address?";
         throw Timeout(cat("rank ", options_.rank, ": rank ", peer, " did not connect to ", listen_address_.to_string(),
-                          " within the timeout ",
-                          refusal == refused_.end() ? "(did it start, and can it reach this address?)"
-                                                    : cat("(", refusal->second, ")")));
+                          " within the timeout (", why, ")"));
       }
     }
     sockets.push_back(std::move(accepted_[key]));

@@ -6,7 +6,9 @@
 // until asked for; a stranger is refused and logged with its address. With an
 // authentication key every connection runs the challenge-response of
 // handshake.hpp, and a dialer with another key (or none) is refused and logged
-// on both sides.
+// on both sides. With TLS (core/tls.hpp) every connection, each stream of a
+// link, first runs a TLS handshake with mutual certificate verification, and
+// the hello, the challenge-response and the data follow inside TLS.
 #pragma once
 
 #include <map>
@@ -19,6 +21,7 @@
 #include "core/auth.hpp"
 #include "core/comm_id.hpp"
 #include "core/socket.hpp"
+#include "core/tls.hpp"
 #include "transport/tcp/handshake.hpp"
 #include "transport/transport.hpp"
 
@@ -33,6 +36,7 @@ struct TcpOptions {
   Millis timeout{300000};
   SockAddr listen_address;  // the IP to advertise; the port is picked here
   AuthKey auth_key;         // none: connections are not authenticated
+  TlsContext tls;           // off: connections run in clear
 };
 
 class TcpTransport final : public Transport {
@@ -63,22 +67,26 @@ class TcpTransport final : public Transport {
   int streams() const { return options_.streams; }
 
  private:
-  std::vector<Fd> dial(const PeerRef& peer, Deadline deadline);
-  void dial_handshake(int fd, const Hello& hello, Deadline deadline, const std::string& what);
+  std::vector<Socket> dial(const PeerRef& peer, Deadline deadline);
+  void dial_handshake(Socket& socket, const Hello& hello, Deadline deadline, const std::string& what);
   // The acceptor's side of the challenge-response: accepted or auth_failed,
   // and the server proof to send with an acceptance.
-  HelloStatus authenticate(int fd, std::span<const std::byte> hello_bytes, Deadline deadline, const std::string& what,
-                           Digest& server_proof);
-  std::vector<Fd> accept_from(int peer, Deadline deadline);
+  HelloStatus authenticate(Socket& socket, std::span<const std::byte> hello_bytes, Deadline deadline,
+                           const std::string& what, Digest& server_proof);
+  std::vector<Socket> accept_from(int peer, Deadline deadline);
   // Accepts one connection and files it under its rank; false at the deadline.
   bool accept_one(Deadline deadline);
-  std::unique_ptr<Link> make_link(const RankInfo& peer, std::vector<Fd> sockets);
+  // With TLS on: answers a dialer that sent its hello in clear with
+  // tls_required, and logs it.
+  void refuse_clear_hello(Fd fd, const SockAddr& from, Deadline deadline);
+  std::unique_ptr<Link> make_link(const RankInfo& peer, std::vector<Socket> sockets);
 
   TcpOptions options_;
   Fd listener_;
   SockAddr listen_address_;
-  std::map<std::pair<int, int>, Fd> accepted_;  // (rank, stream) -> connection
-  std::map<int, std::string> refused_;          // claimed rank -> the last refusal, for a timeout's message
+  std::map<std::pair<int, int>, Socket> accepted_;  // (rank, stream) -> connection
+  std::map<int, std::string> refused_;              // claimed rank -> the last refusal, for a timeout's message
+  std::string refused_unnamed_;  // the last refusal before a rank was named (TLS), for a timeout's message
 };
 
 /// "127.0.0.1:40123" as bytes: the TCP transport's address format.
