@@ -163,7 +163,10 @@ bool TcpLink::progress_sends(Stream& s) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       const FrameHeader& h = s.sends.front().header;
-      throw PeerLost(cat(where("lost the connection to", Tag{h.tag, h.context}), " while sending: ", errno_text(errno)));
+      int err = errno;
+      std::string why = peer_notice(s);
+      throw PeerLost(cat(where("lost the connection to", Tag{h.tag, h.context}), " while sending: ",
+                         why.empty() ? errno_text(err) : why));
     }
     moved = true;
     auto left = static_cast<std::size_t>(n);
@@ -311,17 +314,55 @@ void TcpLink::abort(std::string_view reason) {
         } catch (const Error&) {
         }
       }
-    } else if (!mid_frame) {
-      iovec iov[2] = {{&header, kHeaderBytes}, {text.data(), text.size()}};
-      msghdr msg{};
-      msg.msg_iov = iov;
-      msg.msg_iovlen = 2;
-      ssize_t ignored = ::sendmsg(s.fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-      (void)ignored;
+    } else {
+      if (mid_frame) {
+        // Finish the half-sent frame (briefly, blocking) so the notice can
+        // follow it: during a large transfer a frame is almost always half
+        // out, and without the notice the peer only sees a closed socket.
+        SendPart& part = s.sends.front();
+        try {
+          Deadline grace = Deadline::after(kAbortGrace);
+          if (part.sent < kHeaderBytes)
+            send_all(s.fd(), reinterpret_cast<const std::byte*>(&part.header) + part.sent, kHeaderBytes - part.sent, grace,
+                     "abort notice");
+          std::size_t done = part.sent > kHeaderBytes ? part.sent - kHeaderBytes : 0;
+          send_all(s.fd(), part.data + done, part.header.bytes - done, grace, "abort notice");
+          mid_frame = false;
+        } catch (const Error&) {
+        }
+      }
+      if (mid_frame) {
+        ::shutdown(s.fd(), SHUT_RDWR);
+        continue;
+      }
+      std::vector<std::byte> notice(kHeaderBytes + text.size());
+      std::memcpy(notice.data(), &header, kHeaderBytes);
+      std::memcpy(notice.data() + kHeaderBytes, text.data(), text.size());
+      try {
+        send_all(s.fd(), notice.data(), notice.size(), Deadline::after(kAbortGrace), "abort notice");
+      } catch (const Error&) {
+      }
     }
     ::shutdown(s.fd(), SHUT_RDWR);
   }
   fail(std::make_exception_ptr(Aborted(cat("rank ", self_, ": link to ", peer_name_, " closed: ", reason))));
+}
+
+std::string TcpLink::peer_notice(Stream& s) {
+  // Only in clear, and only when no received frame is half-read, can the
+  // next inbound bytes be a notice rather than the middle of something else.
+  if (s.socket.tls() != nullptr || (!s.recvs.empty() && s.recvs.front().header_got > 0)) return {};
+  FrameHeader header{};
+  ssize_t n = ::recv(s.fd(), &header, kHeaderBytes, MSG_PEEK | MSG_DONTWAIT);
+  if (n != static_cast<ssize_t>(kHeaderBytes) || header.tag != kAbortTag) return {};
+  std::vector<std::byte> frame(kHeaderBytes + std::min<std::size_t>(header.bytes, kMaxAbortReason));
+  try {
+    s.socket.recv_all(frame.data(), frame.size(), Deadline::after(kAbortGrace), "abort notice");
+  } catch (const Error&) {
+    return {};
+  }
+  return cat("it gave up: ", std::string_view(reinterpret_cast<const char*>(frame.data()) + kHeaderBytes,
+                                              frame.size() - kHeaderBytes));
 }
 
 void TcpLink::read_abort_notice(Stream& s, const RecvPart& part, std::span<const std::byte> early) {

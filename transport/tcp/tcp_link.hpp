@@ -33,6 +33,7 @@
 #include <sys/uio.h>
 
 #include <array>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <string>
@@ -50,6 +51,8 @@ class TcpLink final : public Link {
   static constexpr std::size_t kBounceBytes = 256 * 1024;
   static constexpr std::uint64_t kAbortTag = ~std::uint64_t{0};
   static constexpr std::size_t kMaxAbortReason = 4096;
+  /// How long abort() may block to finish a half-sent frame before its notice.
+  static constexpr std::chrono::milliseconds kAbortGrace{200};
 
   /// Frames one TLS write: headers and small payloads are copied into it.
   static constexpr std::size_t kTlsStageBytes = 64 * 1024;
@@ -133,6 +136,9 @@ class TcpLink final : public Link {
   static ssize_t tls_readv(TlsSession& tls, const iovec* iov, int count);
   void finish_part(const std::shared_ptr<Message>& message);
   void check_header(const RecvPart& part) const;
+  // After a failed send: the abort notice the peer left before closing, if
+  // one waits at the head of the inbound bytes ("it gave up: ..."), else "".
+  std::string peer_notice(Stream& s);
   // `early` holds the first bytes of the notice, read together with its header.
   [[noreturn]] void read_abort_notice(Stream& s, const RecvPart& part, std::span<const std::byte> early);
   void absorb_payload(Stream& s, RecvPart& part, std::size_t n);
