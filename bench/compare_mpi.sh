@@ -23,7 +23,7 @@ trap 'rm -rf "$out"' EXIT
 
 for r in $(seq 1 "$rounds"); do
   for size in $sizes; do
-    iters=20; [ "$size" -le 8 ] && iters=2000; [ "$size" -ge 16777216 ] && iters=10
+    iters=200; [ "$size" -le 8 ] && iters=2000; [ "$size" -ge 16777216 ] && iters=20; [ "$size" -ge 67108864 ] && iters=10
     BRAID_SOCKET_IFNAME=lo "$run" -n $ranks --no-prefix -- "$perf" all_reduce -b "$size" -e "$size" -n $iters -w 5 \
       | awk -v s="$size" '$1 == s {print "braid", $1, $6, $8}' >> "$out/results"
     mpirun --allow-run-as-root --oversubscribe -np $ranks --mca pml ob1 --mca btl tcp,self \

@@ -164,7 +164,13 @@ CollectiveShape CommImpl::shape(std::size_t count, DataType type, ReduceOp op, i
   s.type = type;
   s.op = op;
   s.root = root;
-  s.slice_bytes = settings_.slice_bytes;
+  // Pipelining needs many slices per rank's share: a 1 MiB all-reduce on 2
+  // ranks took 253 us with one 512 KiB slice per chunk and 203 us with 32 KiB
+  // slices (Open MPI: 200 us). So slices shrink with the message, down to
+  // kMinSlice, and never exceed BRAID_SLICE_BYTES.
+  const std::size_t share = count * size_of(type) / static_cast<std::size_t>(size_);
+  s.slice_bytes = std::clamp<std::size_t>(share / kSlicesPerShare, std::min(kMinSlice, settings_.slice_bytes),
+                                          settings_.slice_bytes);
   return s;
 }
 

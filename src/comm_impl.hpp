@@ -106,6 +106,8 @@ class CommImpl {
   /// ends the wait at once. Polls in short slices to notice either.
   void wait_for_ranks(Store& store, std::string_view what, Deadline deadline);
   static constexpr Millis kJoinPoll{200};
+  static constexpr std::size_t kMinSlice = 32 * 1024;
+  static constexpr std::size_t kSlicesPerShare = 16;
   static constexpr Millis kJoinFailureGrace{1000};
   /// Everything after the addresses are known: plan, spin policy, ring links.
   void start(std::vector<RankInfo> infos, std::vector<std::vector<std::byte>> addresses);

@@ -70,7 +70,8 @@ std::string_view Plan::algorithm_for(std::string_view collective, std::size_t by
     // with Rabenseifner and 122 us with the ring; from 2 MiB the ring and
     // Rabenseifner are within noise and the ring keeps slices in cache.
     if (bytes <= kSmallBytes) return ranks == 2 ? "direct" : "recdbl";
-    if (bytes <= kMediumBytes) return "rabenseifner";
+    // On 2 ranks Rabenseifner is the ring without pipelining: ring it is.
+    if (bytes <= kMediumBytes && ranks > 2) return "rabenseifner";
     return "ring";
   }
   if (collective == "broadcast") {
@@ -91,8 +92,9 @@ std::string Plan::describe() const {
     std::string chosen;
     if (auto it = forced.find(std::string(c.collective)); it != forced.end()) chosen = it->second + " (forced)";
     else if (c.collective == "all_reduce")
-      chosen = cat(ring.size() == 2 ? "direct" : "recdbl", " up to ", human_bytes(kSmallBytes), ", rabenseifner up to ",
-                   human_bytes(kMediumBytes), ", ring above");
+      chosen = ring.size() == 2 ? cat("direct up to ", human_bytes(kSmallBytes), ", ring above")
+                                : cat("recdbl up to ", human_bytes(kSmallBytes), ", rabenseifner up to ",
+                                      human_bytes(kMediumBytes), ", ring above");
     else chosen = cat("binomial up to ", human_bytes(kMediumBytes), ", chain above");
     algos += cat(", ", c.collective, " ", chosen);
   }
