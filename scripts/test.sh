@@ -1,21 +1,47 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs the whole test suite. Ends with
-# a one-line count of passed and failed tests; exits non-zero on any failure.
+# Installs what is missing, builds, and runs everything CI runs:
+#   1. the test suite (unit, schedules, multi-process, launcher, fault matrix)
+#   2. the same under ASan+UBSan, and the threaded parts under TSan (scripts/sanitize.sh)
+#   3. every fuzz target for FUZZ_SECONDS (default 60) each (scripts/fuzz.sh)
+# QUICK=1 runs only step 1. Ends with one line counting passed and failed
+# tests; exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh || exit 1
 scripts/build.sh || exit 1
 build=${BUILD_DIR:-build}
-meson test -C "$build" --print-errorlogs --num-processes 2
-status=$?
-python3 - "$build/meson-logs/testlog.json" <<'PY'
-import json, sys
+status=0
+
+meson test -C "$build" --print-errorlogs --num-processes 2 || status=1
+logs=("$build/meson-logs/testlog.json")
+
+if [ "${QUICK:-0}" != 1 ]; then
+  echo "== sanitizers"
+  scripts/sanitize.sh || status=1
+  logs+=(build-asan/meson-logs/testlog.json build-tsan/meson-logs/testlog.json)
+  echo "== fuzzing, ${FUZZ_SECONDS:-60} s per target"
+  scripts/fuzz.sh "${FUZZ_SECONDS:-60}" | tee /tmp/braid-fuzz.$$.log
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+
+python3 - "${logs[@]}" /tmp/braid-fuzz.$$.log <<'PY'
+import json, os, re, sys
 passed = failed = skipped = 0
-for line in open(sys.argv[1]):
-    r = json.loads(line)["result"]
-    if r in ("OK", "EXPECTEDFAIL"): passed += 1
-    elif r == "SKIP": skipped += 1
-    else: failed += 1
+*logs, fuzz = sys.argv[1:]
+for path in logs:
+    if not os.path.exists(path):
+        failed += 1
+        continue
+    for line in open(path):
+        r = json.loads(line)["result"]
+        if r in ("OK", "EXPECTEDFAIL"): passed += 1
+        elif r == "SKIP": skipped += 1
+        else: failed += 1
+if os.path.exists(fuzz):
+    for line in open(fuzz):
+        if re.match(r"^\S+\s+ok\s", line): passed += 1
+        elif " FINDING " in line: failed += 1
+    os.remove(fuzz)
 print(f"{passed} passed, {failed} failed, {skipped} skipped")
 PY
 exit $status
