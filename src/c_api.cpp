@@ -155,6 +155,36 @@ braid_result_t braid_comm_split(braid_comm_t comm, int color, int key, braid_com
   });
 }
 
+braid_result_t braid_comm_abort(braid_comm_t comm) {
+  return guarded([&] { comm_of(comm).abort(); });
+}
+
+braid_result_t braid_comm_get_async_error(braid_comm_t comm, braid_result_t* error) {
+  return guarded([&] {
+    require(error, "the error pointer");
+    *error = braid_success;
+    if (std::exception_ptr failure = comm_of(comm).async_error()) {
+      try {
+        std::rethrow_exception(failure);
+      } catch (const braid::Error& e) {
+        t_last_error = e.what();
+        *error = static_cast<braid_result_t>(e.code());
+      }
+    }
+  });
+}
+
+braid_result_t braid_comm_dump_state(braid_comm_t comm, char* buf, size_t len) {
+  return guarded([&] {
+    require(buf, "the buffer");
+    if (len == 0) throw braid::InvalidArgument("braid_comm_dump_state: the buffer length is 0");
+    std::string text = comm_of(comm).dump_state();
+    std::size_t n = std::min(text.size(), len - 1);
+    std::memcpy(buf, text.data(), n);
+    buf[n] = '\0';
+  });
+}
+
 braid_result_t braid_all_reduce(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
                                 braid_redop_t op, braid_comm_t comm) {
   return guarded([&] { comm_of(comm).all_reduce(sendbuf, recvbuf, count, to_type(datatype), to_op(op)); });

@@ -84,6 +84,17 @@ braid_result_t braid_comm_init_env(braid_comm_t* comm);
  * least two ranks, or the call fails on the ranks that passed it.
  * `*newcomm` is NULL after a failure. */
 braid_result_t braid_comm_split(braid_comm_t comm, int color, int key, braid_comm_t* newcomm);
+/** Gives up on the communicator, from any thread: every pending and later
+ * operation here fails with braid_aborted, and the peers' operations fail
+ * promptly with braid_peer_lost naming this rank. Destroy it afterwards. */
+braid_result_t braid_comm_abort(braid_comm_t comm);
+/** *error = braid_success, or the code of the failure that made the
+ * communicator unusable (for example in an asynchronous operation nobody
+ * waited for yet); its message is then in braid_last_error(). */
+braid_result_t braid_comm_get_async_error(braid_comm_t comm, braid_result_t* error);
+/** Writes the flight recorder (recent operations, their state, whom a stuck
+ * one waits on) into buf as a NUL-terminated string, cut to len bytes. */
+braid_result_t braid_comm_dump_state(braid_comm_t comm, char* buf, size_t len);
 /** Frees the communicator after finishing the operations still queued on it
  * (each bounded by BRAID_TIMEOUT). Accepts NULL. */
 braid_result_t braid_comm_destroy(braid_comm_t comm);

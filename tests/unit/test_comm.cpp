@@ -158,6 +158,18 @@ TEST_CASE("the C ABI reports errors as codes with a message") {
   CHECK(braid_all_reduce(x, x, 4, static_cast<braid_datatype_t>(77), braid_max, comm) == braid_invalid_argument);
   CHECK(std::string(braid_last_error()).find("77") != std::string::npos);
   CHECK(braid_broadcast(x, x, 4, braid_f32, 3, comm) == braid_invalid_argument);
+  char state[2048];
+  CHECK(braid_comm_dump_state(comm, state, sizeof state) == braid_success);
+  CHECK(std::string(state).find("all_reduce(f32 max, 4 elements): done") != std::string::npos);
+  CHECK(braid_comm_dump_state(comm, state, 0) == braid_invalid_argument);
+  braid_result_t async = braid_internal_error;
+  CHECK(braid_comm_get_async_error(comm, &async) == braid_success);
+  CHECK(async == braid_success);
+  CHECK(braid_comm_abort(comm) == braid_success);
+  CHECK(braid_comm_get_async_error(comm, &async) == braid_success);
+  CHECK(async == braid_aborted);
+  CHECK(std::string(braid_last_error()).find("aborted by the application") != std::string::npos);
+  CHECK(braid_all_reduce(x, x, 4, braid_f32, braid_max, comm) == braid_aborted);
   CHECK(braid_comm_destroy(comm) == braid_success);
   braid_unique_id_t junk;
   std::memset(&junk, 0x5a, sizeof junk);
