@@ -15,7 +15,7 @@
 // medium messages and many ranks, where the ring's hop count dominates and
 // recursive doubling's log2(p) whole buffers are too many bytes.
 //
-// Any n: the same fold as recursive doubling (recursive_doubling.cpp): of the
+// Any n: the same fold as recursive doubling (fold.hpp): of the
 // first 2(n - p) ranks each even one sends its whole buffer to the odd one
 // above it and sits out; the odd one reduces and takes part, and sends the
 // whole result back at the end. Hops: 2 log2(p), plus 2 with a fold.
@@ -35,24 +35,10 @@
 #include <bit>
 
 #include "collectives/algorithms.hpp"
+#include "collectives/fold.hpp"
 #include "core/check.hpp"
 
 namespace braid {
-namespace {
-
-/// The fold of recursive_doubling.cpp: n ranks onto the largest power of two.
-struct Fold {
-  int ranks;
-  int p = static_cast<int>(std::bit_floor(static_cast<unsigned>(ranks)));
-  int extra = ranks - p;
-
-  bool sits_out(int rank) const { return rank < 2 * extra && rank % 2 == 0; }
-  bool folded(int rank) const { return rank < 2 * extra && rank % 2 == 1; }
-  int participant(int rank) const { return rank < 2 * extra ? rank / 2 : rank - extra; }
-  int rank_of(int participant) const { return participant < extra ? 2 * participant + 1 : participant + extra; }
-};
-
-}  // namespace
 
 Schedule rabenseifner_all_reduce(const CollectiveShape& shape) {
   Schedule sched = Schedule::for_shape(shape, "rabenseifner");
@@ -76,10 +62,7 @@ Schedule rabenseifner_all_reduce(const CollectiveShape& shape) {
   const std::uint32_t result_tag = gather_tag(rounds);
 
   if (fold.sits_out(shape.rank)) {
-    const int partner = shape.rank + 1;
-    const std::uint32_t sent =
-        sched.add(Step{.kind = StepKind::send, .peer = partner, .src = input, .tag_index = fold_tag});
-    sched.add(Step{.kind = StepKind::recv, .peer = partner, .dst = output, .tag_index = result_tag, .deps = {sent}});
+    Fold::sit_out(sched, shape.rank, input, output, fold_tag, result_tag);
     return sched;
   }
 

@@ -41,24 +41,11 @@
 #include <bit>
 
 #include "collectives/algorithms.hpp"
+#include "collectives/fold.hpp"
 #include "core/check.hpp"
 
 namespace braid {
 namespace {
-
-/// Folds n ranks onto the largest power of two p <= n: of the first 2(n - p)
-/// ranks the even ones sit out and the odd ones take part; the participants
-/// are numbered 0..p-1 in rank order.
-struct Fold {
-  int ranks;
-  int p = static_cast<int>(std::bit_floor(static_cast<unsigned>(ranks)));
-  int extra = ranks - p;
-
-  bool sits_out(int rank) const { return rank < 2 * extra && rank % 2 == 0; }
-  bool folded(int rank) const { return rank < 2 * extra && rank % 2 == 1; }
-  int participant(int rank) const { return rank < 2 * extra ? rank / 2 : rank - extra; }
-  int rank_of(int participant) const { return participant < extra ? 2 * participant + 1 : participant + extra; }
-};
 
 /// Where a partial lives: the output (with the input, which may alias it) or
 /// one of two scratch slots.
@@ -84,11 +71,7 @@ Schedule recursive_doubling_all_reduce(const CollectiveShape& shape) {
   const std::uint32_t result_tag = round_tag(rounds);
 
   if (fold.sits_out(shape.rank)) {
-    // The receive overwrites the output, which in place is the input being sent.
-    const int partner = shape.rank + 1;
-    const std::uint32_t sent =
-        sched.add(Step{.kind = StepKind::send, .peer = partner, .src = input, .tag_index = fold_tag});
-    sched.add(Step{.kind = StepKind::recv, .peer = partner, .dst = output, .tag_index = result_tag, .deps = {sent}});
+    Fold::sit_out(sched, shape.rank, input, output, fold_tag, result_tag);
     return sched;
   }
 
