@@ -27,8 +27,10 @@
 #include "core/text.hpp"
 #include "transport/tcp/handshake.hpp"
 #include "transport/tcp/tcp_transport.hpp"
+#include "loopback_fixtures.hpp"
 
 using namespace braid;
+using namespace braid::test;
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 namespace wire = braid::store_protocol;
@@ -46,75 +48,6 @@ std::vector<std::byte> from_hex(std::string_view hex) {
     out.push_back(std::byte(static_cast<std::uint8_t>(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16))));
   return out;
 }
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// Everything braid logs (one write(2) to fd 2 per line) while this lives; the
-// text is echoed to the real stderr at the end so a failing test still shows it.
-class LogCapture {
- public:
-  LogCapture() {
-    std::fflush(stderr);
-    file_ = std::tmpfile();
-    saved_ = ::dup(STDERR_FILENO);
-    ::dup2(::fileno(file_), STDERR_FILENO);
-  }
-  ~LogCapture() {
-    std::string all = text();
-    ::dup2(saved_, STDERR_FILENO);
-    ::close(saved_);
-    std::fclose(file_);
-    ssize_t ignored = ::write(STDERR_FILENO, all.data(), all.size());
-    (void)ignored;
-  }
-  LogCapture(const LogCapture&) = delete;
-  LogCapture& operator=(const LogCapture&) = delete;
-
-  std::string text() const {
-    std::string out;
-    char buf[4096];
-    off_t at = 0;
-    while (true) {
-      ssize_t n = ::pread(::fileno(file_), buf, sizeof buf, at);
-      if (n <= 0) break;
-      out.append(buf, static_cast<std::size_t>(n));
-      at += n;
-    }
-    return out;
-  }
-
- private:
-  std::FILE* file_ = nullptr;
-  int saved_ = -1;
-};
-
-// The message of the E that f throws; a note naming what happened otherwise.
-template <typename E, typename F>
-std::string thrown(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("(threw another exception: ") + e.what() + ")";
-  }
-  return "(threw nothing)";
-}
-
-// Sets (or unsets, for nullptr) an environment variable for one scope.
-class EnvVar {
- public:
-  EnvVar(const char* name, const char* value) : name_(name) {
-    if (value) ::setenv(name, value, 1);
-    else ::unsetenv(name);
-  }
-  ~EnvVar() { ::unsetenv(name_); }
-  EnvVar(const EnvVar&) = delete;
-  EnvVar& operator=(const EnvVar&) = delete;
-
- private:
-  const char* name_;
-};
 
 // A file under /tmp that is removed at the end of the scope.
 class TempFile {
@@ -136,36 +69,14 @@ class TempFile {
   std::string path_;
 };
 
-SockAddr loopback(std::uint16_t port = 0) { return resolve(HostPort{"127.0.0.1", port}, "loopback").front(); }
-
 TcpOptions tcp_options(int rank, int size, const CommId& id, AuthKey key, Millis timeout = Millis(3000)) {
-  TcpOptions o;
-  o.rank = rank;
-  o.world_size = size;
-  o.comm_id = id;
-  o.timeout = timeout;
-  o.listen_address = loopback();
+  TcpOptions o = loopback_tcp_options(rank, size, id, timeout);
   o.auth_key = std::move(key);
   return o;
 }
 
 // Drives both links until every request is done or 3 s pass.
-void drive(Link& a, Link& b, const std::vector<Request>& requests) {
-  auto deadline = Deadline::after(3s);
-  auto all_done = [&] {
-    for (const auto& r : requests)
-      if (!r->done()) return false;
-    return true;
-  };
-  while (!all_done() && !deadline.expired()) {
-    a.progress();
-    b.progress();
-  }
-  for (const auto& r : requests) {
-    REQUIRE(r->done());
-    r->rethrow_if_failed();
-  }
-}
+void drive(Link& a, Link& b, const std::vector<Request>& requests) { drive_links(a, b, requests, 3s); }
 
 // The dialing side of the TCP handshake by hand, to replay and forge proofs.
 struct RawDial {

@@ -9,8 +9,10 @@
 #include "core/socket.hpp"
 #include "transport/tcp/handshake.hpp"
 #include "transport/tcp/tcp_transport.hpp"
+#include "loopback_fixtures.hpp"
 
 using namespace braid;
+using namespace braid::test;
 
 namespace {
 
@@ -23,18 +25,6 @@ Hello sample_hello() {
   h.to_rank = 1;
   h.world_size = 4;
   return h;
-}
-
-SockAddr loopback() { return resolve(HostPort{"127.0.0.1", 0}, "loopback").front(); }
-
-TcpOptions options(int rank, int size, const CommId& id, Millis timeout = Millis(3000)) {
-  TcpOptions o;
-  o.rank = rank;
-  o.world_size = size;
-  o.comm_id = id;
-  o.timeout = timeout;
-  o.listen_address = loopback();
-  return o;
 }
 
 std::vector<std::byte> as_bytes(const std::string& s) {
@@ -163,8 +153,8 @@ TEST_CASE("an authentication proof has exactly its size") {
 
 TEST_CASE("two transports connect, and a stranger in between is refused") {
   CommId id = CommId::random();
-  TcpTransport low(options(0, 2, id));
-  TcpTransport high(options(1, 2, id));
+  TcpTransport low(loopback_tcp_options(0, 2, id));
+  TcpTransport high(loopback_tcp_options(1, 2, id));
   RankInfo info0 = RankInfo::local(0), info1 = RankInfo::local(1);
 
   // A stranger connects to rank 0 first and sends an HTTP request.
@@ -187,8 +177,8 @@ TEST_CASE("two transports connect, and a stranger in between is refused") {
 }
 
 TEST_CASE("a rank of another communicator is refused on both sides") {
-  TcpTransport low(options(0, 2, CommId::random(), Millis(1500)));
-  TcpTransport other(options(1, 2, CommId::random(), Millis(1500)));
+  TcpTransport low(loopback_tcp_options(0, 2, CommId::random(), Millis(1500)));
+  TcpTransport other(loopback_tcp_options(1, 2, CommId::random(), Millis(1500)));
   RankInfo info0 = RankInfo::local(0), info1 = RankInfo::local(1);
   auto dialer = std::async(std::launch::async, [&] {
     auto addr = low.local_address();
@@ -200,7 +190,7 @@ TEST_CASE("a rank of another communicator is refused on both sides") {
 }
 
 TEST_CASE("a peer that never dials times out naming it") {
-  TcpTransport low(options(0, 3, CommId::random(), Millis(300)));
+  TcpTransport low(loopback_tcp_options(0, 3, CommId::random(), Millis(300)));
   RankInfo info2 = RankInfo::local(2);
   std::string fake = "127.0.0.1:1";
   auto start = Clock::now();

@@ -18,8 +18,10 @@
 #include "bootstrap/store_protocol.hpp"
 #include "braid/types.hpp"
 #include "core/socket.hpp"
+#include "loopback_fixtures.hpp"
 
 using namespace braid;
+using namespace braid::test;
 using namespace std::chrono_literals;
 namespace wire = braid::store_protocol;
 
@@ -31,8 +33,6 @@ Bytes bytes_of(std::string_view s) {
 }
 
 std::string text_of(const Bytes& b) { return std::string(reinterpret_cast<const char*>(b.data()), b.size()); }
-
-SockAddr loopback(std::uint16_t port = 0) { return resolve(HostPort{"127.0.0.1", port}, "test").front(); }
 
 std::unique_ptr<TcpStoreServer> start_server() { return TcpStoreServer::start(loopback()); }
 
@@ -103,21 +103,6 @@ Nonce sample_nonce(std::uint8_t from) {
   for (std::size_t i = 0; i < n.size(); ++i) n[i] = std::byte(static_cast<std::uint8_t>(from + i));
   return n;
 }
-
-// The message of the E that f throws; a note naming what happened otherwise.
-template <typename E, typename F>
-std::string thrown(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("(threw another exception: ") + e.what() + ")";
-  }
-  return "(threw nothing)";
-}
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 std::vector<Bytes> sample_requests() {
   Bytes all_bytes;

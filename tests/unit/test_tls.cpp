@@ -33,14 +33,14 @@
 #include "core/tls.hpp"
 #include "transport/tcp/tcp_link.hpp"
 #include "transport/tcp/tcp_transport.hpp"
+#include "loopback_fixtures.hpp"
 
 using namespace braid;
+using namespace braid::test;
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 
 namespace {
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // The certificates of this test run, made once by the script in a temporary
 // directory that is removed at exit.
@@ -68,83 +68,8 @@ class Certs {
   std::string dir_;
 };
 
-// Everything braid logs while this lives (stderr redirected to a file); the
-// text is echoed to the real stderr at the end so a failing test still shows it.
-class LogCapture {
- public:
-  LogCapture() {
-    std::fflush(stderr);
-    file_ = std::tmpfile();
-    saved_ = ::dup(STDERR_FILENO);
-    ::dup2(::fileno(file_), STDERR_FILENO);
-  }
-  ~LogCapture() {
-    std::string all = text();
-    ::dup2(saved_, STDERR_FILENO);
-    ::close(saved_);
-    std::fclose(file_);
-    ssize_t ignored = ::write(STDERR_FILENO, all.data(), all.size());
-    (void)ignored;
-  }
-  LogCapture(const LogCapture&) = delete;
-  LogCapture& operator=(const LogCapture&) = delete;
-
-  std::string text() const {
-    std::string out;
-    char buf[4096];
-    off_t at = 0;
-    while (true) {
-      ssize_t n = ::pread(::fileno(file_), buf, sizeof buf, at);
-      if (n <= 0) break;
-      out.append(buf, static_cast<std::size_t>(n));
-      at += n;
-    }
-    return out;
-  }
-
- private:
-  std::FILE* file_ = nullptr;
-  int saved_ = -1;
-};
-
-// The message of the E that f throws; a note naming what happened otherwise.
-template <typename E, typename F>
-std::string thrown(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("(threw another exception: ") + e.what() + ")";
-  }
-  return "(threw nothing)";
-}
-
-// Sets (or unsets, for nullptr) an environment variable for one scope.
-class EnvVar {
- public:
-  EnvVar(const char* name, const char* value) : name_(name) {
-    if (value) ::setenv(name, value, 1);
-    else ::unsetenv(name);
-  }
-  EnvVar(const char* name, const std::string& value) : EnvVar(name, value.c_str()) {}
-  ~EnvVar() { ::unsetenv(name_); }
-  EnvVar(const EnvVar&) = delete;
-  EnvVar& operator=(const EnvVar&) = delete;
-
- private:
-  const char* name_;
-};
-
-SockAddr loopback(std::uint16_t port = 0) { return resolve(HostPort{"127.0.0.1", port}, "loopback").front(); }
-
 TcpOptions tcp_options(int rank, const CommId& id, TlsContext tls, Millis timeout = Millis(3000)) {
-  TcpOptions o;
-  o.rank = rank;
-  o.world_size = 2;
-  o.comm_id = id;
-  o.timeout = timeout;
-  o.listen_address = loopback();
+  TcpOptions o = loopback_tcp_options(rank, 2, id, timeout);
   o.tls = std::move(tls);
   return o;
 }
@@ -166,22 +91,7 @@ LinkPair connect_pair(TcpTransport& low, TcpTransport& high, Millis timeout = Mi
 }
 
 // Drives both links until every request is done or 20 s pass.
-void drive(Link& a, Link& b, const std::vector<Request>& requests) {
-  auto deadline = Deadline::after(20s);
-  auto all_done = [&] {
-    for (const auto& r : requests)
-      if (!r->done()) return false;
-    return true;
-  };
-  while (!all_done() && !deadline.expired()) {
-    a.progress();
-    b.progress();
-  }
-  for (const auto& r : requests) {
-    REQUIRE(r->done());
-    r->rethrow_if_failed();
-  }
-}
+void drive(Link& a, Link& b, const std::vector<Request>& requests) { drive_links(a, b, requests, 20s); }
 
 std::vector<std::byte> pattern(std::size_t bytes, unsigned seed) {
   std::vector<std::byte> out(bytes);
