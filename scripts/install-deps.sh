@@ -8,7 +8,8 @@
 set -euo pipefail
 
 # openssl: the command scripts/make-test-certs.sh (and so the TLS tests) runs.
-packages=(g++ meson ninja-build pkg-config catch2 python3 libssl-dev openssl)
+# iproute2: `ip netns` and veth for the fault matrix's two-host case.
+packages=(g++ meson ninja-build pkg-config catch2 python3 libssl-dev openssl iproute2)
 for arg in "$@"; do
   case "$arg" in
     --bench) packages+=(openmpi-bin libopenmpi-dev) ;;
