@@ -371,34 +371,35 @@ constexpr std::uint32_t kPointToPoint = 0x80000000u;
 
 }  // namespace
 
-std::shared_ptr<Operation> CommImpl::send(const void* buffer, std::size_t count, DataType type, int peer) {
-  const std::size_t bytes = checked_bytes(count, type, 1, "send");
-  check_peer(rank_, size_, peer, "send");
-  check_buffer(buffer, count, "send", "send");
+std::shared_ptr<Operation> CommImpl::point_to_point(Step step, Buffers buffers, std::string what, DataType type,
+                                                    std::size_t count) {
   Schedule schedule;
   schedule.algorithm = "p2p";
   schedule.type = type;
   schedule.ranks = size_;
-  schedule.add(Step{.kind = StepKind::send, .peer = peer, .src = {BufferId::input, 0, bytes}});
+  const int peer = step.peer;
+  schedule.add(std::move(step));
   std::uint32_t sequence = kPointToPoint | (p2p_sequence_[peer]++ & ~kPointToPoint);
-  return make_op(std::move(schedule), Buffers{static_cast<const std::byte*>(buffer), nullptr, bytes, 0},
-                 shape_text("send", type, cat("to rank ", peer), count), sequence,
+  return make_op(std::move(schedule), buffers, std::move(what), sequence,
                  OpDescriptor{OpDescriptor::Kind::point_to_point, type, ReduceOp::sum, 0, -1, count});
+}
+
+std::shared_ptr<Operation> CommImpl::send(const void* buffer, std::size_t count, DataType type, int peer) {
+  const std::size_t bytes = checked_bytes(count, type, 1, "send");
+  check_peer(rank_, size_, peer, "send");
+  check_buffer(buffer, count, "send", "send");
+  return point_to_point(Step{.kind = StepKind::send, .peer = peer, .src = {BufferId::input, 0, bytes}},
+                        Buffers{static_cast<const std::byte*>(buffer), nullptr, bytes, 0},
+                        shape_text("send", type, cat("to rank ", peer), count), type, count);
 }
 
 std::shared_ptr<Operation> CommImpl::recv(void* buffer, std::size_t count, DataType type, int peer) {
   const std::size_t bytes = checked_bytes(count, type, 1, "recv");
   check_peer(rank_, size_, peer, "recv");
   check_buffer(buffer, count, "recv", "recv");
-  Schedule schedule;
-  schedule.algorithm = "p2p";
-  schedule.type = type;
-  schedule.ranks = size_;
-  schedule.add(Step{.kind = StepKind::recv, .peer = peer, .dst = {BufferId::output, 0, bytes}});
-  std::uint32_t sequence = kPointToPoint | (p2p_sequence_[peer]++ & ~kPointToPoint);
-  return make_op(std::move(schedule), Buffers{nullptr, static_cast<std::byte*>(buffer), 0, bytes},
-                 shape_text("recv", type, cat("from rank ", peer), count), sequence,
-                 OpDescriptor{OpDescriptor::Kind::point_to_point, type, ReduceOp::sum, 0, -1, count});
+  return point_to_point(Step{.kind = StepKind::recv, .peer = peer, .dst = {BufferId::output, 0, bytes}},
+                        Buffers{nullptr, static_cast<std::byte*>(buffer), 0, bytes},
+                        shape_text("recv", type, cat("from rank ", peer), count), type, count);
 }
 
 std::shared_ptr<Operation> CommImpl::barrier() {

@@ -115,6 +115,9 @@ class CommImpl {
 
   std::shared_ptr<Operation> make_op(Schedule schedule, Buffers buffers, std::string what, std::uint32_t sequence,
                                      OpDescriptor descriptor);
+  /// A one-step send or receive, tagged apart from collectives by a per-peer count.
+  std::shared_ptr<Operation> point_to_point(Step step, Buffers buffers, std::string what, DataType type,
+                                            std::size_t count);
   CollectiveShape shape(std::size_t count, DataType type, ReduceOp op, int root) const;
   std::string_view algorithm_for(std::string_view collective, std::size_t bytes) const;
   void check_buffer(const void* p, std::size_t count, std::string_view op, std::string_view which) const;
