@@ -1,0 +1,629 @@
+// braid::mirrored — model replicas kept in step the way TensorFlow's
+// distribution strategies keep them, built only on braid's public API.
+//
+//   auto strategy = braid::mirrored::MultiWorkerMirrored::from_env();
+//   braid::mirrored::MirroredVariable<float> w;
+//   {
+//     auto scope = strategy->scope();
+//     w = strategy->create_variable<float>("dense/w", {16, 4}, initial);  // chief's value wins
+//   }
+//   braid::mirrored::Sgd sgd(0.1);
+//   strategy->run([&](braid::mirrored::ReplicaContext& ctx) {
+//     auto grad = ctx.gradients().of(w);      // this replica's gradient buffer
+//     ...compute...; ctx.gradients().ready(w);  // its bucket may start all-reducing now
+//     ctx.apply_gradients(sgd);               // aggregated over replicas, then applied everywhere
+//   });
+//
+// Strategies: MultiWorkerMirrored (one replica per process), Mirrored
+// (several replicas per process, one thread each, combined hierarchically),
+// CentralStorage (variables updated on the chief and broadcast) and
+// ParameterServer (asynchronous, bounded staleness, sharded variables). The
+// Strategy base class documents what a strategy of your own overrides.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "braid/braid.hpp"
+#include "braid/mirrored/sharding.hpp"
+
+namespace braid::mirrored {
+
+/// When replicas of a variable are brought into agreement (TensorFlow's
+/// VariableSynchronization): on_write aggregates every update in replica
+/// context and writes the result to every replica, so all replicas always
+/// hold the same value; on_read lets each replica update its own copy and
+/// aggregates only when the variable is read in cross-replica context
+/// (metrics, batch statistics).
+enum class Synchronization { on_write, on_read };
+/// How per-replica updates (on_write) or copies (on_read) combine
+/// (TensorFlow's VariableAggregation). none forbids updates of an on_write
+/// variable in replica context, and reads of an on_read one.
+enum class Aggregation { none, sum, mean, only_first_replica };
+/// The element type gradients travel in; error feedback keeps what rounding
+/// removed and adds it to the next step's gradient.
+enum class Compression { none, f16, bf16 };
+
+std::string_view name_of(Synchronization s);
+std::string_view name_of(Aggregation a);
+std::string_view name_of(Compression c);
+
+using Shape = std::vector<std::int64_t>;
+/// Number of elements of a shape (1 for a scalar, []); throws InvalidArgument for a negative dimension.
+std::size_t element_count(const Shape& shape);
+/// "[16, 4]".
+std::string shape_text(const Shape& shape);
+
+struct VariableOptions {
+  Synchronization synchronization = Synchronization::on_write;
+  Aggregation aggregation = Aggregation::none;
+  bool trainable = true;  ///< gets a gradient buffer and is updated by apply_gradients (f16, bf16, f32 or f64 only)
+};
+
+class Strategy;
+class ReplicaContext;
+class GradientBuckets;
+struct CheckpointContents;
+
+/// A variable owned by a strategy: a name, an element type, a shape and one
+/// contiguous copy per local replica. Created only through
+/// Strategy::create_variable, inside Strategy::scope().
+class Variable {
+ public:
+  Variable(const Variable&) = delete;
+  Variable& operator=(const Variable&) = delete;
+
+  const std::string& name() const { return name_; }
+  DataType type() const { return type_; }
+  const Shape& shape() const { return shape_; }
+  std::size_t count() const { return count_; }
+  std::size_t bytes() const { return count_ * size_of(type_); }
+  const VariableOptions& options() const { return options_; }
+  /// Creation order within its strategy (every rank creates in the same order).
+  int index() const { return index_; }
+  /// True when every replica holds the same value (on_write, and not a slot
+  /// that lives on one rank only); verify_replicas checks these.
+  bool mirrored() const { return mirrored_; }
+  Strategy& strategy() const { return *strategy_; }
+  /// The copy of local replica `local_replica` (empty where the variable is
+  /// not held, for example an optimizer slot kept on another rank).
+  std::span<std::byte> replica_bytes(int local_replica);
+  std::span<const std::byte> replica_bytes(int local_replica) const;
+
+ private:
+  friend class Strategy;
+  Variable(Strategy* strategy, int index, std::string name, DataType type, Shape shape, VariableOptions options,
+           bool mirrored, int copies, bool held);
+  Strategy* strategy_;
+  int index_;
+  std::string name_;
+  DataType type_;
+  Shape shape_;
+  std::size_t count_;
+  VariableOptions options_;
+  bool mirrored_;
+  std::vector<std::vector<std::byte>> copies_;
+};
+
+/// A typed handle on a strategy's Variable. A default-constructed handle is
+/// not a variable: using it throws InvalidArgument.
+template <typename T>
+class MirroredVariable {
+ public:
+  MirroredVariable() = default;
+  /// Throws InvalidArgument when the variable's type is not T.
+  explicit MirroredVariable(Variable& variable) : variable_(&variable) {
+    if (variable.type() != data_type_of<T>)
+      throw InvalidArgument("variable '" + variable.name() + "' holds " + std::string(braid::name_of(variable.type())) +
+                            ", not " + std::string(braid::name_of(data_type_of<T>)));
+  }
+  bool valid() const { return variable_ != nullptr; }
+  Variable& variable() const {
+    if (variable_ == nullptr)
+      throw InvalidArgument("this MirroredVariable was not created through a strategy (use Strategy::create_variable "
+                            "inside strategy.scope())");
+    return *variable_;
+  }
+  const std::string& name() const { return variable().name(); }
+  const Shape& shape() const { return variable().shape(); }
+  std::size_t count() const { return variable().count(); }
+  /// The copy of one local replica (0 for one replica per process).
+  std::span<T> value(int local_replica = 0) const {
+    auto bytes = variable().replica_bytes(local_replica);
+    return {reinterpret_cast<T*>(bytes.data()), bytes.size() / sizeof(T)};
+  }
+  std::span<T> value(const ReplicaContext& context) const;
+
+ private:
+  Variable* variable_ = nullptr;
+};
+
+/// One replica's gradient buffers for the strategy's trainable variables. The
+/// buffers are views into fused buckets: when every replica of this process
+/// has marked all variables of a bucket ready, the bucket's all-reduce starts
+/// in the background (with GradientOptions::overlap) while the replicas
+/// compute the rest of the backward pass.
+class Gradients {
+ public:
+  /// The gradient buffer of `variable` for this replica.
+  std::span<std::byte> bytes_of(const Variable& variable);
+  template <typename T>
+  std::span<T> of(const MirroredVariable<T>& variable) {
+    auto bytes = bytes_of(variable.variable());
+    return {reinterpret_cast<T*>(bytes.data()), bytes.size() / sizeof(T)};
+  }
+  /// The gradient of `variable` is final for this step: do not write it again
+  /// until the next step.
+  void ready(const Variable& variable);
+  template <typename T>
+  void ready(const MirroredVariable<T>& variable) { ready(variable.variable()); }
+  /// Marks every remaining gradient ready and waits until every bucket is
+  /// aggregated over all replicas (GradientOptions::aggregation); the buffers
+  /// then hold the aggregated gradients. Called by every replica.
+  void synchronize();
+  /// Sets this replica's gradients to zero (apply_gradients does it after each step).
+  void zero();
+
+ private:
+  friend class ReplicaContext;
+  Gradients(Strategy* strategy, int local_replica) : strategy_(strategy), local_(local_replica) {}
+  Strategy* strategy_;
+  int local_;
+};
+
+/// An update rule. A strategy calls update() where the variable's
+/// authoritative copy lives: on every replica (mirrored strategies), on the
+/// chief (CentralStorage) or on the server holding a shard (ParameterServer).
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual std::string name() const = 0;
+  /// Names of the per-variable state it keeps ("momentum"); each slot has its
+  /// variable's type and shape, starts at zero and is checkpointed.
+  virtual std::vector<std::string> slot_names() const { return {}; }
+  /// Updates `count` elements of a variable of `type` (f16, bf16, f32 or f64)
+  /// from its aggregated gradient; slots[i] holds slot_names()[i] for the same
+  /// elements. step is 1 for the first update.
+  virtual void update(DataType type, void* value, const void* gradient, std::span<void* const> slots, std::size_t count,
+                      std::int64_t step) = 0;
+};
+
+/// Stochastic gradient descent, with optional (heavy-ball) momentum:
+/// v = momentum * v + g; value -= learning_rate * v.
+class Sgd final : public Optimizer {
+ public:
+  explicit Sgd(double learning_rate, double momentum = 0.0);
+  std::string name() const override;
+  std::vector<std::string> slot_names() const override;
+  void update(DataType type, void* value, const void* gradient, std::span<void* const> slots, std::size_t count,
+              std::int64_t step) override;
+
+ private:
+  double learning_rate_, momentum_;
+};
+
+/// The running replica's view, passed to the function given to Strategy::run.
+/// Its collectives and updates must be called by every replica in the same
+/// order (like every collective).
+class ReplicaContext {
+ public:
+  /// This replica's id in [0, num_replicas_in_sync()): process rank x local replicas + local replica.
+  int replica_id() const;
+  int local_replica() const { return local_; }
+  int num_replicas_in_sync() const;
+  Strategy& strategy() const { return *strategy_; }
+
+  /// values = op over all replicas of values (avg: the mean).
+  void all_reduce(ReduceOp op, void* values, std::size_t count, DataType type);
+  template <typename T>
+  void all_reduce(ReduceOp op, std::span<T> values) { all_reduce(op, values.data(), values.size(), data_type_of<T>); }
+  template <typename T>
+  T all_reduce(ReduceOp op, T value) {
+    all_reduce(op, &value, 1, data_type_of<T>);
+    return value;
+  }
+  /// Every replica's values in replica-id order.
+  template <typename T>
+  std::vector<T> all_gather(std::span<const T> values) {
+    std::vector<T> all(values.size() * static_cast<std::size_t>(num_replicas_in_sync()));
+    all_gather(values.data(), all.data(), values.size(), data_type_of<T>);
+    return all;
+  }
+  void all_gather(const void* values, void* all, std::size_t count, DataType type);
+
+  /// Writes `values` to a variable from replica context. on_write: the
+  /// replicas' values are combined by the variable's aggregation (none is an
+  /// error) and every replica gets the result; on_read: this replica's copy.
+  void assign(const Variable& variable, const void* values, std::size_t count, DataType type);
+  /// variable += values, with the same rules as assign.
+  void assign_add(const Variable& variable, const void* values, std::size_t count, DataType type);
+  template <typename T>
+  void assign(const MirroredVariable<T>& v, std::span<const T> values) {
+    assign(v.variable(), values.data(), values.size(), data_type_of<T>);
+  }
+  template <typename T>
+  void assign_add(const MirroredVariable<T>& v, std::span<const T> values) {
+    assign_add(v.variable(), values.data(), values.size(), data_type_of<T>);
+  }
+
+  /// This replica's gradient buffers.
+  Gradients& gradients() { return gradients_; }
+  /// Synchronizes the gradients and applies `optimizer` as the strategy does
+  /// (see each strategy), then starts the next step with zero gradients.
+  void apply_gradients(Optimizer& optimizer);
+
+ private:
+  friend class Strategy;
+  ReplicaContext(Strategy* strategy, int local_replica)
+      : strategy_(strategy), local_(local_replica), gradients_(strategy, local_replica) {}
+  Strategy* strategy_;
+  int local_;
+  Gradients gradients_;
+};
+
+template <typename T>
+std::span<T> MirroredVariable<T>::value(const ReplicaContext& context) const {
+  return value(context.local_replica());
+}
+
+/// How gradients are aggregated.
+struct GradientOptions {
+  /// Gradients are fused into buckets of about this many bytes (in reverse
+  /// creation order, the order a backward pass produces them).
+  std::size_t bucket_bytes = 25u << 20;
+  /// Start a bucket's all-reduce as soon as it is ready (overlapping the rest
+  /// of the backward pass), rather than all of them at synchronize().
+  bool overlap = true;
+  /// mean (divide by num_replicas_in_sync) or sum.
+  Aggregation aggregation = Aggregation::mean;
+  Compression compression = Compression::none;
+};
+
+struct StrategyOptions {
+  GradientOptions gradients;
+  /// Bound on every wait between the replicas of one process (those between
+  /// processes are bounded by the communicator's timeout).
+  std::chrono::milliseconds timeout = std::chrono::seconds(300);
+};
+
+/// Where a training run stands; saved with a checkpoint.
+struct TrainingPosition {
+  std::int64_t step = 0;
+  std::int64_t epoch = 0;
+  std::int64_t batch_in_epoch = 0;
+};
+
+/// What restore() found.
+struct RestoredCheckpoint {
+  TrainingPosition position;
+  int replicas_when_saved = 0;
+  std::string model;
+};
+
+/// The result of verify_replicas().
+struct ReplicaReport {
+  struct Divergence {
+    std::string variable;
+    std::vector<int> replicas;  ///< replica ids whose value differs from the majority
+    std::vector<int> ranks;     ///< their processes' ranks
+  };
+  std::vector<Divergence> divergences;
+  std::size_t variables_checked = 0;
+  bool consistent() const { return divergences.empty(); }
+  /// "replicas consistent (12 variables)" or one line per diverged variable.
+  std::string describe() const;
+};
+
+/// What the last apply_gradients of this process spent.
+struct StepStats {
+  double wait_seconds = 0;     ///< blocked in synchronize() waiting for communication
+  std::size_t buckets = 0;
+  std::size_t bytes = 0;       ///< gradient bytes on the wire per replica per step
+};
+
+/// The base of every strategy. A strategy owns its variables, runs the
+/// replicas, and decides how replicas agree. To write your own, derive from
+/// it and override the hooks below (the mirrored strategies use the
+/// defaults): where gradients go (start_bucket), how they are applied
+/// (apply_gradients), how a new variable gets its first value
+/// (initialize_variable) and over which communicator replicas talk
+/// (replica_comm).
+class Strategy {
+ public:
+  virtual ~Strategy();
+  Strategy(const Strategy&) = delete;
+  Strategy& operator=(const Strategy&) = delete;
+
+  virtual std::string_view name() const = 0;
+  /// Replicas over all processes that train in step.
+  int num_replicas_in_sync() const;
+  /// Replicas in this process (threads run by run()).
+  int local_replicas() const { return local_replicas_; }
+  /// Global id of this process's first replica.
+  int first_replica_id() const;
+  /// Rank 0 of the strategy's communicator: writes checkpoints, its initial values win.
+  bool is_chief() const;
+  /// The communicator of every process (null for a single-process Mirrored).
+  Comm* comm() { return comm_ ? &*comm_ : nullptr; }
+  /// Whether this process runs replicas (a parameter server does not).
+  virtual bool runs_replicas() const { return true; }
+
+  /// Variables may be created while a Scope lives (as under TensorFlow's strategy.scope()).
+  class Scope {
+   public:
+    Scope(Scope&& other) noexcept : strategy_(other.strategy_) { other.strategy_ = nullptr; }
+    Scope& operator=(Scope&&) = delete;
+    ~Scope();
+
+   private:
+    friend class Strategy;
+    explicit Scope(Strategy* strategy) : strategy_(strategy) {}
+    Strategy* strategy_;
+  };
+  [[nodiscard]] Scope scope();
+
+  /// Creates a variable on every replica (a collective: every process creates
+  /// the same variables in the same order). Every process passes a value; the
+  /// chief's wins. Throws InvalidArgument outside scope(), for a duplicate
+  /// name, when `initial` does not hold the shape's elements, or when ranks
+  /// disagree on name, type or shape (naming the ranks and both shapes).
+  Variable& create_variable(std::string name, DataType type, Shape shape, std::span<const std::byte> initial,
+                            VariableOptions options = {});
+  template <typename T>
+  MirroredVariable<T> create_variable(std::string name, Shape shape, std::span<const T> initial,
+                                      VariableOptions options = {}) {
+    return MirroredVariable<T>(create_variable(std::move(name), data_type_of<T>, std::move(shape),
+                                               std::as_bytes(initial), options));
+  }
+  /// Every variable (including optimizer slots) in creation order.
+  std::span<Variable* const> variables() const { return variable_list_; }
+  /// The variable called `name`; throws InvalidArgument naming it if absent.
+  Variable& variable(std::string_view name) const;
+
+  /// Runs `fn` once per local replica (each on its own thread when there are
+  /// several) and returns when all are done; rethrows the first failure.
+  void run(const std::function<void(ReplicaContext&)>& fn);
+
+  // ---- cross-replica context (outside run) --------------------------------
+  /// The value as a cross-replica read sees it: on_write variables are the
+  /// same everywhere; on_read ones are aggregated over every replica (a
+  /// collective). Returns raw bytes of count() elements.
+  std::vector<std::byte> read(const Variable& variable);
+  template <typename T>
+  std::vector<T> read(const MirroredVariable<T>& v) {
+    auto bytes = read(v.variable());
+    std::vector<T> out(v.count());
+    std::memcpy(out.data(), bytes.data(), bytes.size());
+    return out;
+  }
+  /// Sets every replica's copy (on_read sum variables: the first replica gets
+  /// the value and the others zero, so that a read returns it).
+  void assign(const Variable& variable, std::span<const std::byte> values);
+  /// op over every replica of per_local_replica[local replica] (one value per
+  /// local replica); a collective.
+  template <typename T>
+  T reduce(ReduceOp op, std::span<const T> per_local_replica) {
+    T out{};
+    reduce_values(op, per_local_replica.data(), per_local_replica.size(), &out, data_type_of<T>);
+    return out;
+  }
+  template <typename T>
+  T reduce(ReduceOp op, T value) { return reduce(op, std::span<const T>(&value, 1)); }
+  /// Every replica's value in replica-id order, from one value per local replica; a collective.
+  template <typename T>
+  std::vector<T> gather(std::span<const T> per_local_replica) {
+    std::vector<T> all(static_cast<std::size_t>(num_replicas_in_sync()));
+    gather_values(per_local_replica.data(), per_local_replica.size(), all.data(), data_type_of<T>);
+    return all;
+  }
+
+  /// A content hash of every mirrored variable of one local replica.
+  std::uint64_t replica_hash(int local_replica = 0) const;
+  /// Compares a hash of every mirrored variable across all replicas (a
+  /// collective) and names the variables and replicas that diverged.
+  virtual ReplicaReport verify_replicas();
+
+  /// Writes every variable and optimizer slot to `path` on the chief, with a
+  /// checksum (a collective; every rank learns whether it worked).
+  virtual void save(const std::string& path, const TrainingPosition& position = {});
+  /// Reads `path` on the chief, checks it against this model (names, types,
+  /// shapes) and gives every replica the same values (a collective). The
+  /// replica count may differ from the one that saved it.
+  virtual RestoredCheckpoint restore(const std::string& path);
+
+  /// Creates `optimizer`'s slots ("<variable>/<optimizer>/<slot>", zero) for
+  /// every trainable variable, once; apply_gradients does it on first use.
+  /// Call it before restore() so that a checkpoint's slots are restored too.
+  void create_slots(const Optimizer& optimizer);
+
+  /// This replica's part of every global batch (see DataShard).
+  DataShard shard(const ShardOptions& options, const ReplicaContext& context) const;
+  /// The last apply_gradients' communication wait.
+  StepStats last_step_stats() const;
+
+ protected:
+  Strategy(std::optional<Comm> comm, int local_replicas, StrategyOptions options);
+
+  // ---- hooks ----------------------------------------------------------------
+  /// The communicator over which replicas aggregate (a parameter server's
+  /// workers use one without the servers). Default: comm().
+  virtual Comm* replica_comm() { return comm(); }
+  /// Number of processes that run replicas.
+  int replica_processes();
+  /// Starts the cross-process aggregation of one fused bucket (already
+  /// combined over the local replicas, in the wire type); the default
+  /// all-reduces it (sum) over replica_comm().
+  virtual std::optional<Work> start_bucket(void* data, std::size_t count, DataType type);
+  /// Gives a new variable its first value on every local replica; the default
+  /// broadcasts the chief's from rank 0 of comm().
+  virtual void initialize_variable(Variable& variable, std::span<const std::byte> initial);
+  /// Where optimizer slots live: with every replica (mirrored strategies),
+  /// on the chief only (CentralStorage), or outside the strategy's variables
+  /// (ParameterServer: on the servers, with the shards).
+  enum class SlotPlacement { every_replica, chief, elsewhere };
+  virtual SlotPlacement slot_placement() const { return SlotPlacement::every_replica; }
+  /// Synchronizes gradients and applies the optimizer; the default (mirrored)
+  /// updates every replica's copy from the same aggregated gradient, so they
+  /// stay bit-identical. Called by every replica.
+  virtual void apply_gradients(ReplicaContext& context, Optimizer& optimizer);
+  /// The slots of `variable` for `optimizer`, in slot_names() order.
+  std::vector<Variable*> slots_of(const Variable& variable, const Optimizer& optimizer) const;
+  /// Runs fn on one thread while every local replica waits (it runs at once
+  /// with one local replica). Called by every replica.
+  void on_one_replica(const ReplicaContext& context, const std::function<void()>& fn);
+  /// Gradients::synchronize for one replica: every bucket aggregated.
+  void synchronize_gradients(int local_replica);
+  GradientBuckets& buckets() const { return *buckets_; }
+  const StrategyOptions& options() const { return options_; }
+  std::int64_t& optimizer_step() { return optimizer_step_; }
+  /// Every rank learns the chief's outcome of `operation`: when it failed,
+  /// every rank throws an error with the chief's code and message.
+  void broadcast_status(const std::string& failure, ErrorCode code, std::string_view operation);
+
+ private:
+  friend class ReplicaContext;
+  friend class Gradients;
+  class LocalGroup;
+  void check_in_scope(std::string_view name) const;
+  void check_cross_replica(std::string_view operation) const;
+  /// Empty when `contents` fits this model, else what differs.
+  std::string check_checkpoint(const std::string& path, const CheckpointContents& contents) const;
+  /// The variable, after checking that this strategy owns it.
+  Variable& owned(const Variable& variable, std::string_view operation) const;
+  /// Starts a bucket's aggregation through start_bucket(), one caller at a time.
+  std::optional<Work> start_bucket_locked(void* data, std::size_t count, DataType type);
+  void check_same_everywhere(const std::string& name, DataType type, const Shape& shape);
+  void reduce_values(ReduceOp op, const void* per_local, std::size_t locals, void* out, DataType type);
+  void gather_values(const void* per_local, std::size_t locals, void* all, DataType type);
+  // The hierarchical all-reduce under every replica-context collective:
+  // combine the local replicas' buffers, all-reduce across processes, copy back.
+  void replica_all_reduce(const ReplicaContext& context, void* values, std::size_t count, DataType type, ReduceOp op);
+  void update_on_write(const ReplicaContext& context, const Variable& variable, const void* values, std::size_t count,
+                       DataType type, bool add);
+
+  std::optional<Comm> comm_;
+  int local_replicas_;
+  StrategyOptions options_;
+  std::unique_ptr<LocalGroup> group_;
+  std::unique_ptr<GradientBuckets> buckets_;
+  std::vector<std::unique_ptr<Variable>> variables_;
+  std::vector<Variable*> variable_list_;
+  std::map<std::string, Variable*, std::less<>> by_name_;
+  int scopes_ = 0;
+  bool running_ = false;
+  std::int64_t optimizer_step_ = 0;
+  std::vector<std::string> slot_owners_;  // optimizers whose slots exist
+  std::vector<Variable*> trainable_;
+  mutable std::mutex comm_mutex_;
+
+ protected:
+  /// Serializes calls into the communicators from replica threads.
+  std::mutex& comm_mutex() const { return comm_mutex_; }
+};
+
+/// One replica per process, across hosts (TensorFlow's
+/// MultiWorkerMirroredStrategy): gradients are all-reduced in fused buckets
+/// and every replica applies the same update.
+class MultiWorkerMirrored final : public Strategy {
+ public:
+  explicit MultiWorkerMirrored(Comm comm, StrategyOptions options = {});
+  /// From braid-run's environment or TF_CONFIG (chief and workers).
+  static std::unique_ptr<MultiWorkerMirrored> from_env(StrategyOptions options = {});
+  std::string_view name() const override { return "MultiWorkerMirrored"; }
+};
+
+/// Several replicas in one process, one thread each (TensorFlow's
+/// MirroredStrategy over local devices), optionally across processes too:
+/// the local replicas are combined in memory first, then across processes
+/// (hierarchical). Every process must run the same number of replicas.
+class Mirrored final : public Strategy {
+ public:
+  /// Local replicas only (one process).
+  explicit Mirrored(int local_replicas, StrategyOptions options = {});
+  /// local_replicas per process, times comm.size() processes.
+  Mirrored(Comm comm, int local_replicas, StrategyOptions options = {});
+  std::string_view name() const override { return "Mirrored"; }
+};
+
+/// Variables live on the chief (TensorFlow's CentralStorageStrategy): every
+/// replica computes gradients on its read copy, gradients are reduced to the
+/// chief in buckets, the chief applies the optimizer (its slots exist only
+/// there) and broadcasts the new values.
+class CentralStorage final : public Strategy {
+ public:
+  explicit CentralStorage(Comm comm, StrategyOptions options = {});
+  std::string_view name() const override { return "CentralStorage"; }
+
+ protected:
+  std::optional<Work> start_bucket(void* data, std::size_t count, DataType type) override;
+  SlotPlacement slot_placement() const override { return SlotPlacement::chief; }
+  void apply_gradients(ReplicaContext& context, Optimizer& optimizer) override;
+};
+
+struct ParameterServerOptions {
+  /// Ranks that serve variables: the last `servers` ranks (TF_CONFIG's "ps" tasks when started from it).
+  int servers = 1;
+  /// A worker's update for step s waits until every worker has finished step
+  /// s - staleness (stale-synchronous parallel); 0 is lockstep.
+  int staleness = 2;
+  /// Optimizer applied on the servers (required on every rank, same settings).
+  std::shared_ptr<Optimizer> optimizer;
+  StrategyOptions strategy;
+};
+
+/// Asynchronous training (TensorFlow's ParameterServerStrategy): variables
+/// are sharded element-wise over the server ranks; workers push gradients
+/// and pull values without a global barrier, each update bounded in
+/// staleness. Every rank creates the variables; servers then call serve(),
+/// workers train and call finish().
+class ParameterServer final : public Strategy {
+ public:
+  ParameterServer(Comm comm, ParameterServerOptions options);
+  static std::unique_ptr<ParameterServer> from_env(ParameterServerOptions options);
+  ~ParameterServer() override;
+  std::string_view name() const override { return "ParameterServer"; }
+  bool runs_replicas() const override { return !is_server(); }
+  bool is_server() const;
+  /// Workers' count and this worker's index.
+  int workers() const;
+  /// Serves pulls and pushes until every worker called finish(). Servers only.
+  void serve();
+  /// Fetches the current values of every variable from the servers. Workers only.
+  void pull();
+  /// Waits for every worker, pulls the final values and tells the servers this
+  /// worker is done. Workers only; a collective over the workers.
+  void finish();
+  /// The largest staleness a server accepted (servers; after serve()).
+  int max_staleness_seen() const;
+  /// Updates the servers applied (servers; after serve()).
+  std::int64_t updates_applied() const;
+
+  ReplicaReport verify_replicas() override;
+  void save(const std::string& path, const TrainingPosition& position = {}) override;
+  RestoredCheckpoint restore(const std::string& path) override;
+
+ protected:
+  Comm* replica_comm() override;
+  void initialize_variable(Variable& variable, std::span<const std::byte> initial) override;
+  SlotPlacement slot_placement() const override { return SlotPlacement::elsewhere; }
+  /// Workers do not aggregate gradients with each other: each pushes its own.
+  std::optional<Work> start_bucket(void*, std::size_t, DataType) override { return std::nullopt; }
+  void apply_gradients(ReplicaContext& context, Optimizer& optimizer) override;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace braid::mirrored
