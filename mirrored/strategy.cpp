@@ -243,9 +243,8 @@ Variable& Strategy::owned(const Variable& variable, std::string_view operation) 
 }
 
 void Strategy::create_slots(const Optimizer& optimizer) {
-  const std::string owner = optimizer.name();
-  if (std::find(slot_owners_.begin(), slot_owners_.end(), owner) != slot_owners_.end()) return;
-  slot_owners_.push_back(owner);
+  // Per (variable, slot), so that a variable created later, or a second
+  // optimizer of the same name with more slots, still gets its own.
   const SlotPlacement placement = slot_placement();
   if (placement == SlotPlacement::elsewhere) return;
   const bool held = placement == SlotPlacement::every_replica || is_chief();
@@ -254,8 +253,10 @@ void Strategy::create_slots(const Optimizer& optimizer) {
     if (v->options().trainable) trainable.push_back(v);
   for (Variable* v : trainable) {
     for (const std::string& slot : optimizer.slot_names()) {
+      std::string slot_name = v->name() + "/" + optimizer.name() + "/" + slot;
+      if (by_name_.count(slot_name)) continue;
       auto s = std::unique_ptr<Variable>(new Variable(
-          this, static_cast<int>(variables_.size()), v->name() + "/" + owner + "/" + slot, v->type(), v->shape(),
+          this, static_cast<int>(variables_.size()), std::move(slot_name), v->type(), v->shape(),
           VariableOptions{.synchronization = Synchronization::on_write, .aggregation = Aggregation::none, .trainable = false},
           placement == SlotPlacement::every_replica, local_replicas_, held));
       by_name_[s->name()] = s.get();

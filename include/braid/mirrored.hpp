@@ -523,7 +523,6 @@ class Strategy {
   int scopes_ = 0;
   bool running_ = false;
   std::int64_t optimizer_step_ = 0;
-  std::vector<std::string> slot_owners_;  // optimizers whose slots exist
   std::vector<Variable*> trainable_;
   mutable std::mutex comm_mutex_;
 
