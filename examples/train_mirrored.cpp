@@ -312,7 +312,8 @@ int train(const Config& cfg) {
   }
   if (chief) {
     std::printf("Summary: %s, %d replicas: replicas %s", std::string(strategy->name()).c_str(),
-                strategy->num_replicas_in_sync(), consistent ? "identical after every epoch" : "DIVERGED");
+                strategy->num_replicas_in_sync(),
+                !consistent ? "DIVERGED" : ps ? "identical after finish" : "identical after every epoch");
     if (!reference.empty()) std::printf(", loss within %.1e of the 1-replica run", worst);
     std::printf(".\n");
   }
