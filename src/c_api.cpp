@@ -15,6 +15,8 @@
 #include "braid/braid.hpp"
 #include "core/text.hpp"
 
+static_assert(BRAID_SPLIT_NOCOLOR == braid::Comm::kNoColor);
+
 struct braid_comm {
   braid::Comm comm;
 };
@@ -151,7 +153,7 @@ braid_result_t braid_comm_split(braid_comm_t comm, int color, int key, braid_com
     require(newcomm, "the new communicator pointer");
     *newcomm = nullptr;
     braid::Comm child = comm_of(comm).split(color, key);
-    *newcomm = new braid_comm{std::move(child)};
+    if (child.valid()) *newcomm = new braid_comm{std::move(child)};
   });
 }
 

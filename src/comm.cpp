@@ -35,19 +35,33 @@ void check_rank(int rank, int size) {
 
 }  // namespace
 
+Comm::Comm() noexcept = default;
 Comm::Comm(std::unique_ptr<CommImpl> impl) : impl_(std::move(impl)) {}
 Comm::Comm(Comm&&) noexcept = default;
 Comm& Comm::operator=(Comm&&) noexcept = default;
 Comm::~Comm() = default;
 
+bool Comm::valid() const noexcept { return impl_ != nullptr; }
+
 CommImpl& Comm::impl() const {
-  if (!impl_) throw InvalidArgument("this braid::Comm was moved from");
+  if (!impl_)
+    throw InvalidArgument("this braid::Comm is empty: it is not a member of any communicator (it was made by "
+                          "split(Comm::kNoColor, ...) or default-constructed) or it was moved from");
   return *impl_;
 }
 
 Comm Comm::from_env(const CommOptions& options) {
   Settings s = settings_with(options);
-  const char* hint = " (start the program with braid-run, or set BRAID_RANK, BRAID_WORLD_SIZE and BRAID_STORE_ADDR)";
+  if (!s.rank) {
+    if (std::optional<ClusterSpec> cluster = ClusterSpec::from_env()) {
+      log_info("BRAID_RANK is not set: joining as TF_CONFIG's ", cluster->task_type, " ", cluster->task_index,
+               " (rank ", cluster->rank(), " of ", cluster->size(), ", store at ", cluster->store_address(), ")");
+      return init(*cluster, options);
+    }
+  }
+  const char* hint =
+      " (start the program with braid-run, set BRAID_RANK, BRAID_WORLD_SIZE and BRAID_STORE_ADDR, or set "
+      "TensorFlow's TF_CONFIG)";
   if (!s.rank) throw InvalidArgument(cat("BRAID_RANK is not set", hint));
   if (!s.world_size) throw InvalidArgument(cat("BRAID_WORLD_SIZE is not set", hint));
   if (s.store_addr.empty()) throw InvalidArgument(cat("BRAID_STORE_ADDR is not set", hint));
@@ -64,6 +78,10 @@ Comm Comm::init(std::string_view store_addr, int rank, int size, const CommOptio
   set_log_rank(rank);
   Rendezvous rv = rendezvous_at_store(std::string(store_addr), rank, size, s);
   return Comm(CommImpl::create(std::move(rv), rank, size, std::move(s)));
+}
+
+Comm Comm::init(const ClusterSpec& cluster, const CommOptions& options) {
+  return init(cluster.store_address(), cluster.rank(), cluster.size(), options);
 }
 
 Comm Comm::init(const UniqueId& id, int rank, int size, const CommOptions& options) {
@@ -157,7 +175,7 @@ Work Comm::recv_async(void* buffer, std::size_t count, DataType type, int peer) 
 }
 Work Comm::barrier_async() { return start(impl(), impl().barrier()); }
 
-Comm Comm::split(int color, int key) { return Comm(impl().split(color, key)); }
+Comm Comm::split(int color, int key) { return Comm(impl().split(color, key)); }  // empty for kNoColor
 void Comm::abort() { impl().abort(); }
 
 void Comm::check_span_sizes(std::size_t small, std::size_t big, int factor, const char* op) {

@@ -16,7 +16,8 @@ std::string rank_key(std::string_view what, int rank) { return cat("braid/", wha
 }  // namespace
 
 CommImpl::CommImpl(int rank, int size, Settings settings)
-    : settings_(std::move(settings)), rank_(rank), size_(size), p2p_sequence_(static_cast<std::size_t>(size)),
+    : settings_(std::move(settings)), rank_(rank), size_(size), p2p_sent_(static_cast<std::size_t>(size)),
+      p2p_received_(static_cast<std::size_t>(size)),
       recorder_(cat("rank ", rank, " of ", size)) {
   if (!settings_.dump_on_signal.empty()) FlightRecorder::dump_on_signal(parse_signal(settings_.dump_on_signal));
 }
@@ -366,7 +367,10 @@ void check_peer(int rank, int size, int peer, std::string_view op) {
 }
 
 // Point-to-point tags live apart from collective tags: the top bit is set and
-// the rest counts messages between this pair, which both sides agree on.
+// the rest counts the messages in one direction between this pair (the
+// sender's sends to the receiver, the receiver's receives from the sender),
+// which both sides agree on whatever order each issues its sends and receives
+// in: both may send first.
 constexpr std::uint32_t kPointToPoint = 0x80000000u;
 
 }  // namespace
@@ -377,9 +381,9 @@ std::shared_ptr<Operation> CommImpl::point_to_point(Step step, Buffers buffers, 
   schedule.algorithm = "p2p";
   schedule.type = type;
   schedule.ranks = size_;
-  const int peer = step.peer;
+  std::uint32_t& count_here = (step.kind == StepKind::send ? p2p_sent_ : p2p_received_)[step.peer];
   schedule.add(std::move(step));
-  std::uint32_t sequence = kPointToPoint | (p2p_sequence_[peer]++ & ~kPointToPoint);
+  std::uint32_t sequence = kPointToPoint | (count_here++ & ~kPointToPoint);
   return make_op(std::move(schedule), buffers, std::move(what), sequence,
                  OpDescriptor{OpDescriptor::Kind::point_to_point, type, ReduceOp::sum, 0, -1, count});
 }
@@ -410,26 +414,32 @@ std::shared_ptr<Operation> CommImpl::barrier() {
 // ---- split ------------------------------------------------------------------------
 
 std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
-  // Every rank takes part in the exchange below, even one whose color is bad,
-  // so the others never wait for it; the error comes after.
+  // Every rank takes part in the exchange below, even one whose color is bad
+  // or kNoColor, so the others never wait for it; the error comes after.
+  // Every rank counts every split, so all derive the same child ids.
   const std::uint32_t split_index = ++splits_;
-  // The new communicator listens on a port of its own, then every rank learns
-  // every other's color, key and address through an all_gather here.
-  TcpOptions tcp;
-  tcp.world_size = size_;
-  tcp.comm_id = comm_id_;
-  tcp.listen_address = advertise_;
-  tcp.streams = settings_.tcp_streams;
-  tcp.buffer_bytes = settings_.tcp_buffer_bytes;
-  tcp.timeout = settings_.timeout;
-  tcp.auth_key = settings_.auth_key;
-  tcp.tls = settings_.tls;
-  auto transport = std::make_unique<TcpTransport>(tcp);
+  // A member's new communicator listens on a port of its own, then every rank
+  // learns every other's color, key and address through an all_gather here.
+  // A rank with kNoColor joins nothing and opens no port.
+  const bool member = color >= 0;
+  std::unique_ptr<TcpTransport> transport;
+  if (member) {
+    TcpOptions tcp;
+    tcp.world_size = size_;
+    tcp.comm_id = comm_id_;
+    tcp.listen_address = advertise_;
+    tcp.streams = settings_.tcp_streams;
+    tcp.buffer_bytes = settings_.tcp_buffer_bytes;
+    tcp.timeout = settings_.timeout;
+    tcp.auth_key = settings_.auth_key;
+    tcp.tls = settings_.tls;
+    transport = std::make_unique<TcpTransport>(tcp);
+  }
   constexpr std::size_t kRecord = 128;
   WireWriter w;
   w.u32(static_cast<std::uint32_t>(color));
   w.u32(static_cast<std::uint32_t>(key));
-  auto address = transport->local_address();
+  auto address = member ? transport->local_address() : std::vector<std::byte>{};
   w.u32(static_cast<std::uint32_t>(address.size()));
   w.bytes(address);
   std::vector<std::byte> mine = w.take();
@@ -440,6 +450,10 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
   submit(exchange, false);
   wait(exchange, Deadline::never());
 
+  if (color == Comm::kNoColor) return nullptr;
+  if (color < 0)
+    throw InvalidArgument(cat("rank ", rank_, ": split: color ", color, " must be non-negative or Comm::kNoColor (",
+                              Comm::kNoColor, ")"));
   struct Member {
     int parent_rank, key;
     std::vector<std::byte> address;
@@ -453,16 +467,15 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
     auto addr = rd.bytes(len);
     if (c == color) group.push_back({r, k, {addr.begin(), addr.end()}});
   }
-  if (color < 0) throw InvalidArgument(cat("rank ", rank_, ": split: color ", color, " must be non-negative"));
+  // A color no other rank uses makes a communicator of one, as in MPI and NCCL.
   std::stable_sort(group.begin(), group.end(), [](const Member& a, const Member& b) { return a.key < b.key; });
-  if (group.size() < 2)
-    throw InvalidArgument(cat("rank ", rank_, ": split: color ", color, " is used by no other rank"));
 
-  auto child = std::unique_ptr<CommImpl>(new CommImpl(0, static_cast<int>(group.size()), settings_));
+  const int child_rank = static_cast<int>(
+      std::find_if(group.begin(), group.end(), [&](const Member& m) { return m.parent_rank == rank_; }) - group.begin());
+  auto child = std::unique_ptr<CommImpl>(new CommImpl(child_rank, static_cast<int>(group.size()), settings_));
   std::vector<RankInfo> infos;
   std::vector<std::vector<std::byte>> addresses;
   for (std::size_t i = 0; i < group.size(); ++i) {
-    if (group[i].parent_rank == rank_) child->rank_ = static_cast<int>(i);
     RankInfo info = infos_[group[i].parent_rank];
     info.rank = static_cast<int>(i);
     infos.push_back(info);

@@ -147,7 +147,8 @@ class CommImpl {
   std::vector<std::unique_ptr<Link>> links_;  // by rank
   std::vector<Link*> link_ptrs_;              // by rank, null where none
   std::uint32_t collective_sequence_ = 0;     // identical on every rank
-  std::vector<std::uint32_t> p2p_sequence_;   // per peer
+  std::vector<std::uint32_t> p2p_sent_;       // per peer: sends to it
+  std::vector<std::uint32_t> p2p_received_;   // per peer: receives from it
   std::uint32_t splits_ = 0;
 
   FlightRecorder recorder_;

@@ -83,7 +83,7 @@ options:
   --grace T        time between SIGTERM and SIGKILL when stopping ranks
                    (default 5s)
   --no-prefix      do not put "[rank] " in front of output lines
-  --env-help       print the BRAID_* settings as a Markdown table
+  --env-help       print the settings (BRAID_*, TF_CONFIG) as a Markdown table
   -h, --help       print this help
 
 SIGINT, SIGTERM and SIGHUP to braid-run are forwarded to the ranks.

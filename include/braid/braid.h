@@ -75,14 +75,19 @@ typedef struct braid_work* braid_work_t;
 braid_result_t braid_get_unique_id(braid_unique_id_t* id);
 /** Joins communicator `id` as `rank` of `nranks`. */
 braid_result_t braid_comm_init_rank(braid_comm_t* comm, int nranks, braid_unique_id_t id, int rank);
-/** Joins the communicator described by BRAID_RANK, BRAID_WORLD_SIZE, BRAID_STORE_ADDR. */
+/** Joins the communicator described by BRAID_RANK, BRAID_WORLD_SIZE, BRAID_STORE_ADDR,
+ * or, when BRAID_RANK is not set, by TensorFlow's TF_CONFIG (see braid::ClusterSpec). */
 braid_result_t braid_comm_init_env(braid_comm_t* comm);
+/** The color that takes part in braid_comm_split without joining a new
+ * communicator (NCCL_SPLIT_NOCOLOR, MPI_UNDEFINED). */
+#define BRAID_SPLIT_NOCOLOR (-1)
 /** Splits `comm` (a collective call: every rank of `comm` calls it). Ranks
  * passing the same `color` form a new communicator, ordered by `key`, then by
  * rank in `comm`; it has its own connections and runs independently of
- * `comm`, which stays usable. `color` must be non-negative and shared by at
- * least two ranks, or the call fails on the ranks that passed it.
- * `*newcomm` is NULL after a failure. */
+ * `comm`, which stays usable. A color used by one rank only makes a
+ * communicator of size 1. A rank passing BRAID_SPLIT_NOCOLOR takes part but
+ * gets `*newcomm` = NULL and braid_success. Any other negative color fails
+ * on the ranks that passed it. `*newcomm` is NULL after a failure. */
 braid_result_t braid_comm_split(braid_comm_t comm, int color, int key, braid_comm_t* newcomm);
 /** Gives up on the communicator, from any thread: every pending and later
  * operation here fails with braid_aborted, and the peers' operations fail

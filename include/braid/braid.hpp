@@ -1,6 +1,6 @@
 // braid — the C++ API.
 //
-//   braid::Comm comm = braid::Comm::from_env();     // under braid-run, torchrun-style env
+//   braid::Comm comm = braid::Comm::from_env();     // under braid-run, or from TF_CONFIG
 //   std::vector<float> grad(n);
 //   comm.all_reduce(std::span(grad), braid::ReduceOp::sum);
 //
@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 
+#include "braid/cluster.hpp"
 #include "braid/types.hpp"
 
 namespace braid {
@@ -89,21 +90,42 @@ class Work {
 /// A group of ranks that run collectives together. Movable, not copyable.
 /// One thread at a time may call into a given communicator (a Work may be
 /// waited for from any thread).
+///
+/// A Comm can also be empty (valid() is false): default-constructed, moved
+/// from, or returned by split(kNoColor, ...) to a rank that is a member of no
+/// new communicator. Every operation on an empty Comm throws InvalidArgument.
 class Comm {
  public:
+  /// The color that makes a rank take part in split() without joining any of
+  /// the new communicators (MPI_UNDEFINED, NCCL_SPLIT_NOCOLOR).
+  static constexpr int kNoColor = -1;
+
   /// Joins the communicator described by the environment: BRAID_RANK,
-  /// BRAID_WORLD_SIZE and BRAID_STORE_ADDR (set by braid-run); rank 0 hosts
-  /// the store at that address.
+  /// BRAID_WORLD_SIZE and BRAID_STORE_ADDR (set by braid-run), where rank 0
+  /// hosts the store; or, when BRAID_RANK is not set, TensorFlow's TF_CONFIG
+  /// (see init(const ClusterSpec&)).
   static Comm from_env(const CommOptions& options = {});
   /// Joins through a rendezvous store at host:port; rank 0 hosts it.
   static Comm init(std::string_view store_addr, int rank, int size, const CommOptions& options = {});
   /// Joins through a UniqueId made by UniqueId::create().
   static Comm init(const UniqueId& id, int rank, int size, const CommOptions& options = {});
+  /// Joins as task cluster.rank() of cluster.size(), every task of the
+  /// cluster taking part: init(cluster.store_address(), cluster.rank(),
+  /// cluster.size(), options). Rank 0 (the chief, else worker 0) hosts the
+  /// store at its own TF_CONFIG address, so that host:port must be one this
+  /// process can listen on.
+  static Comm init(const ClusterSpec& cluster, const CommOptions& options = {});
 
+  /// An empty communicator (valid() is false), to move one into later.
+  Comm() noexcept;
   Comm(Comm&&) noexcept;
   Comm& operator=(Comm&&) noexcept;
   /// Finishes the operations still queued (each bounded by the timeout).
   ~Comm();
+
+  /// False for an empty Comm: default-constructed, moved from, or made by
+  /// split(kNoColor, ...).
+  bool valid() const noexcept;
 
   int rank() const;
   int size() const;
@@ -165,11 +187,14 @@ class Comm {
   /// created afterwards.
   void abort();
 
-  /// Splits this communicator (a collective call): ranks passing the same
-  /// color form a new communicator, ordered by key then by rank here. The new
-  /// one has its own connections and runs independently of this one. A color
-  /// must be non-negative and shared by at least two ranks, or the call fails
-  /// on the ranks that passed it.
+  /// Splits this communicator (a collective call: every rank calls it):
+  /// ranks passing the same color form a new communicator, ordered by key
+  /// then by rank here. The new one has its own connections and runs
+  /// independently of this one. A rank passing kNoColor takes part in the
+  /// call but joins no new communicator and gets an empty Comm back. A color
+  /// used by one rank only makes a communicator of size 1. Any other negative
+  /// color fails on the ranks that passed it (after the exchange, so the
+  /// others do not wait for them).
   Comm split(int color, int key);
 
   template <typename T>

@@ -19,6 +19,10 @@ constexpr std::array kTable = {
     SettingInfo{"BRAID_LOCAL_SIZE", "(none)", "Number of ranks on this host. Set by braid-run."},
     SettingInfo{"BRAID_STORE_ADDR", "(none)",
                 "host:port of the rendezvous store; rank 0 hosts it there. Set by braid-run."},
+    SettingInfo{"TF_CONFIG", "(none)",
+                "TensorFlow's cluster spec (JSON: chief, worker and ps addresses, and this task). Used when "
+                "BRAID_RANK is not set: ranks are the chief, the workers, then the ps; rank 0 (the chief, else "
+                "worker 0) hosts the store at its address. See Starting from TF_CONFIG."},
     SettingInfo{"BRAID_TIMEOUT", "300s",
                 "Bound on every wait: rendezvous, connection, each collective (300, 30s, 500ms, 2m)."},
     SettingInfo{"BRAID_DEBUG", "WARN", "Log level on stderr: NONE, WARN, INFO or TRACE."},

@@ -1,6 +1,7 @@
-// Settings: the one table of BRAID_* environment variables (name, default,
-// meaning). Nothing else in braid calls getenv; the README prints this table
-// and a test checks that the two agree.
+// Settings: the one table of environment variables (name, default, meaning):
+// the BRAID_* settings and TensorFlow's TF_CONFIG. Nothing else in braid
+// calls getenv; the README prints this table and a test checks that the two
+// agree.
 #pragma once
 
 #include <chrono>

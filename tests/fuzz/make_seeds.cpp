@@ -164,6 +164,18 @@ void unique_id_seeds(SeedWriter& w) {
   w.add("unique_id", "hex", text_bytes(to_hex(v4)));
 }
 
+void tf_config_seeds(SeedWriter& w) {
+  w.add("tf_config", "chief-workers",
+        text_bytes(R"({"cluster": {"chief": ["host0:2222"], "worker": ["host1:2222", "host2:2222"]}, )"
+                   R"("task": {"type": "worker", "index": 1}})"));
+  w.add("tf_config", "workers-ps-launcher",
+        text_bytes(R"({"cluster": {"worker": ["10.0.0.1:5000", "[fe80::1]:5000"], "ps": ["ps0:1"], )"
+                   R"("evaluator": ["e:1"]}, "task": {"type": "ps", "index": "0", "trial": "1"}, )"
+                   R"("environment": "cloud", "rpc_layer": "grpc"})"));
+  w.add("tf_config", "escapes", text_bytes(R"({"cluster": {"worker": ["h\u00e9\/x:1", "\ud83d\ude00:2"]}, )"
+                                           R"("task": {"type": "worker", "index": 0.5e1, "x": [true, false, null]}})"));
+}
+
 // What a TcpLink over `sockets` sockets sends for `messages` (each a tag and a
 // size, its payload a counting pattern), and then, if `abort_reason` is set,
 // for abort(): the bytes that arrive on each socket.
@@ -274,6 +286,7 @@ int main(int argc, char** argv) {
     rank_info_seeds(w);
     wire_seeds(w);
     unique_id_seeds(w);
+    tf_config_seeds(w);
     tcp_link_seeds(w);
     std::printf("fuzz_seeds: wrote %d seeds under %s\n", w.count(), argv[1]);
   } catch (const std::exception& e) {

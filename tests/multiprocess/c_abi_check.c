@@ -5,7 +5,8 @@
  *
  * Blocking collectives, point to point, every *_async call with several
  * operations in flight waited in reverse order, braid_work_test polling,
- * braid_work_wait with a timeout, split, a second communicator made from a
+ * braid_work_wait with a timeout, split (BRAID_SPLIT_NOCOLOR and a group of
+ * one included), a second communicator made from a
  * unique id, and the error codes: bad arguments, a timed-out operation and
  * the communicator refusing work after it. Compiled as C11 and includes
  * nothing of braid but braid/braid.h.
@@ -285,8 +286,10 @@ static void argument_errors(braid_comm_t comm, int rank, int n) {
   EXPECT_OK(braid_work_free(NULL));
   EXPECT_OK(braid_comm_destroy(NULL));
 
-  EXPECT_CODE(braid_comm_split(comm, -1, 0, &child), braid_invalid_argument);
+  child = (braid_comm_t)&v;
+  EXPECT_CODE(braid_comm_split(comm, -2, 0, &child), braid_invalid_argument);
   EXPECT(child == NULL);
+  EXPECT(strstr(braid_last_error(), "color -2") != NULL);
   EXPECT_CODE(braid_comm_split(comm, 0, 0, NULL), braid_invalid_argument);
 
   EXPECT(strcmp(braid_get_error_string(braid_success), "success") == 0);
@@ -312,6 +315,24 @@ static void split(braid_comm_t comm, int rank, int n) {
     for (i = 0; i < n && i < 64; ++i) EXPECT(parents[i] == n - 1 - i);
   }
   EXPECT_OK(braid_comm_destroy(child));
+  /* Rank 0 joins nothing (NULL, success); rank n - 1 alone makes a
+   * communicator of one; the others, if any, form a group. */
+  child = (braid_comm_t)&sum;
+  EXPECT_OK(braid_comm_split(comm, rank == 0 ? BRAID_SPLIT_NOCOLOR : rank == n - 1 ? 9 : 4, 0, &child));
+  if (rank == 0) {
+    EXPECT(child == NULL);
+    EXPECT_CODE(braid_barrier(child), braid_invalid_argument);
+  } else {
+    int expected_size = rank == n - 1 ? 1 : n - 2;
+    sum = 1;
+    EXPECT(child != NULL);
+    EXPECT_OK(braid_comm_count(child, &child_size));
+    EXPECT_OK(braid_comm_rank(child, &child_rank));
+    EXPECT(child_size == expected_size && child_rank == (rank == n - 1 ? 0 : rank - 1));
+    EXPECT_OK(braid_all_reduce(&sum, &sum, 1, braid_i32, braid_sum, child));
+    EXPECT(sum == expected_size);
+    EXPECT_OK(braid_comm_destroy(child));
+  }
   EXPECT_OK(braid_barrier(comm));
 }
 

@@ -15,7 +15,9 @@
 // Async: every kind of operation in flight at once, waited in reverse order
 // or polled with test(), and a Work dropped unwaited. Errors: bad arguments
 // throw InvalidArgument and leave the communicator usable.
-// split: halves, one group in reverse key order, a lone color, a bad color.
+// split: halves, one group in reverse key order, a lone color (a group of
+// one), a bad color, kNoColor, and one 2-rank communicator per pair of rank 0
+// with another rank, made by one split per pair (a parameter server's links).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -317,7 +319,7 @@ class Checker {
     auto* misaligned = reinterpret_cast<std::byte*>(v.data()) + 2;
     expect_invalid([&] { comm_.reduce_scatter(v.data(), misaligned, 1, DataType::f32, ReduceOp::sum); },
                    "reduce_scatter overlapping buffers");
-    expect_invalid([&] { (void)comm_.split(-1, 0); }, "split color -1");
+    expect_invalid([&] { (void)comm_.split(-2, 0); }, "split color -2");
     comm_.barrier();
     all_gather(DataType::f32, 3, false);
   }
@@ -336,19 +338,61 @@ class Checker {
       all_gather(DataType::f32, 5, true);  // on the parent
       split_group(child, upper ? n_ - half : half, upper ? rank_ - half : rank_, false);
     }
-    // Last: a rank whose split fails does not count that split, so a later
-    // split would derive a different communicator id there (see the report
-    // on CommImpl::split).
-    // A lone color fails on that rank only; the others form a group of n - 1
-    // (with 2 ranks both colors are lone).
-    const bool lone = rank_ == n_ - 1 || n_ == 2;
-    try {
+    // A lone color makes a communicator of one; the others form a group of
+    // n - 1 (with 2 ranks both colors are lone).
+    {
+      const bool lone = rank_ == n_ - 1 || n_ == 2;
       braid::Comm child = comm_.split(rank_ == n_ - 1 ? 1 : 0, 0);
-      tally_.record(!lone, "split: a lone color was accepted");
-      if (!lone) split_group(child, n_ - 1, rank_, false);
-    } catch (const braid::InvalidArgument&) {
-      tally_.record(lone, "split: a shared color was refused");
+      split_group(child, lone ? 1 : n_ - 1, lone ? 0 : rank_, false);
     }
+    // kNoColor: rank 0 joins nothing, the others form a group.
+    {
+      braid::Comm child = comm_.split(rank_ == 0 ? braid::Comm::kNoColor : 2, rank_);
+      tally_.record(child.valid() == (rank_ != 0), "split: kNoColor gives an empty Comm, a color a member");
+      if (rank_ == 0) {
+        try {
+          child.barrier();
+          tally_.record(false, "split: an empty Comm accepted a barrier");
+        } catch (const braid::InvalidArgument&) {
+          tally_.record(true, "split: an empty Comm refuses work");
+        }
+      } else {
+        split_group(child, n_ - 1, rank_ - 1, false);
+      }
+    }
+    // One communicator per pair (0, p): every rank calls split once per pair,
+    // the two members with color 0 and the rest with kNoColor. Each pair talks
+    // at once, while the others go on to the next split.
+    std::vector<braid::Comm> pairs;
+    for (int p = 1; p < n_; ++p) {
+      const bool member = rank_ == 0 || rank_ == p;
+      braid::Comm pair = comm_.split(member ? 0 : braid::Comm::kNoColor, rank_);
+      tally_.record(pair.valid() == member, "split: pair (0, " + std::to_string(p) + ") has exactly its members");
+      if (!member || !pair.valid()) continue;
+      const int peer = 1 - pair.rank();
+      std::vector<std::int64_t> out(3001), in(3001, -1);
+      check::fill_block(DataType::i64, rank_, rank_ == 0 ? p : 0, out.data(), out.size());
+      braid::Work sent = pair.send_async(out.data(), out.size(), DataType::i64, peer);
+      pair.recv(in.data(), in.size(), DataType::i64, peer);
+      sent.wait();
+      finish(check::count_wrong_block(DataType::i64, rank_ == 0 ? p : 0, rank_, in.data(), in.size()), true,
+             "split: send/recv on pair (0, " + std::to_string(p) + ")");
+      pairs.push_back(std::move(pair));
+    }
+    // Then every pair at once, from rank 0's side in reverse order.
+    if (rank_ == 0) {
+      for (auto it = pairs.rbegin(); it != pairs.rend(); ++it) {
+        std::int32_t token = 0;
+        it->recv(&token, 1, DataType::i32, 1);
+        it->send(&token, 1, DataType::i32, 1);
+      }
+    } else if (!pairs.empty()) {
+      std::int32_t token = rank_, back = -1;
+      pairs[0].send(&token, 1, DataType::i32, 0);
+      pairs[0].recv(&back, 1, DataType::i32, 0);
+      tally_.record(back == rank_, "split: pair echo");
+    }
+    tally_.record(static_cast<int>(pairs.size()) == (rank_ == 0 ? n_ - 1 : 1), "split: one pair per non-zero rank");
     comm_.barrier();
   }
 

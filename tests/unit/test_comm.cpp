@@ -14,6 +14,7 @@
 #include "braid/braid.h"
 #include "braid/braid.hpp"
 #include "core/settings.hpp"
+#include "core/text.hpp"
 #include "core/socket.hpp"
 #include "flight_recorder.hpp"
 
@@ -63,18 +64,67 @@ void run_ranks(int n, Body body, int timeout_ms = 5000) {
 
 }  // namespace
 
+namespace {
+
+// Every collective on a communicator of one rank (made by init, or by a
+// split with a color no other rank uses) copies its input: in place, out of
+// place, blocking and asynchronous. Runs on a rank thread, hence expect().
+void check_single_rank(Comm& comm) {
+  expect(comm.rank() == 0 && comm.size() == 1, "a single-rank communicator is rank 0 of 1");
+  const std::vector<float> in = {1, 2, 3};
+  auto same = [&](const std::vector<float>& out, const std::string& what) { expect(out == in, what + " copies its input"); };
+  std::vector<float> out(3), inplace;
+  comm.all_reduce(in.data(), out.data(), 3, DataType::f32, ReduceOp::sum);
+  same(out, "all_reduce");
+  for (ReduceOp op : {ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg}) {
+    inplace = in;
+    comm.all_reduce(inplace.data(), inplace.data(), 3, DataType::f32, op);
+    same(inplace, cat("in-place all_reduce ", name_of(op)));
+  }
+  out.assign(3, 0);
+  comm.broadcast(in.data(), out.data(), 3, DataType::f32, 0);
+  same(out, "broadcast");
+  out.assign(3, 0);
+  comm.reduce(in.data(), out.data(), 3, DataType::f32, ReduceOp::max, 0);
+  same(out, "reduce");
+  out.assign(3, 0);
+  comm.all_gather(in.data(), out.data(), 3, DataType::f32);
+  same(out, "all_gather");
+  out.assign(3, 0);
+  comm.reduce_scatter(in.data(), out.data(), 3, DataType::f32, ReduceOp::sum);
+  same(out, "reduce_scatter");
+  out.assign(3, 0);
+  comm.all_to_all(in.data(), out.data(), 3, DataType::f32);
+  same(out, "all_to_all");
+  out.assign(3, 0);
+  comm.gather(in.data(), out.data(), 3, DataType::f32, 0);
+  same(out, "gather");
+  out.assign(3, 0);
+  comm.scatter(in.data(), out.data(), 3, DataType::f32, 0);
+  same(out, "scatter");
+  inplace = in;
+  comm.all_gather(inplace.data(), inplace.data(), 3, DataType::f32);
+  same(inplace, "in-place all_gather");
+  comm.all_reduce(nullptr, nullptr, 0, DataType::f32, ReduceOp::sum);
+  comm.barrier();
+  out.assign(3, 0);
+  std::vector<float> out2(3);
+  Work w1 = comm.all_reduce_async(in.data(), out.data(), 3, DataType::f32, ReduceOp::sum);
+  Work w2 = comm.all_to_all_async(in.data(), out2.data(), 3, DataType::f32);
+  Work w3 = comm.barrier_async();
+  expect(w3.wait() && w2.wait() && w1.wait(), "async work on one rank completes");
+  same(out, "all_reduce_async");
+  same(out2, "all_to_all_async");
+  expect_throws_with([&] { comm.send(in.data(), 3, DataType::f32, 0); }, "peer 0 is this rank itself");
+  expect(comm.describe().find("rank 0 of 1") != std::string::npos, comm.describe());
+}
+
+}  // namespace
+
 TEST_CASE("a single-rank communicator runs every collective") {
   Comm comm = Comm::init("127.0.0.1:0", 0, 1, quick());
-  CHECK(comm.rank() == 0);
-  CHECK(comm.size() == 1);
-  std::vector<float> a = {1, 2, 3}, b(3);
-  comm.all_reduce(std::span<const float>(a), std::span(b), ReduceOp::sum);
-  CHECK(b == a);
-  comm.all_reduce(std::span(a), ReduceOp::avg);
-  CHECK(a == std::vector<float>{1, 2, 3});
-  comm.broadcast(std::span(a), 0);
-  comm.barrier();
-  CHECK(comm.describe().find("rank 0 of 1") != std::string::npos);
+  CHECK(comm.valid());
+  check_single_rank(comm);
 }
 
 TEST_CASE("bad arguments name what was wrong") {
@@ -230,6 +280,27 @@ TEST_CASE("point-to-point messages match in issue order; self and out-of-range p
   });
 }
 
+TEST_CASE("point-to-point messages match per direction: both sides may send first") {
+  run_ranks(2, [](Comm& comm) {
+    const int peer = 1 - comm.rank();
+    for (int round = 0; round < 3; ++round) {
+      std::int32_t mine = comm.rank() * 100 + round, theirs = -1;
+      comm.send(&mine, 1, DataType::i32, peer);
+      comm.recv(&theirs, 1, DataType::i32, peer);
+      expect(theirs == peer * 100 + round, cat("round ", round, ": got ", theirs));
+    }
+    // Asynchronous, two messages each way in flight, after an uneven count
+    // of sends and receives on each side.
+    std::vector<float> a(5000, static_cast<float>(comm.rank())), b(7, 2.f), ra(5000), rb(7);
+    Work s1 = comm.send_async(a.data(), a.size(), DataType::f32, peer);
+    Work s2 = comm.send_async(b.data(), b.size(), DataType::f32, peer);
+    Work r1 = comm.recv_async(ra.data(), ra.size(), DataType::f32, peer);
+    Work r2 = comm.recv_async(rb.data(), rb.size(), DataType::f32, peer);
+    expect(r2.wait() && r1.wait() && s2.wait() && s1.wait(), "the exchange completes");
+    expect(ra[4999] == static_cast<float>(peer) && rb[0] == 2.f, "each message arrived in order");
+  });
+}
+
 TEST_CASE("split makes independent sub-communicators ordered by key") {
   run_ranks(4, [](Comm& comm) {
     const int r = comm.rank();
@@ -244,15 +315,121 @@ TEST_CASE("split makes independent sub-communicators ordered by key") {
     comm.all_reduce(std::span(w), ReduceOp::sum);
     expect(w[2] == 4, "w[2] == 4");
     half.barrier();
-    // A color nobody else uses is an error on the rank that passed it.
+    // A color nobody else uses makes a communicator of one, as in MPI and NCCL.
+    Comm group = comm.split(r == 3 ? 7 : 0, r);
     if (r == 3) {
-      expect_throws_with([&] { comm.split(7, 0); }, "color 7 is used by no other rank");
+      check_single_rank(group);
     } else {
-      Comm three = comm.split(0, r);
-      expect(three.size() == 3, "three.size() == 3");
-      three.barrier();
+      expect(group.size() == 3 && group.rank() == r, "the other three form a group");
+      group.barrier();
     }
+    // Negative colors other than kNoColor fail on the ranks that passed them,
+    // after the exchange, so the others neither wait nor fail.
+    if (r == 1) {
+      expect_throws_with([&] { comm.split(-2, 0); }, "color -2 must be non-negative or Comm::kNoColor (-1)");
+    } else {
+      Comm rest = comm.split(1, r);
+      expect(rest.size() == 3, "the ranks with a good color form a group");
+      rest.barrier();
+    }
+    comm.barrier();
   });
+}
+
+TEST_CASE("split with kNoColor: the rank takes part but joins nothing, and gets an empty Comm") {
+  run_ranks(3, [](Comm& comm) {
+    const int r = comm.rank();
+    Comm child = comm.split(r == 1 ? Comm::kNoColor : 5, -r);
+    if (r == 1) {
+      expect(!child.valid(), "kNoColor gives an empty Comm");
+      std::vector<float> v(4);
+      const std::string why = "not a member of any communicator";
+      expect_throws_with([&] { (void)child.rank(); }, why);
+      expect_throws_with([&] { (void)child.size(); }, why);
+      expect_throws_with([&] { (void)child.describe(); }, why);
+      expect_throws_with([&] { child.all_reduce(std::span(v), ReduceOp::sum); }, why);
+      expect_throws_with([&] { child.barrier_async(); }, why);
+      expect_throws_with([&] { child.send(v.data(), 1, DataType::f32, 0); }, why);
+      expect_throws_with([&] { child.split(0, 0); }, "kNoColor");
+      expect_throws_with([&] { child.abort(); }, why);
+      try {
+        child.barrier();
+        expect(false, "barrier on an empty Comm did not throw");
+      } catch (const InvalidArgument&) {
+      }
+    } else {
+      expect(child.valid() && child.size() == 2, "the others form a group of 2");
+      expect(child.rank() == (r == 2 ? 0 : 1), "ordered by key");
+      std::vector<std::int32_t> v(5, r);
+      child.all_reduce(std::span(v), ReduceOp::sum);
+      expect(v[4] == 2, "the group of 2 all-reduces");
+    }
+    // Every rank with kNoColor: everyone gets an empty Comm.
+    Comm none = comm.split(Comm::kNoColor, 0);
+    expect(!none.valid(), "all kNoColor: all empty");
+    // The parent is unaffected, and a moved-from Comm is empty too.
+    comm.barrier();
+    Comm moved = std::move(comm);
+    expect(!comm.valid() && moved.valid(), "moved from: empty");
+    expect_throws_with([&] { comm.barrier(); }, "moved from");
+    comm = std::move(moved);
+    comm.barrier();
+  });
+  Comm empty;
+  CHECK_FALSE(empty.valid());
+  CHECK_THROWS_AS(empty.size(), InvalidArgument);
+}
+
+TEST_CASE("a parameter server makes one 2-rank communicator per worker by repeated splits") {
+  // Rank 0 serves ranks 1-3. Pair p is made by a split that every rank calls:
+  // color 0 for the server and worker p, kNoColor for the others. Each pair
+  // talks at once on its own communicator while the others go on to the next
+  // split, and again at the end, in another order.
+  run_ranks(4, [](Comm& comm) {
+    const int r = comm.rank(), n = comm.size();
+    std::vector<Comm> pairs;  // by worker; the server holds all, a worker its own
+    for (int worker = 1; worker < n; ++worker) {
+      const bool member = r == 0 || r == worker;
+      Comm pair = comm.split(member ? 0 : Comm::kNoColor, r);
+      expect(pair.valid() == member, cat("rank ", r, ": pair with worker ", worker, " valid() is ", pair.valid()));
+      if (!member) continue;
+      expect(pair.size() == 2 && pair.rank() == (r == 0 ? 0 : 1), "the server is rank 0 of each pair");
+      std::vector<std::int32_t> msg(1000);
+      if (r == 0) {
+        std::iota(msg.begin(), msg.end(), worker * 10000);
+        pair.send(msg.data(), msg.size(), DataType::i32, 1);
+      } else {
+        pair.recv(msg.data(), msg.size(), DataType::i32, 0);
+        expect(msg[999] == worker * 10000 + 999, "the worker got the server's message");
+      }
+      pairs.push_back(std::move(pair));
+    }
+    expect(static_cast<int>(pairs.size()) == (r == 0 ? n - 1 : 1), "one pair per worker");
+    // Workers push, the server pulls in reverse order, then answers each.
+    std::vector<double> grad(4096, r);
+    if (r == 0) {
+      for (int worker = n - 1; worker >= 1; --worker) {
+        Comm& pair = pairs[static_cast<std::size_t>(worker - 1)];
+        pair.recv(grad.data(), grad.size(), DataType::f64, 1);
+        expect(grad[4095] == worker, "the server got this worker's gradient");
+        std::vector<double> reply(4096, worker + 0.5);
+        pair.send(reply.data(), reply.size(), DataType::f64, 1);
+      }
+    } else {
+      pairs[0].send(grad.data(), grad.size(), DataType::f64, 0);
+      pairs[0].recv(grad.data(), grad.size(), DataType::f64, 0);
+      expect(grad[0] == r + 0.5, "the worker got its answer");
+      std::vector<float> both = {static_cast<float>(r)};
+      pairs[0].all_reduce(std::span(both), ReduceOp::sum);
+      expect(both[0] == static_cast<float>(r), "the pair all-reduces: server 0 + worker r");
+    }
+    if (r == 0)
+      for (auto& pair : pairs) {
+        std::vector<float> both = {0};
+        pair.all_reduce(std::span(both), ReduceOp::sum);
+      }
+    comm.barrier();
+  }, 20000);
 }
 
 TEST_CASE("abort fails the peers promptly, naming the rank that gave up") {
