@@ -36,118 +36,14 @@
 #include <vector>
 
 #include "braid/braid.hpp"
+#include "braid/mirrored/optimizer.hpp"
 #include "braid/mirrored/sharding.hpp"
+#include "braid/mirrored/variable.hpp"
 
 namespace braid::mirrored {
 
-/// When replicas of a variable are brought into agreement (TensorFlow's
-/// VariableSynchronization): on_write aggregates every update in replica
-/// context and writes the result to every replica, so all replicas always
-/// hold the same value; on_read lets each replica update its own copy and
-/// aggregates only when the variable is read in cross-replica context
-/// (metrics, batch statistics).
-enum class Synchronization { on_write, on_read };
-/// How per-replica updates (on_write) or copies (on_read) combine
-/// (TensorFlow's VariableAggregation). none forbids updates of an on_write
-/// variable in replica context, and reads of an on_read one.
-enum class Aggregation { none, sum, mean, only_first_replica };
-/// The element type gradients travel in; error feedback keeps what rounding
-/// removed and adds it to the next step's gradient.
-enum class Compression { none, f16, bf16 };
-
-std::string_view name_of(Synchronization s);
-std::string_view name_of(Aggregation a);
-std::string_view name_of(Compression c);
-
-using Shape = std::vector<std::int64_t>;
-/// Number of elements of a shape (1 for a scalar, []); throws InvalidArgument for a negative dimension.
-std::size_t element_count(const Shape& shape);
-/// "[16, 4]".
-std::string shape_text(const Shape& shape);
-
-struct VariableOptions {
-  Synchronization synchronization = Synchronization::on_write;
-  Aggregation aggregation = Aggregation::none;
-  bool trainable = true;  ///< gets a gradient buffer and is updated by apply_gradients (f16, bf16, f32 or f64 only)
-};
-
-class Strategy;
-class ReplicaContext;
 class GradientBuckets;
 struct CheckpointContents;
-
-/// A variable owned by a strategy: a name, an element type, a shape and one
-/// contiguous copy per local replica. Created only through
-/// Strategy::create_variable, inside Strategy::scope().
-class Variable {
- public:
-  Variable(const Variable&) = delete;
-  Variable& operator=(const Variable&) = delete;
-
-  const std::string& name() const { return name_; }
-  DataType type() const { return type_; }
-  const Shape& shape() const { return shape_; }
-  std::size_t count() const { return count_; }
-  std::size_t bytes() const { return count_ * size_of(type_); }
-  const VariableOptions& options() const { return options_; }
-  /// Creation order within its strategy (every rank creates in the same order).
-  int index() const { return index_; }
-  /// True when every replica holds the same value (on_write, and not a slot
-  /// that lives on one rank only); verify_replicas checks these.
-  bool mirrored() const { return mirrored_; }
-  Strategy& strategy() const { return *strategy_; }
-  /// The copy of local replica `local_replica` (empty where the variable is
-  /// not held, for example an optimizer slot kept on another rank).
-  std::span<std::byte> replica_bytes(int local_replica);
-  std::span<const std::byte> replica_bytes(int local_replica) const;
-
- private:
-  friend class Strategy;
-  Variable(Strategy* strategy, int index, std::string name, DataType type, Shape shape, VariableOptions options,
-           bool mirrored, int copies, bool held);
-  Strategy* strategy_;
-  int index_;
-  std::string name_;
-  DataType type_;
-  Shape shape_;
-  std::size_t count_;
-  VariableOptions options_;
-  bool mirrored_;
-  std::vector<std::vector<std::byte>> copies_;
-};
-
-/// A typed handle on a strategy's Variable. A default-constructed handle is
-/// not a variable: using it throws InvalidArgument.
-template <typename T>
-class MirroredVariable {
- public:
-  MirroredVariable() = default;
-  /// Throws InvalidArgument when the variable's type is not T.
-  explicit MirroredVariable(Variable& variable) : variable_(&variable) {
-    if (variable.type() != data_type_of<T>)
-      throw InvalidArgument("variable '" + variable.name() + "' holds " + std::string(braid::name_of(variable.type())) +
-                            ", not " + std::string(braid::name_of(data_type_of<T>)));
-  }
-  bool valid() const { return variable_ != nullptr; }
-  Variable& variable() const {
-    if (variable_ == nullptr)
-      throw InvalidArgument("this MirroredVariable was not created through a strategy (use Strategy::create_variable "
-                            "inside strategy.scope())");
-    return *variable_;
-  }
-  const std::string& name() const { return variable().name(); }
-  const Shape& shape() const { return variable().shape(); }
-  std::size_t count() const { return variable().count(); }
-  /// The copy of one local replica (0 for one replica per process).
-  std::span<T> value(int local_replica = 0) const {
-    auto bytes = variable().replica_bytes(local_replica);
-    return {reinterpret_cast<T*>(bytes.data()), bytes.size() / sizeof(T)};
-  }
-  std::span<T> value(const ReplicaContext& context) const;
-
- private:
-  Variable* variable_ = nullptr;
-};
 
 /// One replica's gradient buffers for the strategy's trainable variables. The
 /// buffers are views into fused buckets: when every replica of this process
@@ -180,37 +76,6 @@ class Gradients {
   Gradients(Strategy* strategy, int local_replica) : strategy_(strategy), local_(local_replica) {}
   Strategy* strategy_;
   int local_;
-};
-
-/// An update rule. A strategy calls update() where the variable's
-/// authoritative copy lives: on every replica (mirrored strategies), on the
-/// chief (CentralStorage) or on the server holding a shard (ParameterServer).
-class Optimizer {
- public:
-  virtual ~Optimizer() = default;
-  virtual std::string name() const = 0;
-  /// Names of the per-variable state it keeps ("momentum"); each slot has its
-  /// variable's type and shape, starts at zero and is checkpointed.
-  virtual std::vector<std::string> slot_names() const { return {}; }
-  /// Updates `count` elements of a variable of `type` (f16, bf16, f32 or f64)
-  /// from its aggregated gradient; slots[i] holds slot_names()[i] for the same
-  /// elements. step is 1 for the first update.
-  virtual void update(DataType type, void* value, const void* gradient, std::span<void* const> slots, std::size_t count,
-                      std::int64_t step) = 0;
-};
-
-/// Stochastic gradient descent, with optional (heavy-ball) momentum:
-/// v = momentum * v + g; value -= learning_rate * v.
-class Sgd final : public Optimizer {
- public:
-  explicit Sgd(double learning_rate, double momentum = 0.0);
-  std::string name() const override;
-  std::vector<std::string> slot_names() const override;
-  void update(DataType type, void* value, const void* gradient, std::span<void* const> slots, std::size_t count,
-              std::int64_t step) override;
-
- private:
-  double learning_rate_, momentum_;
 };
 
 /// The running replica's view, passed to the function given to Strategy::run.
@@ -531,98 +396,6 @@ class Strategy {
   std::mutex& comm_mutex() const { return comm_mutex_; }
 };
 
-/// One replica per process, across hosts (TensorFlow's
-/// MultiWorkerMirroredStrategy): gradients are all-reduced in fused buckets
-/// and every replica applies the same update.
-class MultiWorkerMirrored final : public Strategy {
- public:
-  explicit MultiWorkerMirrored(Comm comm, StrategyOptions options = {});
-  /// From braid-run's environment or TF_CONFIG (chief and workers).
-  static std::unique_ptr<MultiWorkerMirrored> from_env(StrategyOptions options = {});
-  std::string_view name() const override { return "MultiWorkerMirrored"; }
-};
-
-/// Several replicas in one process, one thread each (TensorFlow's
-/// MirroredStrategy over local devices), optionally across processes too:
-/// the local replicas are combined in memory first, then across processes
-/// (hierarchical). Every process must run the same number of replicas.
-class Mirrored final : public Strategy {
- public:
-  /// Local replicas only (one process).
-  explicit Mirrored(int local_replicas, StrategyOptions options = {});
-  /// local_replicas per process, times comm.size() processes.
-  Mirrored(Comm comm, int local_replicas, StrategyOptions options = {});
-  std::string_view name() const override { return "Mirrored"; }
-};
-
-/// Variables live on the chief (TensorFlow's CentralStorageStrategy): every
-/// replica computes gradients on its read copy, gradients are reduced to the
-/// chief in buckets, the chief applies the optimizer (its slots exist only
-/// there) and broadcasts the new values.
-class CentralStorage final : public Strategy {
- public:
-  explicit CentralStorage(Comm comm, StrategyOptions options = {});
-  std::string_view name() const override { return "CentralStorage"; }
-
- protected:
-  std::optional<Work> start_bucket(void* data, std::size_t count, DataType type) override;
-  SlotPlacement slot_placement() const override { return SlotPlacement::chief; }
-  void apply_gradients(ReplicaContext& context, Optimizer& optimizer) override;
-};
-
-struct ParameterServerOptions {
-  /// Ranks that serve variables: the last `servers` ranks (TF_CONFIG's "ps" tasks when started from it).
-  int servers = 1;
-  /// A worker's update for step s waits until every worker has finished step
-  /// s - staleness (stale-synchronous parallel); 0 is lockstep.
-  int staleness = 2;
-  /// Optimizer applied on the servers (required on every rank, same settings).
-  std::shared_ptr<Optimizer> optimizer;
-  StrategyOptions strategy;
-};
-
-/// Asynchronous training (TensorFlow's ParameterServerStrategy): variables
-/// are sharded element-wise over the server ranks; workers push gradients
-/// and pull values without a global barrier, each update bounded in
-/// staleness. Every rank creates the variables; servers then call serve(),
-/// workers train and call finish().
-class ParameterServer final : public Strategy {
- public:
-  ParameterServer(Comm comm, ParameterServerOptions options);
-  static std::unique_ptr<ParameterServer> from_env(ParameterServerOptions options);
-  ~ParameterServer() override;
-  std::string_view name() const override { return "ParameterServer"; }
-  bool runs_replicas() const override { return !is_server(); }
-  bool is_server() const;
-  /// Workers' count and this worker's index.
-  int workers() const;
-  /// Serves pulls and pushes until every worker called finish(). Servers only.
-  void serve();
-  /// Fetches the current values of every variable from the servers. Workers only.
-  void pull();
-  /// Waits for every worker, pulls the final values and tells the servers this
-  /// worker is done. Workers only; a collective over the workers.
-  void finish();
-  /// The largest staleness a server accepted (servers; after serve()).
-  int max_staleness_seen() const;
-  /// Updates the servers applied (servers; after serve()).
-  std::int64_t updates_applied() const;
-
-  ReplicaReport verify_replicas() override;
-  void save(const std::string& path, const TrainingPosition& position = {}) override;
-  RestoredCheckpoint restore(const std::string& path) override;
-
- protected:
-  Comm* replica_comm() override;
-  void initialize_variable(Variable& variable, std::span<const std::byte> initial) override;
-  SlotPlacement slot_placement() const override { return SlotPlacement::elsewhere; }
-  /// Workers do not aggregate gradients with each other: each pushes its own.
-  std::optional<Work> start_bucket(void*, std::size_t, DataType) override { return std::nullopt; }
-  void apply_gradients(ReplicaContext& context, Optimizer& optimizer) override;
-
- private:
-  class Impl;
-  std::unique_ptr<Impl> impl_;
-};
-
 }  // namespace braid::mirrored
+
+#include "braid/mirrored/strategies.hpp"

@@ -334,6 +334,44 @@ void check_other_model(mr::Strategy& s, const std::string& dir) {
   s.save(dir + "/other.ckpt");
 }
 
+// A strategy of a user's own: the public header and the documented hooks only.
+class CountingStrategy final : public mr::Strategy {
+ public:
+  explicit CountingStrategy(braid::Comm comm, mr::StrategyOptions options) : Strategy(std::move(comm), 1, options) {}
+  std::string_view name() const override { return "Counting"; }
+  int buckets_started = 0;
+
+ protected:
+  std::optional<braid::Work> start_bucket(void* data, std::size_t count, braid::DataType type) override {
+    ++buckets_started;
+    return Strategy::start_bucket(data, count, type);
+  }
+};
+
+void check_custom_strategy(braid::Comm comm) {
+  mr::StrategyOptions options;
+  options.gradients.bucket_bytes = 256;
+  CountingStrategy s(std::move(comm), options);
+  std::vector<mr::MirroredVariable<float>> vars;
+  {
+    auto scope = s.scope();
+    for (int v = 0; v < 4; ++v) vars.push_back(s.create_variable<float>("layer" + std::to_string(v), {64}, std::vector<float>(64)));
+  }
+  std::vector<float> seen;
+  s.run([&](mr::ReplicaContext& ctx) {
+    for (auto& v : vars) {
+      auto g = ctx.gradients().of(v);
+      std::fill(g.begin(), g.end(), static_cast<float>(2 * ctx.replica_id()));
+      ctx.gradients().ready(v);
+    }
+    ctx.gradients().synchronize();
+    seen.assign(ctx.gradients().of(vars[0]).begin(), ctx.gradients().of(vars[0]).end());
+  });
+  const int n = s.num_replicas_in_sync();
+  check(s.buckets_started == 4, "custom strategy: its start_bucket ran for each of 4 buckets, not " + std::to_string(s.buckets_started));
+  check(seen == std::vector<float>(64, static_cast<float>(n - 1)), "custom strategy: gradients averaged");
+}
+
 // ---- the parameter server ----------------------------------------------------------
 
 // Asynchronous SGD on a convex least-squares problem converges; staleness stays bounded.
@@ -467,6 +505,7 @@ int main(int argc, char** argv) {
         expect_error([&] { s->restore(dir + "/other.ckpt"); }, "does not match this model", "a checkpoint of another model");
       }
       check_buckets(cfg, spare);
+      if (cfg.strategy == "multi_worker_mirrored") check_custom_strategy(spare.split(0, spare.rank()));
       check_compression(cfg, spare, mr::Compression::f16);
       check_compression(cfg, spare, mr::Compression::bf16);
     }
