@@ -253,13 +253,17 @@ struct Sizing {
 // The chain whose backward pass takes about `target` seconds. The time is
 // not linear in the chain (memory traffic hides the first multiply-adds), so
 // a line through chain 0 and the latest probe is refined until within 10%.
+// Other load can make a probe look no slower than chain 0, so one step never
+// moves the chain more than 8x.
 Sizing size_backward(braid::Comm& world, Mode& mode, double target) {
   const double fixed = backward_seconds(world, mode, 0);
   if (target <= fixed) return {0, fixed};
   Sizing probe{64, backward_seconds(world, mode, 64)};
-  for (int round = 0; round < 3 && std::abs(probe.seconds - target) > 0.1 * target; ++round) {
-    const double per_multiply_add = std::max(probe.seconds - fixed, 1e-9) / probe.chain;
-    const int chain = std::max(1, static_cast<int>(std::lround((target - fixed) / per_multiply_add)));
+  for (int round = 0; round < 4 && std::abs(probe.seconds - target) > 0.1 * target; ++round) {
+    const double above = probe.seconds - fixed;
+    const double wanted = above > 0 ? probe.chain * (target - fixed) / above : probe.chain * 8.0;
+    const double bounded = std::clamp(wanted, std::max(1.0, probe.chain / 8.0), probe.chain * 8.0);
+    const int chain = static_cast<int>(std::lround(bounded));
     if (chain == probe.chain) break;
     probe = {chain, backward_seconds(world, mode, chain)};
   }
