@@ -411,7 +411,7 @@ int run(const Options& o) {
                     r.step_ms, r.backward_ms, r.wait_ms, r.other_ms, r.buckets, r.bytes / kMiB,
                     static_cast<long long>(r.wrong));
       }
-      std::printf("# replicas: overlap off %s; overlap on %s\n", off.replicas.c_str(), on.replicas.c_str());
+      std::printf("# overlap off: %s; overlap on: %s\n", off.replicas.c_str(), on.replicas.c_str());
       if (!ok) std::printf("# FAILED: wrong gradients or diverged replicas (see #wrong and replicas above)\n");
       if (n == 1) std::printf("# 1 rank: nothing to communicate, so nothing to overlap\n");
       std::printf("overlap on: waited %.1f ms per step vs %.1f ms with overlap off (%.0f%% %s); "
