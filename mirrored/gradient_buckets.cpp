@@ -39,10 +39,17 @@ void GradientBuckets::layout(std::span<Variable* const> trainable, int replicas_
   buckets_.clear();
   places_.clear();
   // Reverse creation order: the last layers' gradients are ready first.
+  constexpr std::size_t kFirstBucketBytes = 1u << 20;
   for (std::size_t i = laid_out_.size(); i-- > 0;) {
     const Variable* v = laid_out_[i];
-    if (buckets_.empty() || buckets_.back().type != v->type() ||
-        buckets_.back().count * size_of(buckets_.back().type) >= options_.bucket_bytes) {
+    bool fresh = buckets_.empty() || buckets_.back().type != v->type();
+    if (!fresh) {
+      const Bucket& last = buckets_.back();
+      const std::size_t limit =
+          buckets_.size() == 1 ? std::min(options_.bucket_bytes, kFirstBucketBytes) : options_.bucket_bytes;
+      fresh = (last.count + v->count()) * size_of(last.type) > limit;
+    }
+    if (fresh) {
       buckets_.emplace_back();
       buckets_.back().type = v->type();
     }
@@ -82,14 +89,18 @@ std::span<std::byte> GradientBuckets::gradient(int replica, const Variable& vari
 void GradientBuckets::ready(int replica, const Variable& variable, const Start& start) {
   std::lock_guard lock(mutex_);
   const Place& p = place_of(variable);
-  auto marked = marked_[static_cast<std::size_t>(replica)][p.position];
-  if (marked) return;
-  marked = true;
+  if (synchronized_)
+    throw InvalidArgument("gradients().ready('" + variable.name() +
+                          "') after synchronize() in the same step: gradients are final once synchronized");
+  auto& marks = marked_[static_cast<std::size_t>(replica)];
+  if (marks[p.position]) return;
+  marks[p.position] = true;
   if (--buckets_[p.bucket].pending == 0 && options_.overlap) start_ready_buckets(start, false);
 }
 
 void GradientBuckets::ready_all(int replica, const Start& start) {
   std::lock_guard lock(mutex_);
+  if (synchronized_) return;  // synchronize() again in the same step: nothing more to do
   auto& marks = marked_[static_cast<std::size_t>(replica)];
   for (std::size_t i = 0; i < laid_out_.size(); ++i) {
     if (marks[i]) continue;
@@ -117,12 +128,12 @@ void GradientBuckets::start_bucket(Bucket& b, const Start& start) {
     b.work = start(first, b.count, b.type);
     step_.bytes += b.count * size_of(b.type);
   }
-  b.started = true;
   ++step_.buckets;
 }
 
 void GradientBuckets::finish(const Start& start, std::chrono::milliseconds timeout) {
   std::lock_guard lock(mutex_);
+  if (synchronized_) return;
   start_ready_buckets(start, true);
   double waited = 0;
   for (std::size_t i = 0; i < buckets_.size(); ++i) {
@@ -140,12 +151,9 @@ void GradientBuckets::finish(const Start& start, std::chrono::milliseconds timeo
       divide(first, b.count, b.type, replicas_in_sync_);
     }
     for (std::size_t r = 1; r < b.storage.size(); ++r) std::memcpy(b.storage[r].data(), first, b.storage[0].size());
-    b.pending = local_replicas_ * static_cast<int>(b.variables.size());
-    b.started = false;
     b.work.reset();
   }
-  for (auto& marks : marked_) std::fill(marks.begin(), marks.end(), false);
-  next_to_start_ = 0;
+  synchronized_ = true;
   step_.wait_seconds = waited;
   stats_ = step_;
   step_ = StepStats{};
@@ -160,13 +168,20 @@ void GradientBuckets::zero(int replica) {
 
 void GradientBuckets::reset_step() {
   std::lock_guard lock(mutex_);
-  for (Bucket& b : buckets_) {
-    b.pending = local_replicas_ * static_cast<int>(b.variables.size());
-    b.started = false;
-    b.work.reset();
-  }
+  for (Bucket& b : buckets_) b.work.reset();
+  clear_marks();
+}
+
+void GradientBuckets::end_step() {
+  std::lock_guard lock(mutex_);
+  clear_marks();
+}
+
+void GradientBuckets::clear_marks() {
+  for (Bucket& b : buckets_) b.pending = local_replicas_ * static_cast<int>(b.variables.size());
   for (auto& marks : marked_) std::fill(marks.begin(), marks.end(), false);
   next_to_start_ = 0;
+  synchronized_ = false;
 }
 
 StepStats GradientBuckets::stats() const {

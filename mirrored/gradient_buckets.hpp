@@ -5,7 +5,9 @@
 // into the first one, packed into the wire type if compression is on, and the
 // cross-process aggregation starts in the background. Buckets start strictly
 // in bucket order, whatever order gradients become ready in, so every process
-// issues the same sequence of collectives.
+// issues the same sequence of collectives. The first bucket is small (1 MiB)
+// so that communication starts early; the others hold at most bucket_bytes
+// (or one variable, if larger).
 #pragma once
 
 #include <chrono>
@@ -41,6 +43,9 @@ class GradientBuckets {
   /// replicas in sync), and copies the result to every local replica's buffers.
   void finish(const Start& start, std::chrono::milliseconds timeout);
   void zero(int replica);
+  /// The step's aggregated gradients have been used: the next ready() or
+  /// synchronize() belongs to a new step.
+  void end_step();
   /// Forgets which gradients were marked ready, with no communication (for a
   /// strategy that sends gradients itself).
   void reset_step();
@@ -56,7 +61,6 @@ class GradientBuckets {
     std::vector<std::byte> wire;                  // compressed copy sent on the wire
     std::vector<float> residual;                  // error feedback
     int pending = 0;                              // gradients not yet ready this step, over all local replicas
-    bool started = false;
     std::optional<Work> work;  // none when there is no other process
   };
   struct Place {
@@ -67,6 +71,7 @@ class GradientBuckets {
   void start_ready_buckets(const Start& start, bool all);
   void start_bucket(Bucket& bucket, const Start& start);
   const Place& place_of(const Variable& variable) const;
+  void clear_marks();  // with mutex_ held
 
   int local_replicas_;
   int replicas_in_sync_ = 1;
@@ -76,6 +81,7 @@ class GradientBuckets {
   std::unordered_map<const Variable*, Place> places_;
   std::vector<std::vector<bool>> marked_;  // [replica][variable position]: ready this step
   std::size_t next_to_start_ = 0;
+  bool synchronized_ = false;  // this step's buckets are aggregated; no more ready() until end_step()
   mutable std::mutex mutex_;
   StepStats step_;   // this step so far
   StepStats stats_;  // the last finished step

@@ -71,7 +71,13 @@ void Gradients::ready(const Variable& variable) {
 
 void Gradients::synchronize() { strategy_->synchronize_gradients(local_); }
 
-void Gradients::zero() { strategy_->buckets_->zero(local_); }
+void Gradients::zero() {
+  strategy_->buckets_->zero(local_);
+  // The step is over for every replica once all have zeroed: then ready()
+  // and synchronize() belong to the next one.
+  strategy_->group_->collective(local_, nullptr, [s = strategy_](std::span<void* const>) { s->buckets_->end_step(); },
+                                "gradients().zero");
+}
 
 // ---- the strategy's replica-context machinery ------------------------------------------
 

@@ -281,6 +281,7 @@ void Strategy::run(const std::function<void(ReplicaContext&)>& fn) {
   for (Variable* v : variable_list_)
     if (v->options().trainable) trainable_.push_back(v);
   buckets_->layout(trainable_, num_replicas_in_sync());
+  buckets_->end_step();  // a new run() starts a new step
   running_ = true;
   struct Done {
     bool& running;

@@ -66,9 +66,12 @@ class Gradients {
   void ready(const MirroredVariable<T>& variable) { ready(variable.variable()); }
   /// Marks every remaining gradient ready and waits until every bucket is
   /// aggregated over all replicas (GradientOptions::aggregation); the buffers
-  /// then hold the aggregated gradients. Called by every replica.
+  /// then hold the aggregated gradients (CentralStorage: on the chief). Called
+  /// by every replica; calling it again in the same step does nothing, and
+  /// ready() after it is an error.
   void synchronize();
-  /// Sets this replica's gradients to zero (apply_gradients does it after each step).
+  /// Sets this replica's gradients to zero and ends the step (called by every
+  /// replica; apply_gradients does it, as does the start of run()).
   void zero();
 
  private:

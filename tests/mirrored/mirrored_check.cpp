@@ -105,6 +105,13 @@ void check_training(mr::Strategy& s, mr::Aggregation aggregation) {
             std::string(s.name()) + ": aggregated gradient " + std::to_string(v[0]) + "/" + std::to_string(v[2]) +
                 " (want " + std::to_string(want_a) + "/" + std::to_string(want_b) + ")");
   }
+  // synchronize() then apply_gradients() aggregates once: a started at 0 and
+  // took 4 steps of 0.5 x the aggregated gradient.
+  const float sum_a = static_cast<float>(n * (n + 1));
+  const float want_a = aggregation == mr::Aggregation::mean ? sum_a / static_cast<float>(n) : sum_a;
+  for (int r = 0; r < s.local_replicas(); ++r)
+    check(a.value(r)[0] == -4 * 0.5f * want_a, std::string(s.name()) + ": a[0] = " + std::to_string(a.value(r)[0]) +
+                                                   " after 4 steps, want " + std::to_string(-2 * want_a));
   auto report = s.verify_replicas();
   check(report.consistent() && report.variables_checked == 2, std::string(s.name()) + ": " + report.describe());
   // Every replica applied the same updates: the hashes agree everywhere.
@@ -277,6 +284,9 @@ void check_bad_input(mr::Strategy& s, const Config& cfg) {
     std::vector<float> x(2, 1.f);
     expect_error([&] { ctx.assign_add(plain, std::span<const float>(x)); }, "aggregation none",
                  "on_write aggregation none updated in replica context");
+    ctx.gradients().synchronize();
+    expect_error([&] { ctx.gradients().ready(plain); }, "after synchronize()", "ready() after synchronize()");
+    ctx.gradients().zero();
   });
   (void)cfg;
 }
