@@ -41,21 +41,17 @@ void Strategy::broadcast_status(const std::string& failure, ErrorCode code, std:
   throw_with_code(static_cast<ErrorCode>(status[1]), message);
 }
 
-void Strategy::save(const std::string& path, const TrainingPosition& position) {
-  check_cross_replica("save");
+CheckpointContents Strategy::checkpoint_of(const TrainingPosition& position, int replicas) const {
   CheckpointContents contents;
   contents.model = std::string(name()) + " checkpoint of " + std::to_string(variable_list_.size()) + " variables";
   contents.step = position.step != 0 ? position.step : optimizer_step_;
   contents.epoch = position.epoch;
   contents.batch_in_epoch = position.batch_in_epoch;
-  contents.replicas = num_replicas_in_sync();
-  for (Variable* v : variable_list_) {
-    // on_read values are aggregated (a collective every rank joins).
-    std::vector<std::byte> value;
-    if (v->options().synchronization == Synchronization::on_read) value = read(*v);
-    else if (is_chief()) value.assign(v->replica_bytes(0).begin(), v->replica_bytes(0).end());
-    if (is_chief()) contents.entries.push_back(CheckpointEntry{v->name(), v->type(), v->shape(), std::move(value)});
-  }
+  contents.replicas = replicas;
+  return contents;
+}
+
+void Strategy::write_on_chief(const std::string& path, CheckpointContents& contents) {
   std::string failure;
   ErrorCode code = ErrorCode::system;
   if (is_chief()) {
@@ -68,6 +64,51 @@ void Strategy::save(const std::string& path, const TrainingPosition& position) {
     }
   }
   broadcast_status(failure, code, "save('" + path + "')");
+}
+
+CheckpointContents Strategy::read_on_chief(const std::string& path,
+                                           const std::function<std::string(const CheckpointContents&)>& check) {
+  CheckpointContents contents;
+  std::string failure;
+  ErrorCode code = ErrorCode::invalid_argument;
+  if (is_chief()) {
+    try {
+      contents = read_checkpoint_file(path);
+      failure = check(contents);
+    } catch (const Error& e) {
+      failure = e.what();
+      code = e.code();
+    }
+  }
+  broadcast_status(failure, code, "restore('" + path + "')");
+  return contents;
+}
+
+RestoredCheckpoint Strategy::finish_restore(const CheckpointContents& contents) {
+  std::int64_t meta[4] = {contents.step, contents.epoch, contents.batch_in_epoch, contents.replicas};
+  if (comm_ && comm_->size() > 1) {
+    std::lock_guard lock(comm_mutex_);
+    comm_->broadcast(meta, meta, 4, DataType::i64, 0);
+  }
+  optimizer_step_ = meta[0];
+  RestoredCheckpoint restored;
+  restored.position = TrainingPosition{meta[0], meta[1], meta[2]};
+  restored.replicas_when_saved = static_cast<int>(meta[3]);
+  restored.model = contents.model;
+  return restored;
+}
+
+void Strategy::save(const std::string& path, const TrainingPosition& position) {
+  check_cross_replica("save");
+  CheckpointContents contents = checkpoint_of(position, num_replicas_in_sync());
+  for (Variable* v : variable_list_) {
+    // on_read values are aggregated (a collective every rank joins).
+    std::vector<std::byte> value;
+    if (v->options().synchronization == Synchronization::on_read) value = read(*v);
+    else if (is_chief()) value.assign(v->replica_bytes(0).begin(), v->replica_bytes(0).end());
+    if (is_chief()) contents.entries.push_back(CheckpointEntry{v->name(), v->type(), v->shape(), std::move(value)});
+  }
+  write_on_chief(path, contents);
 }
 
 std::string Strategy::check_checkpoint(const std::string& path, const CheckpointContents& contents) const {
@@ -97,19 +138,8 @@ std::string Strategy::check_checkpoint(const std::string& path, const Checkpoint
 
 RestoredCheckpoint Strategy::restore(const std::string& path) {
   check_cross_replica("restore");
-  CheckpointContents contents;
-  std::string failure;
-  ErrorCode code = ErrorCode::invalid_argument;
-  if (is_chief()) {
-    try {
-      contents = read_checkpoint_file(path);
-      failure = check_checkpoint(path, contents);
-    } catch (const Error& e) {
-      failure = e.what();
-      code = e.code();
-    }
-  }
-  broadcast_status(failure, code, "restore('" + path + "')");
+  CheckpointContents contents =
+      read_on_chief(path, [&](const CheckpointContents& c) { return check_checkpoint(path, c); });
   for (Variable* v : variable_list_) {
     std::vector<std::byte> value(v->bytes());
     if (is_chief()) {
@@ -122,17 +152,7 @@ RestoredCheckpoint Strategy::restore(const std::string& path) {
     }
     assign(*v, value);
   }
-  std::int64_t meta[4] = {contents.step, contents.epoch, contents.batch_in_epoch, contents.replicas};
-  if (comm_ && comm_->size() > 1) {
-    std::lock_guard lock(comm_mutex_);
-    comm_->broadcast(meta, meta, 4, DataType::i64, 0);
-  }
-  optimizer_step_ = meta[0];
-  RestoredCheckpoint restored;
-  restored.position = TrainingPosition{meta[0], meta[1], meta[2]};
-  restored.replicas_when_saved = static_cast<int>(meta[3]);
-  restored.model = contents.model;
-  return restored;
+  return finish_restore(contents);
 }
 
 }  // namespace braid::mirrored

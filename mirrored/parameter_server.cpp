@@ -338,12 +338,7 @@ void ParameterServer::save(const std::string& path, const TrainingPosition& posi
   Impl& m = *impl_;
   Comm& c = *comm();
   const auto slot_names = m.options.optimizer->slot_names();
-  CheckpointContents contents;
-  contents.model = "ParameterServer checkpoint of " + std::to_string(variables().size()) + " variables";
-  contents.step = position.step != 0 ? position.step : optimizer_step();
-  contents.epoch = position.epoch;
-  contents.batch_in_epoch = position.batch_in_epoch;
-  contents.replicas = m.workers;
+  CheckpointContents contents = checkpoint_of(position, m.workers);
   std::vector<CheckpointEntry> slot_entries;
   for (Variable* v : variables()) {
     if (v->options().trainable) {
@@ -375,61 +370,46 @@ void ParameterServer::save(const std::string& path, const TrainingPosition& posi
     }
   }
   for (auto& e : slot_entries) contents.entries.push_back(std::move(e));
-  std::string failure;
-  ErrorCode code = ErrorCode::system;
-  if (is_chief()) {
-    try {
-      contents.fingerprint = fingerprint_of(contents.entries);
-      write_checkpoint_file(path, contents);
-    } catch (const Error& e) {
-      failure = e.what();
-      code = e.code();
-    }
-  }
-  broadcast_status(failure, code, "save('" + path + "')");
+  write_on_chief(path, contents);
 }
 
 RestoredCheckpoint ParameterServer::restore(const std::string& path) {
   Impl& m = *impl_;
   Comm& c = *comm();
   const auto slot_names = m.options.optimizer->slot_names();
-  CheckpointContents contents;
-  std::string failure;
-  ErrorCode code = ErrorCode::invalid_argument;
-  auto entry = [&](const std::string& name) -> const CheckpointEntry* {
+  auto entry = [](const CheckpointContents& contents, const std::string& name) -> const CheckpointEntry* {
     for (const auto& e : contents.entries)
       if (e.name == name) return &e;
     return nullptr;
   };
-  if (is_chief()) {
-    try {
-      contents = read_checkpoint_file(path);
-      std::vector<std::pair<std::string, const Variable*>> expected;
-      for (Variable* v : variables()) {
-        expected.emplace_back(v->name(), v);
-        if (v->options().trainable)
-          for (const auto& s : slot_names) expected.emplace_back(v->name() + "/" + m.options.optimizer->name() + "/" + s, v);
-      }
-      for (const auto& [name, v] : expected) {
-        const CheckpointEntry* e = entry(name);
-        if (!e) failure += "; it has no variable '" + name + "'";
-        else if (e->type != v->type() || e->shape != v->shape())
-          failure += "; '" + name + "' is " + std::string(braid::name_of(e->type)) + " " + shape_text(e->shape) +
-                     " there and " + std::string(braid::name_of(v->type())) + " " + shape_text(v->shape()) + " here";
-      }
-      for (const auto& e : contents.entries)
-        if (std::none_of(expected.begin(), expected.end(), [&](const auto& x) { return x.first == e.name; }))
-          failure += "; it holds '" + e.name + "', which this model does not have";
-      if (!failure.empty()) failure = "checkpoint '" + path + "' does not match this model: " + failure.substr(2);
-    } catch (const Error& e) {
-      failure = e.what();
-      code = e.code();
-    }
+  // What this model holds: every variable, and the servers' slots of the trainable ones.
+  std::vector<std::pair<std::string, const Variable*>> expected;
+  for (Variable* v : variables()) {
+    expected.emplace_back(v->name(), v);
+    if (v->options().trainable)
+      for (const auto& s : slot_names) expected.emplace_back(v->name() + "/" + m.options.optimizer->name() + "/" + s, v);
   }
-  broadcast_status(failure, code, "restore('" + path + "')");
+  CheckpointContents contents = read_on_chief(path, [&](const CheckpointContents& file) {
+    std::string failure;
+    for (const auto& [name, v] : expected) {
+      const CheckpointEntry* e = entry(file, name);
+      if (!e) failure += "; it has no variable '" + name + "'";
+      else if (e->type != v->type() || e->shape != v->shape())
+        failure += "; '" + name + "' is " + std::string(braid::name_of(e->type)) + " " + shape_text(e->shape) +
+                   " there and " + std::string(braid::name_of(v->type())) + " " + shape_text(v->shape()) + " here";
+    }
+    for (const auto& e : file.entries)
+      if (std::none_of(expected.begin(), expected.end(), [&](const auto& x) { return x.first == e.name; }))
+        failure += "; it holds '" + e.name + "', which this model does not have";
+    return failure.empty() ? failure : "checkpoint '" + path + "' does not match this model: " + failure.substr(2);
+  });
   auto fetch = [&](const std::string& name, std::size_t bytes) {
     std::vector<std::byte> value(bytes);
-    if (is_chief()) value = entry(name)->data;
+    if (is_chief()) {
+      const CheckpointEntry* e = entry(contents, name);
+      if (e == nullptr) throw Error(ErrorCode::internal, "restore: checked checkpoint lost entry '" + name + "'");
+      value = e->data;
+    }
     if (bytes) c.broadcast(value.data(), value.data(), bytes, DataType::u8, 0);
     return value;
   };
@@ -451,10 +431,7 @@ RestoredCheckpoint ParameterServer::restore(const std::string& path) {
         std::memcpy(h.value.data(), value.data() + h.shard.begin * element, h.value.size());
       }
   }
-  std::int64_t meta[4] = {contents.step, contents.epoch, contents.batch_in_epoch, contents.replicas};
-  c.broadcast(meta, meta, 4, DataType::i64, 0);
-  optimizer_step() = meta[0];
-  return RestoredCheckpoint{TrainingPosition{meta[0], meta[1], meta[2]}, static_cast<int>(meta[3]), contents.model};
+  return finish_restore(contents);
 }
 
 }  // namespace braid::mirrored

@@ -358,6 +358,18 @@ class Strategy {
   /// Every rank learns the chief's outcome of `operation`: when it failed,
   /// every rank throws an error with the chief's code and message.
   void broadcast_status(const std::string& failure, ErrorCode code, std::string_view operation);
+  // The steps every strategy's save() and restore() share (checkpoint.cpp):
+  /// A checkpoint's metadata for this strategy and `position`.
+  CheckpointContents checkpoint_of(const TrainingPosition& position, int replicas) const;
+  /// The chief writes `contents` (with its fingerprint); every rank learns how it went.
+  void write_on_chief(const std::string& path, CheckpointContents& contents);
+  /// The chief reads `path` and checks it with `check` (empty: it fits);
+  /// every rank learns how it went. Only the chief's result holds entries.
+  CheckpointContents read_on_chief(const std::string& path,
+                                   const std::function<std::string(const CheckpointContents&)>& check);
+  /// Every rank gets the chief's position and replica count; the optimizer's
+  /// step continues from the checkpoint's.
+  RestoredCheckpoint finish_restore(const CheckpointContents& contents);
 
  private:
   friend class ReplicaContext;
