@@ -13,6 +13,21 @@ namespace {
 
 std::string rank_key(std::string_view what, int rank) { return cat("braid/", what, "/", rank); }
 
+// The TCP transport of a communicator: who it speaks for, where it listens,
+// and the socket, timeout and security settings every rank shares.
+TcpOptions tcp_options(const Settings& settings, int rank, int world_size, const CommId& comm_id,
+                       const SockAddr& listen_address) {
+  return TcpOptions{.rank = rank,
+                    .world_size = world_size,
+                    .comm_id = comm_id,
+                    .streams = settings.tcp_streams,
+                    .buffer_bytes = settings.tcp_buffer_bytes,
+                    .timeout = settings.timeout,
+                    .listen_address = listen_address,
+                    .auth_key = settings.auth_key,
+                    .tls = settings.tls};
+}
+
 }  // namespace
 
 CommImpl::CommImpl(int rank, int size, Settings settings)
@@ -78,17 +93,7 @@ void CommImpl::join(Rendezvous rendezvous) {
   store_name_ = rendezvous.store_name;
   comm_id_ = rendezvous.comm_id;
   advertise_ = rendezvous.advertise;
-  TcpOptions tcp;
-  tcp.rank = rank_;
-  tcp.world_size = size_;
-  tcp.comm_id = comm_id_;
-  tcp.streams = settings_.tcp_streams;
-  tcp.buffer_bytes = settings_.tcp_buffer_bytes;
-  tcp.timeout = settings_.timeout;
-  tcp.listen_address = advertise_;
-  tcp.auth_key = settings_.auth_key;
-  tcp.tls = settings_.tls;
-  transport_ = std::make_unique<TcpTransport>(tcp);
+  transport_ = std::make_unique<TcpTransport>(tcp_options(settings_, rank_, size_, comm_id_, advertise_));
 
   Store& store = *rendezvous.store;
   store.set(rank_key("info", rank_), RankInfo::local(rank_).encode());
@@ -418,23 +423,13 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
   // or kNoColor, so the others never wait for it; the error comes after.
   // Every rank counts every split, so all derive the same child ids.
   const std::uint32_t split_index = ++splits_;
-  // A member's new communicator listens on a port of its own, then every rank
+  // A member's new communicator listens on a port of its own (speaking for
+  // this rank of the parent until set_identity() below), then every rank
   // learns every other's color, key and address through an all_gather here.
   // A rank with kNoColor joins nothing and opens no port.
   const bool member = color >= 0;
   std::unique_ptr<TcpTransport> transport;
-  if (member) {
-    TcpOptions tcp;
-    tcp.world_size = size_;
-    tcp.comm_id = comm_id_;
-    tcp.listen_address = advertise_;
-    tcp.streams = settings_.tcp_streams;
-    tcp.buffer_bytes = settings_.tcp_buffer_bytes;
-    tcp.timeout = settings_.timeout;
-    tcp.auth_key = settings_.auth_key;
-    tcp.tls = settings_.tls;
-    transport = std::make_unique<TcpTransport>(tcp);
-  }
+  if (member) transport = std::make_unique<TcpTransport>(tcp_options(settings_, rank_, size_, comm_id_, advertise_));
   constexpr std::size_t kRecord = 128;
   WireWriter w;
   w.u32(static_cast<std::uint32_t>(color));

@@ -78,21 +78,35 @@ class Reader {
     return v;
   }
 
-  void enter(int depth) {
+  // Steps over an object's or array's opening bracket; false when the
+  // closing one follows at once (and is stepped over too): it is empty.
+  bool open(int depth, char close) {
     if (depth >= kJsonMaxDepth) fail(cat("arrays and objects nest deeper than ", kJsonMaxDepth, " levels"));
     ++pos_;
     skip_space();
+    if (peek() != close) return true;
+    ++pos_;
+    return false;
+  }
+
+  // After a member or element: true past a ',' (another follows), false past
+  // the closing bracket.
+  bool next(char close, std::string_view context) {
+    skip_space();
+    if (peek() == ',') {
+      ++pos_;
+      skip_space();
+      return true;
+    }
+    expect(close, context);
+    return false;
   }
 
   void object(JsonValue& v, int depth) {
     v.kind = JsonValue::Kind::object;
-    enter(depth);
-    if (peek() == '}') {
-      ++pos_;
-      return;
-    }
+    if (!open(depth, '}')) return;
     std::set<std::string, std::less<>> seen;
-    while (true) {
+    do {
       if (peek() != '"') fail(cat("expected a string key, found ", found()));
       const std::size_t key_at = pos_;
       std::string key = string();
@@ -102,35 +116,15 @@ class Reader {
       skip_space();
       v.keys.push_back(std::move(key));
       v.items.push_back(value(depth + 1));
-      skip_space();
-      if (peek() == ',') {
-        ++pos_;
-        skip_space();
-        continue;
-      }
-      expect('}', "or ',' after an object member");
-      return;
-    }
+    } while (next('}', "or ',' after an object member"));
   }
 
   void array(JsonValue& v, int depth) {
     v.kind = JsonValue::Kind::array;
-    enter(depth);
-    if (peek() == ']') {
-      ++pos_;
-      return;
-    }
-    while (true) {
+    if (!open(depth, ']')) return;
+    do {
       v.items.push_back(value(depth + 1));
-      skip_space();
-      if (peek() == ',') {
-        ++pos_;
-        skip_space();
-        continue;
-      }
-      expect(']', "or ',' after an array element");
-      return;
-    }
+    } while (next(']', "or ',' after an array element"));
   }
 
   void literal(std::string_view word) {

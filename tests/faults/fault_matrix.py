@@ -39,6 +39,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "netns"))
+from veth_pair import IpFailed, NamespacesUnavailable, VethPair, run_ip  # noqa: E402
 
 SKIP = 77
 EXIT_BRAID_ERROR = 3
@@ -46,10 +51,6 @@ POLL_S = 0.005
 
 
 class CaseFailed(Exception):
-    pass
-
-
-class CaseSkipped(Exception):
     pass
 
 
@@ -480,65 +481,11 @@ def case_portinuse(job):
 # ---- linkdown: two namespaces joined by a veth pair ---------------------------
 
 
-def run_ip(*args, check=True):
-    p = subprocess.run(["ip"] + list(args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True, timeout=10)
-    if check and p.returncode != 0:
-        raise CaseFailed(f"ip {' '.join(args)} failed: {p.stderr.strip()}")
-    return p
-
-
-def remove_stale_namespaces():
-    """Deletes namespaces left by earlier runs of this driver that were SIGKILLed (their pid is gone)."""
-    if not os.path.isdir("/run/netns"):
-        return
-    for ns in os.listdir("/run/netns"):
-        m = re.fullmatch(r"braidf[AB](\d+)", ns)
-        if m and not os.path.exists(f"/proc/{m.group(1)}"):
-            run_ip("netns", "delete", ns, check=False)
-
-
-class VethPair:
-    """Namespaces A and B with a veth pair between them, named after this pid; always deleted."""
-
-    def __init__(self):
-        pid = os.getpid()
-        self.ns = (f"braidfA{pid}", f"braidfB{pid}")
-        self.dev = (f"bfa{pid}", f"bfb{pid}")  # at most 15 characters
-        self.addr = ("10.213.0.1", "10.213.0.2")
-        self.created = []
-
-    def __enter__(self):
-        if shutil.which("ip") is None:
-            raise CaseSkipped("no ip command (iproute2)")
-        remove_stale_namespaces()
-        p = run_ip("netns", "add", self.ns[0], check=False)
-        if p.returncode != 0:
-            raise CaseSkipped(f"cannot create a network namespace: ip netns add: {p.stderr.strip()}")
-        self.created.append(self.ns[0])
-        run_ip("netns", "add", self.ns[1])
-        self.created.append(self.ns[1])
-        run_ip("link", "add", self.dev[0], "netns", self.ns[0], "type", "veth", "peer", "name", self.dev[1], "netns",
-               self.ns[1])
-        for ns, dev, addr in zip(self.ns, self.dev, self.addr):
-            run_ip("-n", ns, "link", "set", "lo", "up")
-            run_ip("-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
-            run_ip("-n", ns, "link", "set", dev, "up")
-        return self
-
-    def __exit__(self, *exc):
-        # Deleting a namespace deletes the veth end in it, and with it the pair.
-        for ns in reversed(self.created):
-            run_ip("netns", "delete", ns, check=False)
-        left = [ns for ns in self.created if os.path.exists(f"/run/netns/{ns}")]
-        if left:
-            print(f"WARNING: namespaces left behind: {left}", file=sys.stderr)
-        return False
-
-
 def case_linkdown(job):
     n, timeout_s = 2, 5
-    with VethPair() as net:
+    pid = os.getpid()
+    with VethPair(ns=(f"braidfA{pid}", f"braidfB{pid}"), dev=(f"bfa{pid}", f"bfb{pid}"),
+                  addr=("10.213.0.1", "10.213.0.2"), stale=re.compile(r"braidf[AB](\d+)")) as net:
         store = f"{net.addr[0]}:29517"
         ranks = []
         for r in range(n):
@@ -616,10 +563,10 @@ def run_case(name, worker, keep_logs):
         if left:
             raise CaseFailed(f"shared-memory segments left in /dev/shm: {sorted(left)}")
         print(f"{line}: OK", flush=True)
-    except CaseSkipped as e:
+    except NamespacesUnavailable as e:
         print(f"case {name}: SKIPPED: {e}", flush=True)
         status = SKIP
-    except CaseFailed as e:
+    except (CaseFailed, IpFailed) as e:
         print(f"case {name}: FAILED: {e}", flush=True)
         status = 1
     finally:

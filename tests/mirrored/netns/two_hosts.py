@@ -42,6 +42,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "netns"))
+from veth_pair import IpFailed, NamespacesUnavailable, VethPair, run_ip  # noqa: E402
 
 SKIP = 77
 SUBNET = "10.213.50"
@@ -60,63 +65,19 @@ class Skipped(Exception):
     pass
 
 
-def run_ip(*args, check=True):
-    p = subprocess.run(["ip"] + list(args), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=10)
-    if check and p.returncode != 0:
-        raise Failed(f"ip {' '.join(args)} failed: {p.stderr.strip()}")
-    return p
-
-
-class TwoHosts:
-    """Namespaces braid-mw-PID-a and -b with a veth pair between them; always deleted."""
-
-    NAME = re.compile(r"braid-mw-(\d+)-[ab]")
+class TwoHosts(VethPair):
+    """Hosts a and b: namespaces braid-mw-PID-a and -b with a veth pair between them, each with a hostname."""
 
     def __init__(self):
         pid = os.getpid()
-        self.ns = (f"braid-mw-{pid}-a", f"braid-mw-{pid}-b")
-        self.dev = (f"bmwa{pid}", f"bmwb{pid}")  # interface names: 15 characters at most
-        self.addr = (f"{SUBNET}.1", f"{SUBNET}.2")
+        super().__init__(ns=(f"braid-mw-{pid}-a", f"braid-mw-{pid}-b"), dev=(f"bmwa{pid}", f"bmwb{pid}"),
+                         addr=(f"{SUBNET}.1", f"{SUBNET}.2"), stale=re.compile(r"braid-mw-(\d+)-[ab]"))
         self.hostname = ("braid-mw-host-a", "braid-mw-host-b")
-        self.created = []
 
     def __enter__(self):
         if os.geteuid() != 0:
             raise Skipped("needs root to create network namespaces")
-        if shutil.which("ip") is None:
-            raise Skipped("no ip command (iproute2)")
-        self.remove_stale()
-        p = run_ip("netns", "add", self.ns[0], check=False)
-        if p.returncode != 0:
-            raise Skipped(f"cannot create a network namespace: ip netns add: {p.stderr.strip()}")
-        self.created.append(self.ns[0])
-        run_ip("netns", "add", self.ns[1])
-        self.created.append(self.ns[1])
-        run_ip("link", "add", self.dev[0], "netns", self.ns[0], "type", "veth", "peer", "name", self.dev[1],
-               "netns", self.ns[1])
-        for ns, dev, addr in zip(self.ns, self.dev, self.addr):
-            run_ip("-n", ns, "link", "set", "lo", "up")
-            run_ip("-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
-            run_ip("-n", ns, "link", "set", dev, "up")
-        return self
-
-    def __exit__(self, *exc):
-        # Deleting a namespace deletes the veth end in it, and with it the pair.
-        for ns in reversed(self.created):
-            run_ip("netns", "delete", ns, check=False)
-        left = [ns for ns in self.created if os.path.exists(f"/run/netns/{ns}")]
-        if left:
-            print(f"WARNING: namespaces left behind: {left}", file=sys.stderr)
-        return False
-
-    def remove_stale(self):
-        """Deletes namespaces of earlier runs of this driver that were SIGKILLed (their pid is gone)."""
-        if not os.path.isdir("/run/netns"):
-            return
-        for ns in os.listdir("/run/netns"):
-            m = self.NAME.fullmatch(ns)
-            if m and not os.path.exists(f"/proc/{m.group(1)}"):
-                run_ip("netns", "delete", ns, check=False)
+        return super().__enter__()
 
     def distinct_hostnames(self):
         return bool(shutil.which("unshare") and shutil.which("hostname"))
@@ -345,10 +306,10 @@ def main():
                 same = printed["braid"] == printed["tf_config"]
                 print("tf_config and braid runs printed " + ("the same losses and replica hashes" if same else
                       "different losses or replica hashes (not a failure: each matched its reference)"), flush=True)
-    except Skipped as e:
+    except (Skipped, NamespacesUnavailable) as e:
         print(f"two_hosts: SKIPPED: {e}", flush=True)
         status = SKIP
-    except Failed as e:
+    except (Failed, IpFailed) as e:
         print(f"two_hosts: FAILED: {e}", flush=True)
         status = 1
     finally:
