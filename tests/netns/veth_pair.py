@@ -69,14 +69,19 @@ class VethPair:
         if p.returncode != 0:
             raise NamespacesUnavailable(f"cannot create a network namespace: ip netns add: {p.stderr.strip()}")
         self.created.append(self.ns[0])
-        run_ip("netns", "add", self.ns[1])
-        self.created.append(self.ns[1])
-        run_ip("link", "add", self.dev[0], "netns", self.ns[0], "type", "veth", "peer", "name", self.dev[1], "netns",
-               self.ns[1])
-        for ns, dev, addr in zip(self.ns, self.dev, self.addr):
-            run_ip("-n", ns, "link", "set", "lo", "up")
-            run_ip("-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
-            run_ip("-n", ns, "link", "set", dev, "up")
+        try:
+            run_ip("netns", "add", self.ns[1])
+            self.created.append(self.ns[1])
+            run_ip("link", "add", self.dev[0], "netns", self.ns[0], "type", "veth", "peer", "name", self.dev[1],
+                   "netns", self.ns[1])
+            for ns, dev, addr in zip(self.ns, self.dev, self.addr):
+                run_ip("-n", ns, "link", "set", "lo", "up")
+                run_ip("-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
+                run_ip("-n", ns, "link", "set", dev, "up")
+        except BaseException:
+            # A with-block does not call __exit__ when __enter__ raises: clean up here.
+            self.__exit__(None, None, None)
+            raise
         return self
 
     def __exit__(self, *exc):
