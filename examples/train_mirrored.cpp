@@ -276,7 +276,7 @@ int train(const Config& cfg) {
         ctx.apply_gradients(*sgd);
       }
     });
-    double total = strategy->read(loss_sum)[0], count = strategy->read(seen)[0];
+    double total = strategy->read(loss_sum).at(0), count = strategy->read(seen).at(0);
     const std::vector<double> zero{0.0};
     strategy->assign(loss_sum.variable(), std::as_bytes(std::span(zero)));
     strategy->assign(seen.variable(), std::as_bytes(std::span(zero)));

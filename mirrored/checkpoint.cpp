@@ -30,10 +30,7 @@ void Strategy::broadcast_status(const std::string& failure, ErrorCode code, std:
   status[0] = failure.empty() ? 1 : 0;
   status[1] = static_cast<char>(code);
   std::memcpy(status.data() + 2, failure.data(), std::min(failure.size(), kStatusBytes - 3));
-  if (comm_ && comm_->size() > 1) {
-    std::lock_guard lock(comm_mutex_);
-    comm_->broadcast(status.data(), status.data(), status.size(), DataType::u8, 0);
-  }
+  broadcast_from_chief(status.data(), status.size());
   if (status[0] == 1) return;
   std::string message(status.data() + 2);
   if (comm_ && comm_->rank() != 0)
@@ -86,10 +83,7 @@ CheckpointContents Strategy::read_on_chief(const std::string& path,
 
 RestoredCheckpoint Strategy::finish_restore(const CheckpointContents& contents) {
   std::int64_t meta[4] = {contents.step, contents.epoch, contents.batch_in_epoch, contents.replicas};
-  if (comm_ && comm_->size() > 1) {
-    std::lock_guard lock(comm_mutex_);
-    comm_->broadcast(meta, meta, 4, DataType::i64, 0);
-  }
+  broadcast_from_chief(meta, sizeof meta);
   optimizer_step_ = meta[0];
   RestoredCheckpoint restored;
   restored.position = TrainingPosition{meta[0], meta[1], meta[2]};
@@ -146,10 +140,7 @@ RestoredCheckpoint Strategy::restore(const std::string& path) {
       for (const CheckpointEntry& e : contents.entries)
         if (e.name == v->name()) value = e.data;
     }
-    if (comm_ && comm_->size() > 1 && !value.empty()) {
-      std::lock_guard lock(comm_mutex_);
-      comm_->broadcast(value.data(), value.data(), value.size(), DataType::u8, 0);
-    }
+    broadcast_from_chief(value.data(), value.size());
     assign(*v, value);
   }
   return finish_restore(contents);

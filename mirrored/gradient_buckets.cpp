@@ -166,18 +166,8 @@ void GradientBuckets::zero(int replica) {
   }
 }
 
-void GradientBuckets::reset_step() {
-  std::lock_guard lock(mutex_);
-  for (Bucket& b : buckets_) b.work.reset();
-  clear_marks();
-}
-
 void GradientBuckets::end_step() {
   std::lock_guard lock(mutex_);
-  clear_marks();
-}
-
-void GradientBuckets::clear_marks() {
   for (Bucket& b : buckets_) b.pending = local_replicas_ * static_cast<int>(b.variables.size());
   for (auto& marks : marked_) std::fill(marks.begin(), marks.end(), false);
   next_to_start_ = 0;

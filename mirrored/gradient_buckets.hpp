@@ -46,9 +46,6 @@ class GradientBuckets {
   /// The step's aggregated gradients have been used: the next ready() or
   /// synchronize() belongs to a new step.
   void end_step();
-  /// Forgets which gradients were marked ready, with no communication (for a
-  /// strategy that sends gradients itself).
-  void reset_step();
   StepStats stats() const;
   bool empty() const { return buckets_.empty(); }
 
@@ -71,7 +68,6 @@ class GradientBuckets {
   void start_ready_buckets(const Start& start, bool all);
   void start_bucket(Bucket& bucket, const Start& start);
   const Place& place_of(const Variable& variable) const;
-  void clear_marks();  // with mutex_ held
 
   int local_replicas_;
   int replicas_in_sync_ = 1;

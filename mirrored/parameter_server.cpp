@@ -147,6 +147,15 @@ void pack_shards(std::span<Variable* const> trainable, int server, int servers,
   }
 }
 
+std::size_t shard_bytes(std::span<Variable* const> trainable, int server, int servers) {
+  std::size_t bytes = 0;
+  for (Variable* v : trainable) {
+    Shard s = shard_of(v->count(), server, servers);
+    bytes += (s.end - s.begin) * size_of(v->type());
+  }
+  return bytes;
+}
+
 void unpack_shards(std::span<Variable* const> trainable, int server, int servers, std::span<const std::byte> in) {
   std::size_t at = 0;
   for (Variable* v : trainable) {
@@ -158,11 +167,29 @@ void unpack_shards(std::span<Variable* const> trainable, int server, int servers
   }
 }
 
-std::vector<Variable*> trainable_of(std::span<Variable* const> variables) {
-  std::vector<Variable*> out;
-  for (Variable* v : variables)
-    if (v->options().trainable) out.push_back(v);
-  return out;
+// One round with every server at once: the request (for a push, with this
+// worker's gradient shards), answered by the shards' current values, which
+// replace the worker's cached copy.
+void round_trip(std::vector<Comm>& pairs, std::span<Variable* const> trainable, Request request, std::int64_t step,
+                Gradients* gradients) {
+  const int servers = static_cast<int>(pairs.size());
+  const std::vector<std::int64_t> header = {static_cast<std::int64_t>(request), step};
+  std::vector<std::vector<std::byte>> payloads(pairs.size()), replies(pairs.size());
+  std::vector<Work> works;
+  for (int s = 0; s < servers; ++s) {
+    Comm& pair = pairs[static_cast<std::size_t>(s)];
+    works.push_back(pair.send_async(header.data(), 2, DataType::i64, 1));
+    if (gradients != nullptr) {
+      auto& payload = payloads[static_cast<std::size_t>(s)];
+      pack_shards(trainable, s, servers, [&](Variable& v) { return gradients->bytes_of(v); }, payload);
+      works.push_back(pair.send_async(payload.data(), payload.size(), DataType::u8, 1));
+    }
+    auto& reply = replies[static_cast<std::size_t>(s)];
+    reply.resize(shard_bytes(trainable, s, servers));
+    works.push_back(pair.recv_async(reply.data(), reply.size(), DataType::u8, 1));
+  }
+  for (Work& w : works) w.wait();
+  for (int s = 0; s < servers; ++s) unpack_shards(trainable, s, servers, replies[static_cast<std::size_t>(s)]);
 }
 
 }  // namespace
@@ -172,54 +199,15 @@ void ParameterServer::apply_gradients(ReplicaContext& context, Optimizer& optimi
   if (optimizer.name() != m.options.optimizer->name())
     throw InvalidArgument("ParameterServer::apply_gradients: the servers apply '" + m.options.optimizer->name() +
                           "' (ParameterServerOptions::optimizer), not '" + optimizer.name() + "'");
-  auto trainable = trainable_of(variables());
-  const std::int64_t step = ++optimizer_step();
   // Every server gets its shards of this worker's own gradient (no averaging
   // with other workers: updates are asynchronous), and answers with new values.
-  std::vector<std::vector<std::byte>> payloads(static_cast<std::size_t>(m.servers));
-  std::vector<std::int64_t> header = {static_cast<std::int64_t>(Request::push), step};
-  std::vector<Work> works;
-  for (int s = 0; s < m.servers; ++s) {
-    auto& payload = payloads[static_cast<std::size_t>(s)];
-    pack_shards(trainable, s, m.servers, [&](Variable& v) { return context.gradients().bytes_of(v); }, payload);
-    Comm& pair = m.pairs[static_cast<std::size_t>(s)];
-    works.push_back(pair.send_async(header.data(), 2, DataType::i64, 1));
-    works.push_back(pair.send_async(payload.data(), payload.size(), DataType::u8, 1));
-  }
-  // The gradients are on their way; the replies land in separate buffers.
-  std::vector<std::vector<std::byte>> replies(static_cast<std::size_t>(m.servers));
-  for (int s = 0; s < m.servers; ++s) {
-    auto& reply = replies[static_cast<std::size_t>(s)];
-    reply.resize(payloads[static_cast<std::size_t>(s)].size());
-    works.push_back(m.pairs[static_cast<std::size_t>(s)].recv_async(reply.data(), reply.size(), DataType::u8, 1));
-  }
-  for (Work& w : works) w.wait();
-  for (int s = 0; s < m.servers; ++s) unpack_shards(trainable, s, m.servers, replies[static_cast<std::size_t>(s)]);
-  buckets().reset_step();
+  round_trip(m.pairs, trainable_variables(), Request::push, ++optimizer_step(), &context.gradients());
   context.gradients().zero();
 }
 
 void ParameterServer::pull() {
-  Impl& m = *impl_;
   if (is_server()) throw InvalidArgument("ParameterServer::pull: this rank is a server");
-  auto trainable = trainable_of(variables());
-  std::vector<std::int64_t> header = {static_cast<std::int64_t>(Request::pull), 0};
-  std::vector<std::vector<std::byte>> replies(static_cast<std::size_t>(m.servers));
-  std::vector<Work> works;
-  for (int s = 0; s < m.servers; ++s) {
-    auto& reply = replies[static_cast<std::size_t>(s)];
-    std::size_t bytes = 0;
-    for (Variable* v : trainable) {
-      Shard sh = shard_of(v->count(), s, m.servers);
-      bytes += (sh.end - sh.begin) * size_of(v->type());
-    }
-    reply.resize(bytes);
-    Comm& pair = m.pairs[static_cast<std::size_t>(s)];
-    works.push_back(pair.send_async(header.data(), 2, DataType::i64, 1));
-    works.push_back(pair.recv_async(reply.data(), reply.size(), DataType::u8, 1));
-  }
-  for (Work& w : works) w.wait();
-  for (int s = 0; s < m.servers; ++s) unpack_shards(trainable, s, m.servers, replies[static_cast<std::size_t>(s)]);
+  round_trip(impl_->pairs, trainable_variables(), Request::pull, 0, nullptr);
 }
 
 void ParameterServer::finish() {

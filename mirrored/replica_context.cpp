@@ -104,12 +104,7 @@ void Strategy::replica_all_reduce(const ReplicaContext& context, void* values, s
   group_->collective(context.local_replica(), values, [&](std::span<void* const> buffers) {
     void* first = buffers[0];
     for (std::size_t r = 1; r < buffers.size(); ++r) combine(first, buffers[r], count, type, op);
-    Comm* c = replica_comm();
-    if (c && c->size() > 1) {
-      std::lock_guard lock(comm_mutex_);
-      c->all_reduce(first, first, count, type, op == ReduceOp::avg ? ReduceOp::sum : op);
-    }
-    if (op == ReduceOp::avg) divide(first, count, type, num_replicas_in_sync());
+    reduce_across_processes(first, count, type, op);
     for (std::size_t r = 1; r < buffers.size(); ++r) std::memcpy(buffers[r], first, count * size_of(type));
   }, "all_reduce");
 }
@@ -142,11 +137,7 @@ void Strategy::update_on_write(const ReplicaContext& context, const Variable& v,
   if (agg == Aggregation::only_first_replica) {
     // Replica 0 of the chief decides: broadcast its value to everyone.
     group_->collective(context.local_replica(), update.data(), [&](std::span<void* const> buffers) {
-      Comm* c = replica_comm();
-      if (c && c->size() > 1) {
-        std::lock_guard lock(comm_mutex_);
-        c->broadcast(buffers[0], buffers[0], update.size(), DataType::u8, 0);
-      }
+      broadcast_first_replica(buffers[0], update.size());
       for (std::size_t r = 1; r < buffers.size(); ++r) std::memcpy(buffers[r], buffers[0], update.size());
     }, operation);
   } else {
@@ -163,15 +154,17 @@ void Strategy::apply_gradients(ReplicaContext& context, Optimizer& optimizer) {
     create_slots(optimizer);
     ++optimizer_step_;
   });
-  const std::int64_t step = optimizer_step_;
-  const int local = context.local_replica();
-  for (Variable* v : trainable_) {
-    std::vector<void*> slots;
-    for (Variable* s : slots_of(*v, optimizer)) slots.push_back(s->replica_bytes(local).data());
-    optimizer.update(v->type(), v->replica_bytes(local).data(), buckets_->gradient(local, *v).data(), slots,
-                     v->count(), step);
-  }
+  update_replica(context.local_replica(), optimizer, optimizer_step_);
   context.gradients().zero();
+}
+
+void Strategy::update_replica(int local_replica, Optimizer& optimizer, std::int64_t step) {
+  for (Variable* v : trainable_variables()) {
+    std::vector<void*> slots;
+    for (Variable* s : slots_of(*v, optimizer)) slots.push_back(s->replica_bytes(local_replica).data());
+    optimizer.update(v->type(), v->replica_bytes(local_replica).data(), buckets_->gradient(local_replica, *v).data(),
+                     slots, v->count(), step);
+  }
 }
 
 }  // namespace braid::mirrored

@@ -43,17 +43,8 @@ void CentralStorage::apply_gradients(ReplicaContext& context, Optimizer& optimiz
   context.gradients().synchronize();  // the chief's buffers hold the aggregate
   create_slots(optimizer);
   const std::int64_t step = ++optimizer_step();
-  std::vector<Variable*> trainable;
-  for (Variable* v : variables())
-    if (v->options().trainable) trainable.push_back(v);
-  if (is_chief()) {
-    for (Variable* v : trainable) {
-      std::vector<void*> slots;
-      for (Variable* s : slots_of(*v, optimizer)) slots.push_back(s->replica_bytes(0).data());
-      optimizer.update(v->type(), v->replica_bytes(0).data(), context.gradients().bytes_of(*v).data(), slots,
-                       v->count(), step);
-    }
-  }
+  if (is_chief()) update_replica(0, optimizer, step);
+  const std::vector<Variable*> trainable = trainable_variables();
   Comm* c = comm();
   if (c->size() > 1) {
     std::vector<Work> sent;

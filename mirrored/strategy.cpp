@@ -99,13 +99,9 @@ Strategy::Scope Strategy::scope() {
   return Scope(this);
 }
 
-int Strategy::replica_processes() {
-  Comm* c = replica_comm();
-  return c ? c->size() : 1;
-}
-
 int Strategy::num_replicas_in_sync() const {
-  return const_cast<Strategy*>(this)->replica_processes() * local_replicas_;
+  Comm* c = const_cast<Strategy*>(this)->replica_comm();
+  return (c ? c->size() : 1) * local_replicas_;
 }
 
 int Strategy::first_replica_id() const {
@@ -219,10 +215,7 @@ void Strategy::check_same_everywhere(const std::string& name, DataType type, con
 
 void Strategy::initialize_variable(Variable& variable, std::span<const std::byte> initial) {
   std::vector<std::byte> value(initial.begin(), initial.end());
-  if (comm_ && comm_->size() > 1 && !value.empty()) {
-    std::lock_guard lock(comm_mutex_);
-    comm_->broadcast(value.data(), value.data(), value.size(), DataType::u8, 0);
-  }
+  broadcast_from_chief(value.data(), value.size());
   for (int r = 0; r < local_replicas_; ++r) {
     auto copy = variable.replica_bytes(r);
     if (!copy.empty()) std::memcpy(copy.data(), value.data(), value.size());
@@ -248,10 +241,7 @@ void Strategy::create_slots(const Optimizer& optimizer) {
   const SlotPlacement placement = slot_placement();
   if (placement == SlotPlacement::elsewhere) return;
   const bool held = placement == SlotPlacement::every_replica || is_chief();
-  std::vector<Variable*> trainable;
-  for (Variable* v : variable_list_)
-    if (v->options().trainable) trainable.push_back(v);
-  for (Variable* v : trainable) {
+  for (Variable* v : trainable_variables()) {
     for (const std::string& slot : optimizer.slot_names()) {
       std::string slot_name = v->name() + "/" + optimizer.name() + "/" + slot;
       if (by_name_.count(slot_name)) continue;
@@ -266,6 +256,13 @@ void Strategy::create_slots(const Optimizer& optimizer) {
   }
 }
 
+std::vector<Variable*> Strategy::trainable_variables() const {
+  std::vector<Variable*> trainable;
+  for (Variable* v : variable_list_)
+    if (v->options().trainable) trainable.push_back(v);
+  return trainable;
+}
+
 std::vector<Variable*> Strategy::slots_of(const Variable& variable, const Optimizer& optimizer) const {
   std::vector<Variable*> slots;
   for (const std::string& slot : optimizer.slot_names())
@@ -277,10 +274,7 @@ void Strategy::run(const std::function<void(ReplicaContext&)>& fn) {
   if (running_) throw InvalidArgument(std::string(this->name()) + "::run: run() does not nest");
   if (!runs_replicas())
     throw InvalidArgument(std::string(this->name()) + "::run: this rank serves variables and runs no replicas");
-  trainable_.clear();
-  for (Variable* v : variable_list_)
-    if (v->options().trainable) trainable_.push_back(v);
-  buckets_->layout(trainable_, num_replicas_in_sync());
+  buckets_->layout(trainable_variables(), num_replicas_in_sync());
   buckets_->end_step();  // a new run() starts a new step
   running_ = true;
   struct Done {
@@ -337,22 +331,15 @@ std::vector<std::byte> Strategy::read(const Variable& v) {
     throw InvalidArgument("read: variable '" + variable.name() + "' is not held on this rank");
   std::vector<std::byte> value(first.begin(), first.end());
   if (variable.options().synchronization == Synchronization::on_write) return value;
-  Comm* c = replica_comm();
   const Aggregation agg = variable.options().aggregation;
   if (agg == Aggregation::only_first_replica) {
-    if (c && c->size() > 1) {
-      std::lock_guard lock(comm_mutex_);
-      c->broadcast(value.data(), value.data(), value.size(), DataType::u8, 0);
-    }
+    broadcast_first_replica(value.data(), value.size());
     return value;
   }
   for (int r = 1; r < local_replicas_; ++r)
     combine(value.data(), variable.replica_bytes(r).data(), variable.count(), variable.type(), ReduceOp::sum);
-  if (c && c->size() > 1) {
-    std::lock_guard lock(comm_mutex_);
-    c->all_reduce(value.data(), value.data(), variable.count(), variable.type(), ReduceOp::sum);
-  }
-  if (agg == Aggregation::mean) divide(value.data(), variable.count(), variable.type(), num_replicas_in_sync());
+  reduce_across_processes(value.data(), variable.count(), variable.type(),
+                          agg == Aggregation::mean ? ReduceOp::avg : ReduceOp::sum);
   return value;
 }
 
@@ -381,12 +368,29 @@ void Strategy::reduce_values(ReduceOp op, const void* per_local, std::size_t loc
   std::memcpy(out, per_local, element);
   for (std::size_t r = 1; r < locals; ++r)
     combine(out, static_cast<const std::byte*>(per_local) + r * element, 1, type, op);
+  reduce_across_processes(out, 1, type, op);
+}
+
+void Strategy::reduce_across_processes(void* values, std::size_t count, DataType type, ReduceOp op) {
   Comm* c = replica_comm();
   if (c && c->size() > 1) {
     std::lock_guard lock(comm_mutex_);
-    c->all_reduce(out, out, 1, type, op == ReduceOp::avg ? ReduceOp::sum : op);
+    c->all_reduce(values, values, count, type, op == ReduceOp::avg ? ReduceOp::sum : op);
   }
-  if (op == ReduceOp::avg) divide(out, 1, type, num_replicas_in_sync());
+  if (op == ReduceOp::avg) divide(values, count, type, num_replicas_in_sync());
+}
+
+void Strategy::broadcast_first_replica(void* data, std::size_t bytes) {
+  Comm* c = replica_comm();
+  if (!c || c->size() == 1 || bytes == 0) return;
+  std::lock_guard lock(comm_mutex_);
+  c->broadcast(data, data, bytes, DataType::u8, 0);
+}
+
+void Strategy::broadcast_from_chief(void* data, std::size_t bytes) {
+  if (!comm_ || comm_->size() == 1 || bytes == 0) return;
+  std::lock_guard lock(comm_mutex_);
+  comm_->broadcast(data, data, bytes, DataType::u8, 0);
 }
 
 void Strategy::gather_values(const void* per_local, std::size_t locals, void* all, DataType type) {

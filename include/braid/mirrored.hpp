@@ -327,8 +327,11 @@ class Strategy {
   /// The communicator over which replicas aggregate (a parameter server's
   /// workers use one without the servers). Default: comm().
   virtual Comm* replica_comm() { return comm(); }
-  /// Number of processes that run replicas.
-  int replica_processes();
+  /// The trainable variables, in creation order.
+  std::vector<Variable*> trainable_variables() const;
+  /// Applies `optimizer` to every trainable variable's copy on `local_replica`
+  /// from that replica's (aggregated) gradient.
+  void update_replica(int local_replica, Optimizer& optimizer, std::int64_t step);
   /// Starts the cross-process aggregation of one fused bucket (already
   /// combined over the local replicas, in the wire type); the default
   /// all-reduces it (sum) over replica_comm().
@@ -391,6 +394,13 @@ class Strategy {
   void replica_all_reduce(const ReplicaContext& context, void* values, std::size_t count, DataType type, ReduceOp op);
   void update_on_write(const ReplicaContext& context, const Variable& variable, const void* values, std::size_t count,
                        DataType type, bool add);
+  /// `values`, already combined over this process's replicas, combined over
+  /// every process with `op` (avg: the sum divided by num_replicas_in_sync()).
+  void reduce_across_processes(void* values, std::size_t count, DataType type, ReduceOp op);
+  /// Global replica 0's bytes to every process of replica_comm().
+  void broadcast_first_replica(void* data, std::size_t bytes);
+  /// The chief's bytes to every rank of comm().
+  void broadcast_from_chief(void* data, std::size_t bytes);
 
   std::optional<Comm> comm_;
   int local_replicas_;
@@ -403,7 +413,6 @@ class Strategy {
   int scopes_ = 0;
   bool running_ = false;
   std::int64_t optimizer_step_ = 0;
-  std::vector<Variable*> trainable_;
   mutable std::mutex comm_mutex_;
 
  protected:
