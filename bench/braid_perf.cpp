@@ -1,221 +1,60 @@
 // braid-perf: an nccl-tests style benchmark. Run it under braid-run:
 //
-//   braid-run -n 4 braid-perf all_reduce -b 8 -e 64M -f 4 --check
+//   braid-run -n 4 braid-perf all_reduce -b 8 -e 64M -f 4
 //
 // For each size it times `iters` back-to-back operations after `warmup`
-// untimed ones, takes the slowest rank's average, and prints nccl-tests'
-// columns. The size is nccl-tests' too: the whole buffer of the collective,
-// which for all_gather and gather is the (n x block) output, for
-// reduce_scatter the (n x block) input, for all_to_all each rank's n blocks,
-// for scatter the root's n blocks. algbw = size / time. busbw scales algbw by
-// the share of the buffer each rank must move over its links, so it is
-// comparable across rank counts and with the link's bandwidth:
-//   all_reduce                                            2(n-1)/n
-//   all_gather, reduce_scatter, all_to_all, gather, scatter  (n-1)/n
-//   broadcast, reduce, sendrecv                           1
-//
-// --algo NAME forces the collective's algorithm by adding
-// "collective:NAME" to BRAID_ALGO before joining (settings come from the
-// environment; a BRAID_ALGO already set for other collectives is kept).
+// untimed ones, out of place and then in place, and prints nccl-tests' row:
+// size, count, type, redop, root, then time, algbw, busbw and #wrong for each
+// placement, and its footer ("# Out of bounds values", "# Avg bus
+// bandwidth"), so scripts written for nccl-tests read it unchanged. The time
+// of a row comes from the ranks' average iteration times as -a says (the mean
+// over ranks by default, as nccl-tests). The sizes, busbw factors and output
+// forms are in perf_report.hpp; the command line in perf_options.hpp.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "braid/braid.hpp"
+#include "command_line.hpp"
 #include "core/settings.hpp"
 #include "expected_values.hpp"
+#include "perf_options.hpp"
+#include "perf_report.hpp"
 #include "topology/plan.hpp"
 
 namespace {
 
-enum class Kind { all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, gather, scatter, sendrecv };
+using namespace braid::perf;
+using Clock = std::chrono::steady_clock;
 
-struct CollectiveInfo {
-  Kind kind;
-  const char* name;
-  bool reduces;  // takes -o
-  bool rooted;   // takes -r
-  bool blocked;  // the size is n blocks of a per-rank count
+// What one row of the sweep runs, besides the size.
+struct CaseSpec {
+  const CollectiveInfo* collective;
+  braid::DataType type;
+  braid::ReduceOp op;
+  int root;
+  bool in_place;
 };
-
-constexpr CollectiveInfo kCollectives[] = {
-    {Kind::all_reduce, "all_reduce", true, false, false},   {Kind::broadcast, "broadcast", false, true, false},
-    {Kind::reduce, "reduce", true, true, false},            {Kind::all_gather, "all_gather", false, false, true},
-    {Kind::reduce_scatter, "reduce_scatter", true, false, true}, {Kind::all_to_all, "all_to_all", false, false, true},
-    {Kind::gather, "gather", false, true, true},            {Kind::scatter, "scatter", false, true, true},
-    {Kind::sendrecv, "sendrecv", false, false, false},
-};
-
-double bus_factor(Kind kind, int n) {
-  switch (kind) {
-    case Kind::all_reduce: return 2.0 * (n - 1) / n;
-    case Kind::all_gather:
-    case Kind::reduce_scatter:
-    case Kind::all_to_all:
-    case Kind::gather:
-    case Kind::scatter: return static_cast<double>(n - 1) / n;
-    case Kind::broadcast:
-    case Kind::reduce:
-    case Kind::sendrecv: return 1.0;
-  }
-  return 1.0;
-}
-
-struct Options {
-  const CollectiveInfo* collective = nullptr;
-  std::size_t min_bytes = 8;
-  std::size_t max_bytes = 64 << 20;
-  std::size_t factor = 2;
-  braid::DataType type = braid::DataType::f32;
-  braid::ReduceOp op = braid::ReduceOp::sum;
-  int root = 0;
-  int iters = 20;
-  int warmup = 5;
-  bool check = false;
-  bool json = false;
-  bool in_place = false;
-  std::string algo;
-};
-
-const char* kUsage =
-    "usage: braid-perf COLLECTIVE [-b MIN] [-e MAX] [-f FACTOR] [-d TYPE] [-o OP] [-r ROOT]\n"
-    "                  [-n ITERS] [-w WARMUP] [--algo NAME] [--inplace] [--check] [--json]\n"
-    "  COLLECTIVE  all_reduce broadcast reduce all_gather reduce_scatter all_to_all gather\n"
-    "              scatter sendrecv (each rank sends to the next rank, receives from the previous)\n"
-    "  -b, -e   smallest and largest size in bytes (8, 1K, 64M); default 8 .. 64M. The size is\n"
-    "           the whole buffer, as in nccl-tests: n x the per-rank block for all_gather,\n"
-    "           gather (output), reduce_scatter (input), all_to_all and scatter (root's input)\n"
-    "  -f       multiply the size by FACTOR each row; default 2\n"
-    "  -d       f16 bf16 f32 f64 i8 u8 i32 u32 i64 u64; default f32\n"
-    "  -o       sum prod min max avg (all_reduce, reduce, reduce_scatter); default sum\n"
-    "  -r       root rank (broadcast, reduce, gather, scatter); default 0\n"
-    "  -n, -w   timed and warm-up iterations per size; default 20 and 5\n"
-    "  --algo   force the collective's algorithm (adds COLLECTIVE:NAME to BRAID_ALGO); known:\n"
-    "%s"
-    "  --inplace  output aliases input as the API defines in-place for each collective\n"
-    "  --check  verify every result against independently computed values (#wrong)\n"
-    "  --json   one JSON object per size instead of the table\n"
-    "busbw = algbw x 2(n-1)/n (all_reduce), x (n-1)/n (all_gather, reduce_scatter,\n"
-    "all_to_all, gather, scatter), x 1 (broadcast, reduce, sendrecv).\n"
-    "Run under braid-run (braid-run -n 4 braid-perf all_reduce) or with BRAID_RANK,\n"
-    "BRAID_WORLD_SIZE and BRAID_STORE_ADDR set.\n";
-
-// The usage text with the algorithms each collective has, as the plan lists them.
-std::string usage() {
-  std::string algorithms;
-  for (const auto& c : kCollectives) {
-    if (c.kind == Kind::sendrecv) continue;
-    algorithms.append("           ").append(c.name).append(":");
-    for (auto a : braid::algorithms_of(c.name)) algorithms.append(" ").append(a);
-    algorithms.append("\n");
-  }
-  std::vector<char> text(std::strlen(kUsage) + algorithms.size() + 1);
-  std::snprintf(text.data(), text.size(), kUsage, algorithms.c_str());
-  return text.data();
-}
-
-[[noreturn]] void usage_error(const std::string& message) {
-  std::fprintf(stderr, "braid-perf: %s\n%s", message.c_str(), usage().c_str());
-  std::exit(2);
-}
-
-int parse_int(const char* text, const char* what) {
-  char* end = nullptr;
-  long v = std::strtol(text, &end, 10);
-  if (*text == '\0' || *end != '\0' || v < 0 || v > 1000000000) usage_error(std::string(what) + " '" + text + "' is not a count");
-  return static_cast<int>(v);
-}
-
-const CollectiveInfo* find_collective(std::string name) {
-  if (name == "allreduce") name = "all_reduce";
-  else if (name == "allgather") name = "all_gather";
-  else if (name == "reducescatter") name = "reduce_scatter";
-  else if (name == "alltoall") name = "all_to_all";
-  else if (name == "bcast") name = "broadcast";
-  for (const auto& c : kCollectives)
-    if (name == c.name) return &c;
-  return nullptr;
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  std::string collective;
-  if (argc < 2) usage_error("missing the collective");
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) usage_error(a + " needs a value");
-      return argv[++i];
-    };
-    try {
-      if (a == "-h" || a == "--help") {
-        std::fputs(usage().c_str(), stdout);
-        std::exit(0);
-      } else if (a == "-b") o.min_bytes = braid::parse_bytes(value(), "-b");
-      else if (a == "-e") o.max_bytes = braid::parse_bytes(value(), "-e");
-      else if (a == "-f") o.factor = static_cast<std::size_t>(parse_int(value(), "-f"));
-      else if (a == "-d") o.type = braid::parse_data_type(value());
-      else if (a == "-o") o.op = braid::parse_reduce_op(value());
-      else if (a == "-r") o.root = parse_int(value(), "-r");
-      else if (a == "-n") o.iters = parse_int(value(), "-n");
-      else if (a == "-w") o.warmup = parse_int(value(), "-w");
-      else if (a == "--algo") o.algo = value();
-      else if (a == "-c" || a == "--check") o.check = true;
-      else if (a == "--json") o.json = true;
-      else if (a == "--inplace") o.in_place = true;
-      else if (!a.empty() && a[0] != '-' && collective.empty()) collective = a;
-      else usage_error("unknown argument '" + a + "'");
-    } catch (const braid::Error& e) {
-      usage_error(e.what());
-    }
-  }
-  if (collective.empty()) usage_error("missing the collective");
-  o.collective = find_collective(collective);
-  if (o.collective == nullptr) usage_error("unknown collective '" + collective + "'");
-  if (o.factor < 2) usage_error("-f must be at least 2");
-  if (o.iters < 1) usage_error("-n must be at least 1");
-  if (o.min_bytes > o.max_bytes) usage_error("-b is larger than -e");
-  if (o.collective->kind == Kind::sendrecv) {
-    if (o.in_place) usage_error("sendrecv has no in-place form");
-    if (!o.algo.empty()) usage_error("sendrecv has no algorithms to choose from");
-  }
-  if (!o.algo.empty()) {
-    auto known = braid::algorithms_of(o.collective->name);
-    if (std::find(known.begin(), known.end(), o.algo) == known.end()) {
-      std::string list;
-      for (auto k : known) list += (list.empty() ? "" : ", ") + std::string(k);
-      usage_error("--algo: " + std::string(o.collective->name) + " has no algorithm '" + o.algo + "' (known: " + list + ")");
-    }
-  }
-  return o;
-}
-
-// Forces --algo through the environment, which is where Comm reads its
-// settings from; entries for other collectives already in BRAID_ALGO stay.
-void force_algorithm(const Options& o) {
-  if (o.algo.empty()) return;
-  std::string spec = braid::Settings::raw("BRAID_ALGO").value_or("");
-  spec += (spec.empty() ? "" : ",") + std::string(o.collective->name) + ":" + o.algo;
-  if (setenv("BRAID_ALGO", spec.c_str(), 1) != 0) usage_error("cannot set BRAID_ALGO");
-}
 
 // The count argument of the call for a row of `bytes`: whole elements, at
 // least one (per rank where there are blocks) unless the row is empty.
-std::size_t count_for(const Options& o, int n, std::size_t bytes) {
-  const std::size_t blocks = o.collective->blocked ? static_cast<std::size_t>(n) : 1;
-  return bytes == 0 ? 0 : std::max<std::size_t>(1, bytes / braid::size_of(o.type) / blocks);
+std::size_t count_for(const CaseSpec& s, int n, std::size_t bytes) {
+  const std::size_t blocks = s.collective->blocked ? static_cast<std::size_t>(n) : 1;
+  return bytes == 0 ? 0 : std::max<std::size_t>(1, bytes / braid::size_of(s.type) / blocks);
 }
 
 // One size of one collective on this rank: the element counts, the buffers
 // the call reads and writes, and how to fill and check them.
 class Case {
  public:
-  Case(const Options& o, braid::Comm& comm, std::vector<std::byte>& send, std::vector<std::byte>& recv, std::size_t bytes)
+  Case(const CaseSpec& o, braid::Comm& comm, std::vector<std::byte>& send, std::vector<std::byte>& recv, std::size_t bytes)
       : o_(o), comm_(comm), kind_(o.collective->kind), rank_(comm.rank()), n_(comm.size()),
         element_(braid::size_of(o.type)) {
     const std::size_t blocks = o.collective->blocked ? static_cast<std::size_t>(n_) : 1;
@@ -274,6 +113,33 @@ class Case {
     }
   }
 
+  // The same call started in the background (-z 0); the communicator runs
+  // its operations in the order they were started.
+  void start(std::vector<braid::Work>& works) {
+    const auto t = o_.type;
+    const auto op = o_.op;
+    const int root = o_.root;
+    switch (kind_) {
+      case Kind::all_reduce: works.push_back(comm_.all_reduce_async(in_, out_, count_, t, op)); break;
+      case Kind::broadcast: works.push_back(comm_.broadcast_async(in_, out_, count_, t, root)); break;
+      case Kind::reduce: works.push_back(comm_.reduce_async(in_, out_, count_, t, op, root)); break;
+      case Kind::all_gather: works.push_back(comm_.all_gather_async(in_, out_, count_, t)); break;
+      case Kind::reduce_scatter: works.push_back(comm_.reduce_scatter_async(in_, out_, count_, t, op)); break;
+      case Kind::all_to_all: works.push_back(comm_.all_to_all_async(in_, out_, count_, t)); break;
+      case Kind::gather: works.push_back(comm_.gather_async(in_, out_, count_, t, root)); break;
+      case Kind::scatter: works.push_back(comm_.scatter_async(in_, out_, count_, t, root)); break;
+      case Kind::sendrecv:
+        if (rank_ % 2 == 0) {
+          works.push_back(comm_.send_async(in_, count_, t, next()));
+          works.push_back(comm_.recv_async(out_, count_, t, previous()));
+        } else {
+          works.push_back(comm_.recv_async(out_, count_, t, previous()));
+          works.push_back(comm_.send_async(in_, count_, t, next()));
+        }
+        break;
+    }
+  }
+
   // Poisons the output, then writes this rank's input (which in place
   // overlaps the output).
   void prepare() {
@@ -321,7 +187,7 @@ class Case {
   int next() const { return (rank_ + 1) % n_; }
   int previous() const { return (rank_ + n_ - 1) % n_; }
 
-  const Options& o_;
+  const CaseSpec o_;
   braid::Comm& comm_;
   Kind kind_;
   int rank_, n_;
@@ -333,37 +199,25 @@ class Case {
   std::byte* out_ = nullptr;
 };
 
-// The sizes of the rows: MIN, MIN x FACTOR, ... up to MAX (0, then 1, ...).
-std::vector<std::size_t> sizes_of(const Options& o) {
-  std::vector<std::size_t> sizes;
-  for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes;) {
-    sizes.push_back(bytes);
-    if (bytes == 0) bytes = 1;
-    else if (bytes > o.max_bytes / o.factor) break;
-    else bytes *= o.factor;
-  }
-  return sizes;
-}
-
-std::string algorithm_at(const Options& o, const braid::Plan& plan, std::size_t bytes, int n) {
-  if (o.collective->kind == Kind::sendrecv) return "p2p";
-  return std::string(plan.algorithm_for(o.collective->name, bytes, n));
+std::string algorithm_at(const CaseSpec& s, const braid::Plan& plan, std::size_t bytes, int n) {
+  if (s.collective->kind == Kind::sendrecv) return "p2p";
+  return std::string(plan.algorithm_for(s.collective->name, bytes, n));
 }
 
 // "ring (--algo)", or "direct 8..2048 B, ring 8192..67108864 B (auto)"
 // when the size decides.
-std::string algorithm_text(const Options& o, const braid::Plan& plan, int n) {
-  if (o.collective->kind == Kind::sendrecv) return "point to point (send and recv, ordered by rank parity)";
-  const std::string name = o.collective->name;
+std::string algorithm_text(const Options& o, const CaseSpec& s, const braid::Plan& plan, int n) {
+  if (s.collective->kind == Kind::sendrecv) return "point to point (send and recv, ordered by rank parity)";
+  const std::string name = s.collective->name;
   if (plan.forced.count(name)) return plan.forced.at(name) + (o.algo.empty() ? " (forced by BRAID_ALGO)" : " (--algo)");
   struct Run {
     std::string algo;
     std::size_t first, last;
   };
   std::vector<Run> runs;
-  for (std::size_t requested : sizes_of(o)) {
-    const std::size_t bytes = count_for(o, n, requested) * braid::size_of(o.type);  // what the call moves
-    std::string algo = algorithm_at(o, plan, bytes, n);
+  for (std::size_t requested : sweep_sizes(o.min_bytes, o.max_bytes, o.factor, o.step)) {
+    const std::size_t bytes = count_for(s, n, requested) * braid::size_of(s.type);  // what the call moves
+    std::string algo = algorithm_at(s, plan, bytes, n);
     if (!runs.empty() && runs.back().algo == algo) runs.back().last = bytes;
     else runs.push_back({algo, bytes, bytes});
   }
@@ -377,88 +231,195 @@ std::string algorithm_text(const Options& o, const braid::Plan& plan, int n) {
   return text + " (auto)";
 }
 
+// Where the ranks run: every rank's host name and pid, gathered.
+struct Placement {
+  std::vector<std::string> hosts;  // per rank
+  std::vector<int> pids;
+  std::map<std::string, int> ranks_per_host;
+};
+
+Placement gather_placement(braid::Comm& comm) {
+  constexpr std::size_t kName = 64;
+  struct Entry {
+    char host[kName];
+    std::int32_t pid;
+  };
+  Entry mine{};
+  gethostname(mine.host, kName - 1);
+  mine.pid = static_cast<std::int32_t>(getpid());
+  std::vector<Entry> all(static_cast<std::size_t>(comm.size()));
+  comm.all_gather(&mine, all.data(), sizeof(Entry), braid::DataType::u8);
+  Placement p;
+  for (const Entry& e : all) {
+    p.hosts.emplace_back(e.host, strnlen(e.host, kName));
+    p.pids.push_back(e.pid);
+    ++p.ranks_per_host[p.hosts.back()];
+  }
+  return p;
+}
+
+void print_header(const Options& o, const braid::Comm& comm, const Placement& where, const braid::Plan& plan) {
+  const int n = comm.size();
+  std::string per_host;
+  for (const auto& [host, ranks] : where.ranks_per_host)
+    per_host += (per_host.empty() ? "" : ", ") + host + ": " + std::to_string(ranks);
+  std::printf("# braid-perf %s: %d ranks on %zu host(s) (ranks per host: %s); transport %s between every pair\n",
+              o.collective->name, n, where.ranks_per_host.size(), per_host.c_str(), plan.transport.c_str());
+  std::printf("# nThread 1 nGpus 0 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: 1 "
+              "validation: %d graph: 0\n",
+              o.min_bytes, o.max_bytes, o.factor >= 2 ? o.factor : o.step, o.factor >= 2 ? "factor" : "bytes", o.warmup,
+              o.iters, o.check ? 1 : 0);
+  std::printf("# time: %s (-a %d), %s calls\n#\n# Using devices\n", std::string(name_of(o.average)).c_str(),
+              static_cast<int>(o.average), o.blocking ? "blocking" : "asynchronous");
+  for (int r = 0; r < n; ++r)
+    std::printf("#  Rank %2d Group  0 Pid %6d on %10s device cpu [%s]\n", r, where.pids[r], where.hosts[r].c_str(),
+                plan.transport.c_str());
+  std::printf("#\n# %s\n", comm.describe().c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options o = parse(argc, argv);
-  force_algorithm(o);
+  Options o;
+  try {
+    auto parsed = parse_options(std::vector<std::string_view>(argv + 1, argv + argc));
+    if (parsed.help) {
+      std::fputs(usage().c_str(), stdout);
+      return 0;
+    }
+    o = parsed.options;
+    apply_to_environment(o);
+  } catch (const braid::UsageError& e) {
+    std::fprintf(stderr, "braid-perf: %s\n(braid-perf --help lists the options)\n", e.what());
+    return 2;
+  }
   try {
     braid::Comm comm = braid::Comm::from_env();
     const int rank = comm.rank(), n = comm.size();
     const Kind kind = o.collective->kind;
-    if (o.root < 0 || o.root >= n) usage_error("-r " + std::to_string(o.root) + " is not a rank of " + std::to_string(n));
-    if (kind == Kind::sendrecv && n < 2) usage_error("sendrecv needs at least 2 ranks");
-    const std::size_t element = braid::size_of(o.type);
+    if (!o.all_roots && o.root >= n) {
+      std::fprintf(stderr, "braid-perf: -r %d is not a rank of %d\n", o.root, n);
+      return 2;
+    }
+    if (kind == Kind::sendrecv && n < 2) {
+      std::fprintf(stderr, "braid-perf: sendrecv needs at least 2 ranks\n");
+      return 2;
+    }
+    const std::vector<std::size_t> sizes = sweep_sizes(o.min_bytes, o.max_bytes, o.factor, o.step);
+    std::vector<int> roots;
+    if (!o.collective->rooted) roots = {0};
+    else if (o.all_roots) for (int r = 0; r < n; ++r) roots.push_back(r);
+    else roots = {o.root};
+    // Buffers for the largest row of any type: whole elements, at least one per block.
     const std::size_t blocks = o.collective->blocked ? static_cast<std::size_t>(n) : 1;
-    const std::size_t max_elements = std::max<std::size_t>(1, o.max_bytes / element / blocks) * blocks;
-    std::vector<std::byte> send(max_elements * element), recv(max_elements * element);
-    const std::string name = o.collective->name;
+    std::size_t buffer_bytes = 0;
+    for (auto t : o.types)
+      buffer_bytes = std::max(buffer_bytes, std::max<std::size_t>(1, o.max_bytes / braid::size_of(t) / blocks) * blocks *
+                                                braid::size_of(t));
+    std::vector<std::byte> send(buffer_bytes), recv(buffer_bytes);
     // The same plan rules the communicator applies (topology/plan.hpp), for
     // naming the algorithm of each row.
     const braid::Plan plan = braid::make_plan({}, braid::Settings::from_env());
-    const std::string algorithm = algorithm_text(o, plan, n);
+    const Placement where = gather_placement(comm);
 
-    if (rank == 0 && !o.json) {
-      std::printf("# braid-perf %s: %d ranks, %s%s%s%s, iters %d, warmup %d, %s\n", name.c_str(), n,
-                  std::string(braid::name_of(o.type)).c_str(), o.collective->reduces ? " " : "",
-                  o.collective->reduces ? std::string(braid::name_of(o.op)).c_str() : "",
-                  o.in_place ? ", in place" : ", out of place", o.iters, o.warmup, o.check ? "checked" : "unchecked");
-      std::printf("# algorithm: %s\n", algorithm.c_str());
-      std::printf("# %s\n#\n", comm.describe().c_str());
-      std::printf("# %12s %12s %6s %6s %6s %12s %10s %10s %8s\n", "size(B)", "count", "type", "redop", "root", "time(us)",
-                  "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    if (rank == 0) {
+      if (o.output == Output::table) {
+        print_header(o, comm, where, plan);
+        for (auto t : o.types) {
+          const CaseSpec s{o.collective, t, o.ops[0], roots[0], false};
+          std::printf("# algorithm%s: %s\n", o.types.size() > 1 ? (" (" + std::string(braid::name_of(t)) + ")").c_str() : "",
+                      algorithm_text(o, s, plan, n).c_str());
+        }
+        std::printf("#\n%s", table_header().c_str());
+      } else if (o.output == Output::csv) {
+        std::fputs(csv_header().c_str(), stdout);
+      }
+      std::fflush(stdout);
     }
-    long long total_wrong = 0;
-    std::size_t previous_size = SIZE_MAX;
-    for (std::size_t bytes : sizes_of(o)) {
-      Case one(o, comm, send, recv, bytes);
-      if (one.size_bytes() == previous_size) continue;  // sizes below one element per rank
-      previous_size = one.size_bytes();
+
+    Summary summary;
+    const std::size_t total_rows = o.types.size() * o.ops.size() * roots.size() * sizes.size();
+    std::size_t rows_done = 0;
+    const auto sweep_start = Clock::now();
+    auto last_progress = sweep_start;
+    std::vector<double> per_rank(static_cast<std::size_t>(n));
+
+    // Times one placement of one row on every rank; nullopt for sendrecv in place.
+    auto run_placement = [&](const CaseSpec& s, std::size_t bytes) -> std::optional<Measurement> {
+      if (s.in_place && kind == Kind::sendrecv) return std::nullopt;
+      Case one(s, comm, send, recv, bytes);
       one.prepare();
       for (int i = 0; i < o.warmup; ++i) {
         one.run_once();
-        if (o.in_place) one.prepare();
+        if (s.in_place) one.prepare();
       }
       // In place, every iteration works on the previous result: correct data
       // only matters for the checked run below.
       comm.barrier();
-      auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < o.iters; ++i) one.run_once();
-      double local_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / o.iters;
-      double slowest_us = local_us;
-      comm.all_reduce(&local_us, &slowest_us, 1, braid::DataType::f64, braid::ReduceOp::max);
-
-      long long wrong = 0;
+      const auto start = Clock::now();
+      if (o.blocking) {
+        for (int i = 0; i < o.iters; ++i) one.run_once();
+      } else {
+        std::vector<braid::Work> works;
+        for (int i = 0; i < o.iters; ++i) one.start(works);
+        for (auto& w : works) w.wait();
+      }
+      double local_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / o.iters;
+      comm.all_gather(&local_us, per_rank.data(), 1, braid::DataType::f64);
+      std::optional<long long> wrong;
       if (o.check) {
         one.prepare();
         one.run_once();
-        long long mine = static_cast<long long>(one.count_wrong());
-        comm.all_reduce(&mine, &wrong, 1, braid::DataType::i64, braid::ReduceOp::sum);
+        long long mine = static_cast<long long>(one.count_wrong()), all = 0;
+        comm.all_reduce(&mine, &all, 1, braid::DataType::i64, braid::ReduceOp::sum);
+        wrong = all;
       }
-      total_wrong += wrong;
-      const std::size_t size = one.size_bytes();
-      const std::size_t count = size / element;
-      double algbw = static_cast<double>(size) / (slowest_us * 1e3);
-      double busbw = algbw * bus_factor(kind, n);
-      if (rank == 0) {
-        const std::string type(braid::name_of(o.type));
-        const std::string op = o.collective->reduces ? std::string(braid::name_of(o.op)) : "none";
-        const int root = o.collective->rooted ? o.root : -1;
-        if (o.json)
-          std::printf("{\"collective\":\"%s\",\"algorithm\":\"%s\",\"ranks\":%d,\"size\":%zu,\"count\":%zu,\"type\":\"%s\","
-                      "\"redop\":\"%s\",\"root\":%d,\"in_place\":%s,\"time_us\":%.3f,\"algbw_gbps\":%.4f,"
-                      "\"busbw_gbps\":%.4f,\"wrong\":%s}\n",
-                      name.c_str(), algorithm_at(o, plan, one.count_bytes(), n).c_str(), n, size, count, type.c_str(),
-                      op.c_str(), root, o.in_place ? "true" : "false", slowest_us, algbw, busbw,
-                      o.check ? std::to_string(wrong).c_str() : "null");
-        else
-          std::printf("  %12zu %12zu %6s %6s %6d %12.2f %10.3f %10.3f %8s\n", size, count, type.c_str(), op.c_str(), root,
-                      slowest_us, algbw, busbw, o.check ? std::to_string(wrong).c_str() : "N/A");
-        std::fflush(stdout);
-      }
-    }
-    if (rank == 0 && !o.json) std::printf("# %s: %lld wrong elements in total\n", o.check ? "checked" : "unchecked", total_wrong);
-    return total_wrong == 0 ? 0 : 1;
+      return measure(one.size_bytes(), aggregate_time(per_rank, o.average), kind, n, wrong);
+    };
+
+    for (auto type : o.types)
+      for (auto op : o.ops)
+        for (int root : roots) {
+          std::size_t previous_size = SIZE_MAX;
+          for (std::size_t bytes : sizes) {
+            ++rows_done;
+            const CaseSpec out_of_place{o.collective, type, op, root, false};
+            const CaseSpec in_place{o.collective, type, op, root, true};
+            Case probe(out_of_place, comm, send, recv, bytes);
+            if (probe.size_bytes() == previous_size) continue;  // sizes below one element per rank
+            previous_size = probe.size_bytes();
+            Row row;
+            row.collective = o.collective->name;
+            row.algorithm = algorithm_at(out_of_place, plan, probe.count_bytes(), n);
+            row.transport = plan.transport;
+            row.ranks = n;
+            row.hosts = static_cast<int>(where.ranks_per_host.size());
+            row.size = probe.size_bytes();
+            row.count = row.size / braid::size_of(type);
+            row.type = braid::name_of(type);
+            row.redop = o.collective->reduces ? std::string(braid::name_of(op)) : "none";
+            row.root = o.collective->rooted ? root : -1;
+            row.out_of_place = run_placement(out_of_place, bytes);
+            row.in_place = run_placement(in_place, bytes);
+            for (const auto& m : {row.out_of_place, row.in_place})
+              if (m) summary.add(*m);
+            if (rank != 0) continue;
+            switch (o.output) {
+              case Output::table: std::fputs(table_row(row).c_str(), stdout); break;
+              case Output::csv: std::fputs(csv_lines(row).c_str(), stdout); break;
+              case Output::json: std::fputs(json_lines(row).c_str(), stdout); break;
+            }
+            std::fflush(stdout);
+            const auto now = Clock::now();
+            if (o.progress && now - last_progress >= std::chrono::seconds(2) && rows_done < total_rows) {
+              std::fprintf(stderr, "braid-perf: %zu of %zu rows done (%zu B), %.0f s\n", rows_done, total_rows, row.size,
+                           std::chrono::duration<double>(now - sweep_start).count());
+              last_progress = now;
+            }
+          }
+        }
+    if (rank == 0 && o.output == Output::table) std::fputs(table_footer(summary).c_str(), stdout);
+    return summary.wrong() == 0 ? 0 : 1;
   } catch (const braid::Error& e) {
     std::fprintf(stderr, "braid-perf: %s\n", e.what());
     return 1;

@@ -51,6 +51,7 @@
 #include "core/settings.hpp"
 #include "core/socket.hpp"
 #include "core/text.hpp"
+#include "command_line.hpp"
 #include "rank_output.hpp"
 
 extern char** environ;
@@ -93,11 +94,6 @@ exit status: 0 when every rank exits 0; else that of the first rank to fail
 signal S; 127 when the program cannot be started; 2 on bad usage.
 )";
 
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
 struct Options {
   int ranks = 0;
   std::string host = "127.0.0.1";
@@ -120,67 +116,36 @@ int parse_int(std::string_view text, std::string_view what, int lo, int hi) {
 
 // Options come before the program: the first argument that is not an option
 // (or the one after "--") is the program, and the rest belong to it. Long
-// options take "--name value" or "--name=value"; -n also takes "-n4".
+// options take "--name value" or "--name=value"; -n also takes "-n4"
+// (command_line.hpp, the parser every braid tool uses).
 Action parse_args(int argc, char** argv, Options& opts) {
-  std::vector<std::string_view> args(argv + 1, argv + argc);
-  std::size_t i = 0;
+  Action action = Action::run;
   bool have_ranks = false;
-  while (i < args.size()) {
-    std::string_view arg = args[i];
-    if (arg == "--") {
-      ++i;
-      break;
-    }
-    if (arg.size() < 2 || arg[0] != '-') break;
-    std::string_view name = arg;
-    std::optional<std::string_view> attached;
-    if (arg.starts_with("--")) {
-      if (auto eq = arg.find('='); eq != std::string_view::npos) {
-        name = arg.substr(0, eq);
-        attached = arg.substr(eq + 1);
-      }
-    } else if (arg.size() > 2) {
-      name = arg.substr(0, 2);
-      attached = arg.substr(2);
-    }
-    ++i;
-    auto value = [&]() -> std::string_view {
-      if (attached) return *attached;
-      if (i >= args.size()) throw UsageError(cat(name, " needs a value"));
-      return args[i++];
-    };
-    auto flag = [&] {
-      if (attached) throw UsageError(cat(name, " takes no value"));
-    };
-    if (name == "-h" || name == "--help") {
-      flag();
-      return Action::help;
-    } else if (name == "--env-help") {
-      flag();
-      return Action::env_help;
-    } else if (name == "-n" || name == "--ranks") {
-      opts.ranks = parse_int(value(), name, 1, kMaxRanks);
-      have_ranks = true;
-    } else if (name == "--host") {
-      opts.host = value();
-      if (opts.host.empty()) throw UsageError("--host needs a host name or address");
-    } else if (name == "--port") {
-      opts.port = parse_int(value(), name, 1, 65535);
-    } else if (name == "--timeout") {
-      Millis t = parse_duration(value(), name);
-      opts.timeout = t.count() > 0 ? std::optional(t) : std::nullopt;
-    } else if (name == "--grace") {
-      opts.grace = parse_duration(value(), name);
-    } else if (name == "--no-prefix") {
-      flag();
-      opts.prefix = false;
-    } else {
-      throw UsageError(cat("unknown option '", arg, "'"));
-    }
-  }
+  CommandLine cli;
+  cli.flag({"-h", "--help"}, [&] { action = Action::help; })
+      .flag({"--env-help"}, [&] { action = Action::env_help; })
+      .option({"-n", "--ranks"},
+              [&](std::string_view name, std::string_view v) {
+                opts.ranks = parse_int(v, name, 1, kMaxRanks);
+                have_ranks = true;
+              })
+      .option({"--host"},
+              [&](std::string_view, std::string_view v) {
+                opts.host = v;
+                if (opts.host.empty()) throw UsageError("--host needs a host name or address");
+              })
+      .option({"--port"}, [&](std::string_view name, std::string_view v) { opts.port = parse_int(v, name, 1, 65535); })
+      .option({"--timeout"},
+              [&](std::string_view name, std::string_view v) {
+                Millis t = parse_duration(v, name);
+                opts.timeout = t.count() > 0 ? std::optional(t) : std::nullopt;
+              })
+      .option({"--grace"}, [&](std::string_view name, std::string_view v) { opts.grace = parse_duration(v, name); })
+      .flag({"--no-prefix"}, [&] { opts.prefix = false; });
+  opts.command = cli.parse(argc, argv, CommandLine::Positionals::end_options);
+  if (action != Action::run) return action;
   if (!have_ranks) throw UsageError("missing -n N, the number of ranks");
-  if (i >= args.size()) throw UsageError("missing the program to run");
-  opts.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+  if (opts.command.empty()) throw UsageError("missing the program to run");
   return Action::run;
 }
 

@@ -1,0 +1,207 @@
+#include "perf_options.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+
+#include "command_line.hpp"
+#include "core/settings.hpp"
+#include "topology/plan.hpp"
+
+namespace braid::perf {
+namespace {
+
+constexpr std::string_view kUsage =
+    R"(usage: braid-perf COLLECTIVE [options]     (run it under braid-run: braid-run -n 4 braid-perf all_reduce)
+
+  COLLECTIVE  all_reduce broadcast reduce all_gather reduce_scatter all_to_all gather scatter
+              sendrecv (each rank sends to the next, receives from the previous); nccl-tests'
+              names (allreduce, all_reduce_perf, ...) work too
+
+Options take "-x VALUE", "-xVALUE", "--name VALUE" or "--name=VALUE", as in nccl-tests:
+  -b, --minbytes SIZE      smallest size (8, 1K, 64M, 1G); default 8
+  -e, --maxbytes SIZE      largest size; default 64M
+  -f, --stepfactor N       multiply the size by N each row; default 2
+  -i, --stepbytes SIZE     add SIZE each row instead (when -f is not given)
+  -n, --iters N            timed iterations per size; default 20
+  -w, --warmup_iters N     untimed iterations first; default 5
+  -c, --check 0|1          check every result against independently computed values
+                           (#wrong); default 1. --check alone means 1
+  -d, --datatype TYPE|all  f16 bf16 f32 f64 i8 u8 i32 u32 i64 u64 (or nccl-tests' half
+                           bfloat16 float double int8 uint8 int32 uint32 int64 uint64); default f32
+  -o, --op OP|all          sum prod min max avg (reducing collectives); default sum
+  -r, --root RANK|all      root rank (broadcast reduce gather scatter); default 0
+  -a, --average 0|1|2|3    the time of a row from the ranks' average iteration times:
+                           0 rank 0's, 1 the mean over ranks (default), 2 the fastest rank's,
+                           3 the slowest rank's (nccl-tests' meanings)
+  -z, --blocking 0|1       1 (default): blocking calls; 0: start the iterations asynchronously
+                           and wait for all of them (the communicator still runs them in order)
+  --algo NAME              force the collective's algorithm (adds COLLECTIVE:NAME to BRAID_ALGO):
+%s  --transport NAME         force the transport (sets BRAID_TRANSPORT): tcp
+  --json                   one JSON object per size and placement instead of the table
+  --csv                    CSV (a header, then one line per size and placement) instead
+  --no-progress            no progress lines on stderr (printed every 2 s in long sweeps)
+  --inplace                accepted for old scripts: every row has both placements
+  -g, -t 1                 nccl-tests' GPUs and threads per process: braid has one rank per
+                           process, so only 1 is accepted; braid-run -n sets the ranks
+  -h, --help               this text
+
+Each row times the out-of-place and the in-place form (output aliasing input as the API
+defines it for each collective; sendrecv has no in-place form: N/A). The size is the whole
+buffer, as in nccl-tests: n x the per-rank block for all_gather, gather (output),
+reduce_scatter (input), all_to_all and scatter (root's input). algbw = size / time;
+busbw = algbw x 2(n-1)/n (all_reduce), x (n-1)/n (all_gather, reduce_scatter, all_to_all,
+gather, scatter), x 1 (broadcast, reduce, sendrecv). The footer has nccl-tests'
+"# Out of bounds values" and "# Avg bus bandwidth" (mean busbw over every row and
+placement) lines. Exit status 1 when an element is wrong.
+)";
+
+int parse_count(std::string_view name, std::string_view text, int lo) {
+  int value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < lo || value > 1000000000)
+    throw UsageError(std::string(name) + " '" + std::string(text) + "' is not a whole number of at least " +
+                     std::to_string(lo));
+  return value;
+}
+
+int parse_choice(std::string_view name, std::string_view text, int lo, int hi) {
+  int value = parse_count(name, text, 0);
+  if (value < lo || value > hi)
+    throw UsageError(std::string(name) + " '" + std::string(text) + "' must be " + std::to_string(lo) + ".." +
+                     std::to_string(hi));
+  return value;
+}
+
+std::size_t parse_size(std::string_view name, std::string_view text) {
+  try {
+    return parse_bytes(text, name);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+}
+
+// nccl-tests' type names next to braid's.
+DataType parse_type(std::string_view text) {
+  static constexpr std::pair<std::string_view, std::string_view> kAliases[] = {
+      {"half", "f16"},   {"float16", "f16"}, {"bfloat16", "bf16"}, {"float", "f32"},   {"float32", "f32"},
+      {"double", "f64"}, {"float64", "f64"}, {"int8", "i8"},       {"uint8", "u8"},    {"int32", "i32"},
+      {"int", "i32"},    {"uint32", "u32"},  {"int64", "i64"},     {"uint64", "u64"},
+  };
+  for (auto [alias, name] : kAliases)
+    if (text == alias) text = name;
+  try {
+    return parse_data_type(text);
+  } catch (const Error& e) {
+    throw UsageError(std::string("-d: ") + e.what());
+  }
+}
+
+}  // namespace
+
+std::string usage() {
+  std::string algorithms;
+  for (const auto& c : collectives()) {
+    if (c.kind == Kind::sendrecv) continue;
+    algorithms.append("                             ").append(c.name).append(":");
+    for (auto a : algorithms_of(c.name)) algorithms.append(" ").append(a);
+    algorithms.append("\n");
+  }
+  std::string text(kUsage);
+  text.replace(text.find("%s"), 2, algorithms);
+  return text;
+}
+
+ParsedCommandLine parse_options(const std::vector<std::string_view>& args) {
+  ParsedCommandLine parsed;
+  Options& o = parsed.options;
+  std::string collective;
+  bool factor_given = false;
+  CommandLine cli;
+  cli.flag({"-h", "--help"}, [&] { parsed.help = true; })
+      .option({"-b", "--minbytes"}, [&](auto name, auto v) { o.min_bytes = parse_size(name, v); })
+      .option({"-e", "--maxbytes"}, [&](auto name, auto v) { o.max_bytes = parse_size(name, v); })
+      .option({"-f", "--stepfactor"},
+              [&](auto name, auto v) {
+                o.factor = static_cast<std::size_t>(parse_count(name, v, 2));
+                factor_given = true;
+              })
+      .option({"-i", "--stepbytes"},
+              [&](auto name, auto v) {
+                o.step = parse_size(name, v);
+                if (o.step == 0) throw UsageError(std::string(name) + " must be at least 1 byte");
+              })
+      .option({"-n", "--iters"}, [&](auto name, auto v) { o.iters = parse_count(name, v, 1); })
+      .option({"-w", "--warmup_iters"}, [&](auto name, auto v) { o.warmup = parse_count(name, v, 0); })
+      .option({"-c"}, [&](auto name, auto v) { o.check = parse_choice(name, v, 0, 1) == 1; })
+      .optional_value({"--check"}, "1", [&](auto name, auto v) { o.check = parse_choice(name, v, 0, 1) == 1; })
+      .option({"-d", "--datatype"},
+              [&](auto, std::string_view v) {
+                if (v == "all")
+                  o.types = {DataType::i8,  DataType::u8,  DataType::i32, DataType::u32, DataType::i64,
+                             DataType::u64, DataType::f16, DataType::f32, DataType::f64, DataType::bf16};
+                else o.types = {parse_type(v)};
+              })
+      .option({"-o", "--op"},
+              [&](auto, std::string_view v) {
+                if (v == "all") {
+                  o.ops = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg};
+                  return;
+                }
+                try {
+                  o.ops = {parse_reduce_op(v)};
+                } catch (const Error& e) {
+                  throw UsageError(std::string("-o: ") + e.what());
+                }
+              })
+      .option({"-r", "--root"},
+              [&](auto name, std::string_view v) {
+                o.all_roots = v == "all";
+                if (!o.all_roots) o.root = parse_count(name, v, 0);
+              })
+      .option({"-a", "--average"},
+              [&](auto name, auto v) { o.average = static_cast<TimeAggregate>(parse_choice(name, v, 0, 3)); })
+      .option({"-z", "--blocking"}, [&](auto name, auto v) { o.blocking = parse_choice(name, v, 0, 1) == 1; })
+      .option({"-g", "--ngpus", "-t", "--nthreads"}, [&](auto name, auto v) { parse_choice(name, v, 1, 1); })
+      .option({"--algo"}, [&](auto, auto v) { o.algo = v; })
+      .option({"--transport"}, [&](auto, auto v) { o.transport = v; })
+      .flag({"--json"}, [&] { o.output = Output::json; })
+      .flag({"--csv"}, [&] { o.output = Output::csv; })
+      .flag({"--no-progress"}, [&] { o.progress = false; })
+      .flag({"--inplace"}, [] {});
+  cli.parse(args, CommandLine::Positionals::interleaved, [&](std::string_view a) {
+    if (!collective.empty()) throw UsageError("unexpected argument '" + std::string(a) + "' after the collective");
+    collective = a;
+  });
+  if (parsed.help) return parsed;
+  if (collective.empty()) throw UsageError("missing the collective");
+  o.collective = find_collective(collective);
+  if (o.collective == nullptr) throw UsageError("unknown collective '" + collective + "'");
+  if (o.step != 0 && !factor_given) o.factor = 1;
+  if (o.min_bytes > o.max_bytes) throw UsageError("-b is larger than -e");
+  if (!o.collective->reduces) o.ops = {ReduceOp::sum};  // not used; one pass
+  if (o.collective->kind == Kind::sendrecv && !o.algo.empty())
+    throw UsageError("sendrecv has no algorithms to choose from");
+  if (!o.algo.empty()) {
+    auto known = algorithms_of(o.collective->name);
+    if (std::find(known.begin(), known.end(), o.algo) == known.end()) {
+      std::string list;
+      for (auto k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+      throw UsageError("--algo: " + std::string(o.collective->name) + " has no algorithm '" + o.algo +
+                       "' (known: " + list + ")");
+    }
+  }
+  return parsed;
+}
+
+void apply_to_environment(const Options& o) {
+  if (!o.algo.empty()) {
+    std::string spec = Settings::raw("BRAID_ALGO").value_or("");
+    spec += (spec.empty() ? "" : ",") + std::string(o.collective->name) + ":" + o.algo;
+    if (setenv("BRAID_ALGO", spec.c_str(), 1) != 0) throw UsageError("cannot set BRAID_ALGO");
+  }
+  if (!o.transport.empty() && setenv("BRAID_TRANSPORT", o.transport.c_str(), 1) != 0)
+    throw UsageError("cannot set BRAID_TRANSPORT");
+}
+
+}  // namespace braid::perf

@@ -1,0 +1,53 @@
+// braid-perf's command line, shaped like nccl-tests' (all_reduce_perf -b 8
+// -e 128M -f 2 -c 1 ...) and parsed by the parser every braid tool uses
+// (tools/command_line.hpp), so --name=value works too.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "braid/types.hpp"
+#include "perf_report.hpp"
+
+namespace braid::perf {
+
+enum class Output { table, csv, json };
+
+struct Options {
+  const CollectiveInfo* collective = nullptr;
+  std::size_t min_bytes = 8;
+  std::size_t max_bytes = std::size_t{64} << 20;
+  std::size_t factor = 2;  // -f; 1 when -i (a step) is given without -f
+  std::size_t step = 0;    // -i
+  std::vector<DataType> types{DataType::f32};
+  std::vector<ReduceOp> ops{ReduceOp::sum};
+  int root = 0;
+  bool all_roots = false;  // -r all
+  int iters = 20;
+  int warmup = 5;
+  bool check = true;  // -c 1, as nccl-tests
+  TimeAggregate average = TimeAggregate::mean;
+  bool blocking = true;  // -z 1: blocking calls; -z 0: start every iteration, then wait for all
+  Output output = Output::table;
+  bool progress = true;
+  std::string algo;       // --algo: COLLECTIVE:NAME added to BRAID_ALGO
+  std::string transport;  // --transport: BRAID_TRANSPORT
+};
+
+struct ParsedCommandLine {
+  Options options;
+  bool help = false;
+};
+
+/// Throws UsageError naming the problem.
+ParsedCommandLine parse_options(const std::vector<std::string_view>& args);
+/// The usage text, with the algorithms each collective has.
+std::string usage();
+
+/// Adds --algo to BRAID_ALGO and sets BRAID_TRANSPORT from --transport, in
+/// this process's environment, which is where the communicator reads its
+/// settings (entries of BRAID_ALGO for other collectives stay).
+void apply_to_environment(const Options& o);
+
+}  // namespace braid::perf
