@@ -348,8 +348,10 @@ int main(int argc, char** argv) {
     auto run_placement = [&](const CaseSpec& s, std::size_t bytes) -> std::optional<Measurement> {
       if (s.in_place && kind == Kind::sendrecv) return std::nullopt;
       Case one(s, comm, send, recv, bytes);
+      const int iters = o.iters > 0 ? o.iters : auto_iterations(one.size_bytes());
+      const int warmup = o.iters > 0 ? o.warmup : auto_warmup(one.size_bytes());
       one.prepare();
-      for (int i = 0; i < o.warmup; ++i) {
+      for (int i = 0; i < warmup; ++i) {
         one.run_once();
         if (s.in_place) one.prepare();
       }
@@ -358,13 +360,13 @@ int main(int argc, char** argv) {
       comm.barrier();
       const auto start = Clock::now();
       if (o.blocking) {
-        for (int i = 0; i < o.iters; ++i) one.run_once();
+        for (int i = 0; i < iters; ++i) one.run_once();
       } else {
         std::vector<braid::Work> works;
-        for (int i = 0; i < o.iters; ++i) one.start(works);
+        for (int i = 0; i < iters; ++i) one.start(works);
         for (auto& w : works) w.wait();
       }
-      double local_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / o.iters;
+      double local_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / iters;
       comm.all_gather(&local_us, per_rank.data(), 1, braid::DataType::f64);
       std::optional<long long> wrong;
       if (o.check) {

@@ -23,7 +23,8 @@ Options take "-x VALUE", "-xVALUE", "--name VALUE" or "--name=VALUE", as in nccl
   -e, --maxbytes SIZE      largest size; default 64M
   -f, --stepfactor N       multiply the size by N each row; default 2
   -i, --stepbytes SIZE     add SIZE each row instead (when -f is not given)
-  -n, --iters N            timed iterations per size; default 20
+  -n, --iters N            timed iterations per size; default 20. 0: scaled to the size
+                           (about 256 MiB a row, 5..1000), the warm-up then a tenth of it
   -w, --warmup_iters N     untimed iterations first; default 5
   -c, --check 0|1          check every result against independently computed values
                            (#wrong); default 1. --check alone means 1
@@ -131,7 +132,7 @@ ParsedCommandLine parse_options(const std::vector<std::string_view>& args) {
                 o.step = parse_size(name, v);
                 if (o.step == 0) throw UsageError(std::string(name) + " must be at least 1 byte");
               })
-      .option({"-n", "--iters"}, [&](auto name, auto v) { o.iters = parse_count(name, v, 1); })
+      .option({"-n", "--iters"}, [&](auto name, auto v) { o.iters = parse_count(name, v, 0); })
       .option({"-w", "--warmup_iters"}, [&](auto name, auto v) { o.warmup = parse_count(name, v, 0); })
       .option({"-c"}, [&](auto name, auto v) { o.check = parse_choice(name, v, 0, 1) == 1; })
       .optional_value({"--check"}, "1", [&](auto name, auto v) { o.check = parse_choice(name, v, 0, 1) == 1; })

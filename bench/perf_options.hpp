@@ -24,7 +24,7 @@ struct Options {
   std::vector<ReduceOp> ops{ReduceOp::sum};
   int root = 0;
   bool all_roots = false;  // -r all
-  int iters = 20;
+  int iters = 20;  // 0: auto_iterations() per size, and auto_warmup()
   int warmup = 5;
   bool check = true;  // -c 1, as nccl-tests
   TimeAggregate average = TimeAggregate::mean;

@@ -39,6 +39,14 @@ double bus_factor(Kind kind, int ranks);
 /// MAX; a sweep from 0 goes on with 1 (factor) or STEP.
 std::vector<std::size_t> sweep_sizes(std::size_t min_bytes, std::size_t max_bytes, std::size_t factor, std::size_t step);
 
+/// -n 0: timed iterations scaled to the size, so that every row moves
+/// about 256 MiB and a sweep spends its time evenly: 1000 at 8 B, 256 at
+/// 1 MiB, 5 at 64 MiB (never fewer than 5 nor more than 1000). The warm-up
+/// is a tenth of that, 2 to 20. The peer harnesses (bench/peers/) use the
+/// same rule, so that bench/compare times every library alike.
+int auto_iterations(std::size_t size_bytes);
+int auto_warmup(std::size_t size_bytes);
+
 /// -a: how the ranks' average iteration times become the row's time, as in
 /// nccl-tests: 0 rank 0's, 1 the mean over ranks (the default), 2 the
 /// fastest rank's, 3 the slowest rank's.

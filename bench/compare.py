@@ -1,0 +1,239 @@
+#!/usr/bin/python3
+"""bench/compare.py: braid against Open MPI and Gloo, in one run, on this machine.
+
+    bench/compare.py [--ranks 2,4] [--collectives all_reduce,broadcast] [-b 8 -e 64M -f 2]
+                  [--rounds 3] [--out DIR] [--build DIR] [--no-install] [--no-plots] [--smoke]
+
+Runs the same sweep (float32, sum, out of place; iterations scaled to the size
+as braid-perf -n 0 does) with every variant in VARIANTS that this machine can
+run, round after round. Each round launches every variant once per rank count
+and collective, in an order that rotates from round to round, so that drift
+on a shared machine hits all libraries alike. It writes every measurement to
+DIR/compare.csv, prints the best and the median per size, and a ratio table:
+braid's busbw over the busbw of the best peer of the same transport class
+(> 1: braid is faster; at one size, busbw ratio = inverse time ratio). With
+matplotlib it also draws DIR/busbw_<collective>.png and
+DIR/latency_<collective>.png (bench/plot_results.py). Unless --no-limits or
+--smoke, it also measures the machine's limits (bench/limits.py, written to
+DIR/limits.csv) and shows braid's TCP busbw as a fraction of one loopback
+TCP stream (iperf3's when installed).
+
+Transport classes: "tcp" moves bytes through the kernel's TCP stack over
+loopback (braid's tcp, Open MPI's btl tcp, Open MPI over UCX restricted to
+UCX's tcp transport, Gloo); "shm" through shared memory (Open MPI's vader
+btl, Open MPI over UCX with UCX's own choice, which on one host is its
+shared-memory and CMA transports). braid's transports are found by asking
+braid-perf (BRAID_TRANSPORT=NAME) for each name in BRAID_TRANSPORTS, so a new
+braid transport becomes a new row of the table without new code.
+
+Unless --no-install, it first installs Open MPI and Gloo
+(scripts/install-deps.sh --bench) and builds the harnesses in bench/peers/.
+"""
+import argparse
+import csv
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import compare_report  # noqa: E402
+
+# braid transports to try, with their class. A transport braid does not have
+# (yet) is left out after one quick probe.
+BRAID_TRANSPORTS = [("tcp", "tcp"), ("shm", "shm"), ("ucx", "tcp")]
+
+# The peers: (library, transport label, class, how to start it).
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
+UCX = ["--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices", "any"]
+PEERS = [
+    ("openmpi", "tcp", "tcp", ["--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo"]),
+    ("openmpi", "ucx-tcp", "tcp", UCX + ["-x", "UCX_TLS=tcp,self", "-x", "UCX_NET_DEVICES=lo"]),
+    ("openmpi", "vader", "shm", ["--mca", "pml", "ob1", "--mca", "btl", "vader,self"]),
+    ("openmpi", "ucx", "shm", UCX),
+    ("gloo", "tcp", "tcp", None),
+]
+
+LAUNCH_TIMEOUT_S = 600
+
+
+def parse_size(text):
+    units = {"": 1, "B": 1, "K": 1 << 10, "k": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    digits = text.rstrip("BKkMG")
+    return int(digits) * units[text[len(digits):]]
+
+
+class Variant:
+    def __init__(self, library, transport, klass, command, env=None):
+        self.library, self.transport, self.klass = library, transport, klass
+        self.command, self.env = command, env or {}
+
+    @property
+    def name(self):
+        return f"{self.library}/{self.transport}"
+
+
+def sweep_args(args):
+    return ["-b", str(args.min_bytes), "-e", str(args.max_bytes), "-f", str(args.factor), "-n", str(args.iters)]
+
+
+def find_variants(args, build):
+    run = os.path.join(build, "tools", "braid-run")
+    perf = os.path.join(build, "bench", "braid-perf")
+    mpi_perf = os.path.join(build, "bench", "peers", "mpi_perf")
+    gloo_perf = os.path.join(build, "bench", "peers", "gloo_perf")
+    variants, missing = [], []
+    for transport, klass in BRAID_TRANSPORTS:
+        env = {"BRAID_TRANSPORT": transport, "BRAID_SOCKET_IFNAME": "lo", "BRAID_TIMEOUT": "120s"}
+        probe = subprocess.run([run, "-n", "1", "--timeout", "30s", perf, "all_reduce", "-b", "8", "-e", "8", "-n", "1",
+                                "-w", "0", "-c", "0", "--csv"], env={**os.environ, **env},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if probe.returncode != 0:
+            missing.append(f"braid/{transport} (not built into this braid)")
+            continue
+
+        def braid_command(ranks, collective, _unused_dir, args=args):
+            return [run, "-n", str(ranks), "--no-prefix", "--timeout", f"{LAUNCH_TIMEOUT_S}s", perf, collective,
+                    *sweep_args(args), "-c", "0", "--csv", "--no-progress"]
+        variants.append(Variant("braid", transport, klass, braid_command, env))
+    for library, transport, klass, mca in PEERS:
+        if library == "openmpi":
+            if not (os.access(mpi_perf, os.X_OK) and shutil.which("mpirun")):
+                missing.append(f"openmpi/{transport} (no {mpi_perf} or mpirun)")
+                continue
+
+            def mpi_command(ranks, collective, _unused_dir, mca=mca, transport=transport):
+                return [*MPIRUN, "-np", str(ranks), *mca, mpi_perf, collective, *sweep_args(args),
+                        "--transport", transport]
+            variants.append(Variant(library, transport, klass, mpi_command))
+        elif library == "gloo":
+            if not os.access(gloo_perf, os.X_OK):
+                missing.append(f"gloo/{transport} (no {gloo_perf})")
+                continue
+
+            def gloo_command(ranks, collective, store_dir):
+                return [run, "-n", str(ranks), "--no-prefix", "--timeout", f"{LAUNCH_TIMEOUT_S}s", gloo_perf, collective,
+                        "--store", store_dir, *sweep_args(args)]
+            variants.append(Variant(library, transport, klass, gloo_command))
+    return variants, missing
+
+
+def launch(variant, ranks, collective):
+    """One launch of one variant: its CSV rows (out of place only), or an error text."""
+    with tempfile.TemporaryDirectory(prefix="braid-compare-") as store_dir:
+        command = variant.command(ranks, collective, store_dir)
+        try:
+            done = subprocess.run(command, env={**os.environ, **variant.env}, capture_output=True, text=True,
+                                  timeout=LAUNCH_TIMEOUT_S + 30)
+        except subprocess.TimeoutExpired:
+            return None, f"{variant.name}: timed out after {LAUNCH_TIMEOUT_S + 30} s"
+    if done.returncode != 0:
+        return None, f"{variant.name} on {ranks} ranks: exit status {done.returncode}: {done.stderr.strip()[-600:]}"
+    lines = [line for line in done.stdout.splitlines() if line.count(",") >= 14]
+    rows = [r for r in csv.DictReader(lines) if r["in_place"] == "false"]
+    return rows, None
+
+
+def install_and_build(build):
+    subprocess.run([os.path.join(ROOT, "scripts", "install-deps.sh"), "--bench"], check=True)
+    env = {**os.environ, "BUILD_DIR": os.path.relpath(build, ROOT) if build.startswith(ROOT) else build}
+    subprocess.run([os.path.join(ROOT, "scripts", "build.sh")], check=True, env=env)
+    peers = [os.path.join(build, "bench", "peers", p) for p in ("mpi_perf", "gloo_perf")]
+    if not all(os.access(p, os.X_OK) for p in peers):
+        # A build directory configured before Open MPI or Gloo was installed:
+        # Meson looks for them again.
+        subprocess.run(["meson", "setup", "--reconfigure", build], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(["ninja", "-C", build], check=True, stdout=subprocess.DEVNULL)
+
+
+def main():
+    p = argparse.ArgumentParser(description="braid against Open MPI and Gloo, interleaved, with plots.")
+    p.add_argument("--ranks", default="2,4", help="rank counts, comma-separated (default 2,4)")
+    p.add_argument("--collectives", default="all_reduce,broadcast")
+    p.add_argument("-b", dest="min_bytes", default="8", type=parse_size)
+    p.add_argument("-e", dest="max_bytes", default="64M", type=parse_size)
+    p.add_argument("-f", dest="factor", default=2, type=int)
+    p.add_argument("-n", dest="iters", default=0, type=int,
+                   help="timed iterations per size; 0 (default): scaled to the size, as braid-perf -n 0")
+    p.add_argument("--rounds", default=3, type=int)
+    p.add_argument("--table-sizes", default="8,1M,16M,64M", help="sizes of the printed tables (those in the sweep)")
+    p.add_argument("--out", default=None, help="output directory (default BUILD/bench-results)")
+    p.add_argument("--build", default=os.path.join(ROOT, "build"))
+    p.add_argument("--no-install", action="store_true", help="do not install Open MPI and Gloo or build")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--no-limits", action="store_true", help="do not measure the machine's limits (bench/limits.py)")
+    p.add_argument("--smoke", action="store_true",
+                   help="a few seconds: 2 ranks, all_reduce, 8 B to 4 KiB, 3 iterations, 1 round")
+    args = p.parse_args()
+    if args.smoke:
+        args.ranks, args.collectives, args.min_bytes, args.max_bytes = "2", "all_reduce", 8, 4096
+        args.factor, args.iters, args.rounds, args.table_sizes = 8, 3, 1, "8,4096"
+    build = os.path.abspath(args.build)
+    out = os.path.abspath(args.out or os.path.join(build, "bench-results"))
+    os.makedirs(out, exist_ok=True)
+    if not args.no_install:
+        install_and_build(build)
+
+    variants, missing = find_variants(args, build)
+    for m in missing:
+        print(f"compare: skipping {m}", file=sys.stderr)
+    if not any(v.library == "braid" for v in variants):
+        sys.exit("compare: braid-perf did not run; build braid first (scripts/build.sh)")
+    rank_counts = [int(r) for r in args.ranks.split(",")]
+    collectives = args.collectives.split(",")
+    print(f"compare: {len(variants)} variants ({', '.join(v.name for v in variants)}), ranks {args.ranks}, "
+          f"{args.rounds} round(s), {args.min_bytes}..{args.max_bytes} B x{args.factor}", file=sys.stderr)
+
+    records, failures = [], []
+    started = time.monotonic()
+    for round_ in range(args.rounds):
+        for ranks in rank_counts:
+            for collective in collectives:
+                k = round_ % len(variants)
+                for variant in variants[k:] + variants[:k]:
+                    rows, error = launch(variant, ranks, collective)
+                    if error:
+                        failures.append(error)
+                        print(f"compare: {error}", file=sys.stderr)
+                        continue
+                    for r in rows:
+                        records.append({"round": round_, "library": variant.library, "transport": variant.transport,
+                                        "class": variant.klass, "collective": collective, "ranks": ranks,
+                                        "size": int(r["size"]), "time_us": float(r["time_us"]),
+                                        "algbw_gbps": float(r["algbw_gbps"]), "busbw_gbps": float(r["busbw_gbps"]),
+                                        "wrong": r["wrong"]})
+        print(f"compare: round {round_ + 1} of {args.rounds} done, {time.monotonic() - started:.0f} s", file=sys.stderr)
+
+    csv_path = os.path.join(out, "compare.csv")
+    compare_report.write_csv(csv_path, records)
+    summary = compare_report.summarize(records)
+    table_sizes = [parse_size(s) for s in args.table_sizes.split(",")]
+    stream = None
+    if not args.smoke and not args.no_limits:
+        import limits
+        machine = limits.measure(build)
+        limits.write_csv(os.path.join(out, "limits.csv"), machine)
+        print(limits.format_limits(machine) + "\n")
+        stream = machine["tcp"]["iperf3_gbps"] or machine["tcp"]["stream_gbps"]
+    print(compare_report.format_tables(summary, table_sizes, args.rounds, stream))
+    print(f"csv: {csv_path}")
+    if not args.no_plots:
+        try:
+            import plot_results
+        except ImportError as e:  # matplotlib missing
+            print(f"compare: no plots ({e}); install python3-matplotlib", file=sys.stderr)
+        else:
+            for path in plot_results.plot(csv_path, out):
+                print(f"plot: {path}")
+    wrong = [r for r in records if r["wrong"] not in ("", "0")]
+    if wrong:
+        print(f"compare: {len(wrong)} measurements had wrong elements", file=sys.stderr)
+    return 1 if failures or wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
