@@ -24,7 +24,7 @@ Options take "-x VALUE", "-xVALUE", "--name VALUE" or "--name=VALUE", as in nccl
   -f, --stepfactor N       multiply the size by N each row; default 2
   -i, --stepbytes SIZE     add SIZE each row instead (when -f is not given)
   -n, --iters N            timed iterations per size; default 20. 0: scaled to the size
-                           (about 256 MiB a row, 5..1000), the warm-up then a tenth of it
+                           (200 up to 1M, then about 256 MiB a row, at least 5), the warm-up then a tenth of it
   -w, --warmup_iters N     untimed iterations first; default 5
   -c, --check 0|1          check every result against independently computed values
                            (#wrong); default 1. --check alone means 1

@@ -98,7 +98,7 @@ std::vector<std::size_t> sweep_sizes(std::size_t min_bytes, std::size_t max_byte
 
 int auto_iterations(std::size_t size_bytes) {
   constexpr std::size_t kBytesPerRow = std::size_t{256} << 20;
-  return static_cast<int>(std::clamp<std::size_t>(kBytesPerRow / std::max<std::size_t>(size_bytes, 1), 5, 1000));
+  return static_cast<int>(std::clamp<std::size_t>(kBytesPerRow / std::max<std::size_t>(size_bytes, 1), 5, 200));
 }
 
 int auto_warmup(std::size_t size_bytes) { return std::clamp(auto_iterations(size_bytes) / 10, 2, 20); }

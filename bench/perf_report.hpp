@@ -39,10 +39,10 @@ double bus_factor(Kind kind, int ranks);
 /// MAX; a sweep from 0 goes on with 1 (factor) or STEP.
 std::vector<std::size_t> sweep_sizes(std::size_t min_bytes, std::size_t max_bytes, std::size_t factor, std::size_t step);
 
-/// -n 0: timed iterations scaled to the size, so that every row moves
-/// about 256 MiB and a sweep spends its time evenly: 1000 at 8 B, 256 at
-/// 1 MiB, 5 at 64 MiB (never fewer than 5 nor more than 1000). The warm-up
-/// is a tenth of that, 2 to 20. The peer harnesses (bench/peers/) use the
+/// -n 0: timed iterations scaled to the size, so that a large row moves
+/// about 256 MiB and a sweep does not spend its time on the small rows: 200
+/// up to 1 MiB, 16 at 16 MiB, 5 at 64 MiB (never fewer than 5 nor more than
+/// 200). The warm-up is a tenth of that, 2 to 20. The peer harnesses (bench/peers/) use the
 /// same rule, so that bench/compare times every library alike.
 int auto_iterations(std::size_t size_bytes);
 int auto_warmup(std::size_t size_bytes);

@@ -39,7 +39,7 @@ std::size_t parse_size(const char* text) {
 
 // braid-perf's auto_iterations() and auto_warmup() (bench/perf_report.cpp).
 int auto_iterations(std::size_t bytes) {
-  return static_cast<int>(std::clamp<std::size_t>((std::size_t{256} << 20) / std::max<std::size_t>(bytes, 1), 5, 1000));
+  return static_cast<int>(std::clamp<std::size_t>((std::size_t{256} << 20) / std::max<std::size_t>(bytes, 1), 5, 200));
 }
 int auto_warmup(std::size_t bytes) { return std::clamp(auto_iterations(bytes) / 10, 2, 20); }
 

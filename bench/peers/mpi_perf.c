@@ -25,7 +25,7 @@ static size_t parse_size(const char* text) {
 /* braid-perf's auto_iterations() and auto_warmup() (bench/perf_report.cpp). */
 static int auto_iterations(size_t bytes) {
   size_t n = ((size_t)256 << 20) / (bytes ? bytes : 1);
-  return n < 5 ? 5 : n > 1000 ? 1000 : (int)n;
+  return n < 5 ? 5 : n > 200 ? 200 : (int)n;
 }
 static int auto_warmup(size_t bytes) {
   int w = auto_iterations(bytes) / 10;
