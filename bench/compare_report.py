@@ -11,7 +11,7 @@ FIELDS = ["round", "library", "transport", "class", "collective", "ranks", "size
 
 def write_csv(path, records):
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
+        w = csv.DictWriter(f, fieldnames=FIELDS, lineterminator="\n")
         w.writeheader()
         for r in records:
             w.writerow({k: r[k] for k in FIELDS})

@@ -70,7 +70,7 @@ def measure(build, quick=False):
 
 def write_csv(path, limits):
     with open(path, "w", newline="") as f:
-        w = csv.writer(f)
+        w = csv.writer(f, lineterminator="\n")
         w.writerow(["measure", "type", "build", "bytes", "median", "best", "unit"])
         for k in limits["kernels"]:
             w.writerow([k["kernel"], k["type"], k["build"], k["bytes"], k["median_gbps"], k["best_gbps"], "GB/s"])

@@ -3,16 +3,19 @@
 # they are all present (so it is quick to run before every build).
 #
 #   scripts/install-deps.sh           build + tests
-#   scripts/install-deps.sh --bench   also Open MPI, for bench/compare_mpi.sh
+#   scripts/install-deps.sh --bench   also matplotlib (bench/compare.py's plots) and iperf3 (bench/limits.py)
 #   scripts/install-deps.sh --fuzz    also clang and its libFuzzer runtime, for scripts/fuzz.sh
 set -euo pipefail
 
 # openssl: the command scripts/make-test-certs.sh (and so the TLS tests) runs.
 # iproute2: `ip netns` and veth for the fault matrix's two-host case.
-packages=(g++ meson ninja-build pkg-config catch2 python3 libssl-dev openssl iproute2)
+# openmpi-bin, libopenmpi-dev, libgloo-dev: the peers of bench/compare.py,
+# whose smoke run is a test (tests/bench).
+packages=(g++ meson ninja-build pkg-config catch2 python3 libssl-dev openssl iproute2
+          openmpi-bin libopenmpi-dev libgloo-dev)
 for arg in "$@"; do
   case "$arg" in
-    --bench) packages+=(openmpi-bin libopenmpi-dev) ;;
+    --bench) packages+=(python3-matplotlib iperf3) ;;
     --fuzz) packages+=(clang libclang-rt-14-dev) ;;
     *) echo "install-deps: unknown option $arg (use --bench, --fuzz)" >&2; exit 2 ;;
   esac
