@@ -53,9 +53,11 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "braid/mirrored.hpp"
+#include "command_line.hpp"
 
 namespace mr = braid::mirrored;
 
@@ -98,40 +100,44 @@ const char* kUsage =
   std::exit(2);
 }
 
-double parse_number(const char* text, const std::string& what) {
+double parse_number(std::string_view text, std::string_view what) {
+  const std::string copy(text);
   char* end = nullptr;
-  double v = std::strtod(text, &end);
-  if (*text == '\0' || *end != '\0' || !std::isfinite(v) || v < 0)
-    usage_error(what + " '" + text + "' is not a number");
+  double v = std::strtod(copy.c_str(), &end);
+  if (copy.empty() || *end != '\0' || !std::isfinite(v) || v < 0)
+    usage_error(std::string(what) + " '" + copy + "' is not a number");
   return v;
 }
 
-int parse_count(const char* text, const std::string& what) {
+int parse_count(std::string_view text, std::string_view what) {
   double v = parse_number(text, what);
-  if (v != std::floor(v) || v > 1e9) usage_error(what + " '" + text + "' is not a count");
+  if (v != std::floor(v) || v > 1e9) usage_error(std::string(what) + " '" + std::string(text) + "' is not a count");
   return static_cast<int>(v);
 }
 
+// The parser every braid tool uses (tools/command_line.hpp): "--steps 5" and
+// "--steps=5" alike.
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) usage_error(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (a == "--grad-mib") o.grad_mib = parse_number(value(), a);
-    else if (a == "--layers") o.layers = parse_count(value(), a);
-    else if (a == "--bucket-mib") o.bucket_mib = parse_number(value(), a);
-    else if (a == "--steps") o.steps = parse_count(value(), a);
-    else if (a == "--warmup") o.warmup = parse_count(value(), a);
-    else if (a == "--compute-ms-per-layer") o.compute_ms_per_layer = parse_number(value(), a);
-    else if (a == "--flops-per-element") o.flops_per_element = parse_count(value(), a);
-    else if (a == "--json") o.json = true;
-    else usage_error("unknown argument '" + a + "'");
+  bool help = false;
+  braid::CommandLine cli;
+  cli.flag({"-h", "--help"}, [&] { help = true; })
+      .option({"--grad-mib"}, [&](auto name, auto v) { o.grad_mib = parse_number(v, name); })
+      .option({"--layers"}, [&](auto name, auto v) { o.layers = parse_count(v, name); })
+      .option({"--bucket-mib"}, [&](auto name, auto v) { o.bucket_mib = parse_number(v, name); })
+      .option({"--steps"}, [&](auto name, auto v) { o.steps = parse_count(v, name); })
+      .option({"--warmup"}, [&](auto name, auto v) { o.warmup = parse_count(v, name); })
+      .option({"--compute-ms-per-layer"}, [&](auto name, auto v) { o.compute_ms_per_layer = parse_number(v, name); })
+      .option({"--flops-per-element"}, [&](auto name, auto v) { o.flops_per_element = parse_count(v, name); })
+      .flag({"--json"}, [&] { o.json = true; });
+  try {
+    cli.parse(argc, argv, braid::CommandLine::Positionals::interleaved);
+  } catch (const braid::UsageError& e) {
+    usage_error(e.what());
+  }
+  if (help) {
+    std::fputs(kUsage, stdout);
+    std::exit(0);
   }
   if (o.layers < 1) usage_error("--layers must be at least 1");
   if (o.steps < 1) usage_error("--steps must be at least 1");
