@@ -24,7 +24,8 @@ Options take "-x VALUE", "-xVALUE", "--name VALUE" or "--name=VALUE", as in nccl
   -f, --stepfactor N       multiply the size by N each row; default 2
   -i, --stepbytes SIZE     add SIZE each row instead (when -f is not given)
   -n, --iters N            timed iterations per size; default 20. 0: scaled to the size
-                           (200 up to 1M, then about 256 MiB a row, at least 5), the warm-up then a tenth of it
+                           (200 up to 1M, then about 256 MiB a row, at least 5), and the
+                           warm-up a tenth of that
   -w, --warmup_iters N     untimed iterations first; default 5
   -c, --check 0|1          check every result against independently computed values
                            (#wrong); default 1. --check alone means 1
@@ -43,7 +44,7 @@ Options take "-x VALUE", "-xVALUE", "--name VALUE" or "--name=VALUE", as in nccl
   --csv                    CSV (a header, then one line per size and placement) instead
   --no-progress            no progress lines on stderr (printed every 2 s in long sweeps)
   --inplace                accepted for old scripts: every row has both placements
-  -g, -t 1                 nccl-tests' GPUs and threads per process: braid has one rank per
+  -g 1, -t 1               nccl-tests' GPUs and threads per process: braid has one rank per
                            process, so only 1 is accepted; braid-run -n sets the ranks
   -h, --help               this text
 
