@@ -150,6 +150,24 @@ def install_and_build(build):
         subprocess.run(["ninja", "-C", build], check=True, stdout=subprocess.DEVNULL)
 
 
+def report_only(args, out):
+    records = compare_report.read_csv(args.from_csv)
+    rounds = len({r["round"] for r in records})
+    stream = None
+    limits_csv = os.path.join(os.path.dirname(os.path.abspath(args.from_csv)), "limits.csv")
+    if os.path.exists(limits_csv):
+        with open(limits_csv, newline="") as f:
+            streams = {r["build"]: float(r["median"]) for r in csv.DictReader(f) if r["measure"] == "tcp_stream"}
+        stream = streams.get("iperf3") or streams.get("threads")
+    table_sizes = [parse_size(s) for s in args.table_sizes.split(",")]
+    print(compare_report.format_tables(compare_report.summarize(records), table_sizes, rounds, stream))
+    if not args.no_plots:
+        import plot_results
+        for path in plot_results.plot(args.from_csv, out):
+            print(f"plot: {path}")
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(description="braid against Open MPI and Gloo, interleaved, with plots.")
     p.add_argument("--ranks", default="2,4", help="rank counts, comma-separated (default 2,4)")
@@ -166,6 +184,8 @@ def main():
     p.add_argument("--no-install", action="store_true", help="do not install Open MPI and Gloo or build")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--no-limits", action="store_true", help="do not measure the machine's limits (bench/limits.py)")
+    p.add_argument("--from-csv", metavar="CSV", help="run nothing: print the tables and draw the plots of an "
+                   "earlier run's compare.csv (and its limits.csv, when next to it)")
     p.add_argument("--smoke", action="store_true",
                    help="a few seconds: 2 ranks, all_reduce, 8 B to 4 KiB, 3 iterations, 1 round")
     args = p.parse_args()
@@ -175,6 +195,8 @@ def main():
     build = os.path.abspath(args.build)
     out = os.path.abspath(args.out or os.path.join(build, "bench-results"))
     os.makedirs(out, exist_ok=True)
+    if args.from_csv:
+        return report_only(args, out)
     if not args.no_install:
         install_and_build(build)
 

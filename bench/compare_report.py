@@ -117,4 +117,30 @@ def format_tables(summary, table_sizes, rounds, tcp_stream_gbps=None):
                          f"{r['ratio_median']:>7.2f} {r['ratio_best']:>7.2f}" +
                          (f" {r['braid_median_busbw'] / tcp_stream_gbps:>17.2f}"
                           if tcp_stream_gbps and r["class"] == "tcp" else ""))
+    lines += [""] + per_peer_ratios(summary, table_sizes)
     return "\n".join(lines)
+
+
+def per_peer_ratios(summary, table_sizes):
+    """Each braid variant's median busbw over each peer's, whatever the
+    class (the ratio table above compares within a class only)."""
+    lines = []
+    for (collective, ranks), variants in sorted(summary.items()):
+        braids = sorted(v for v in variants if v.startswith("braid/"))
+        peers = sorted(v for v in variants if not v.startswith("braid/"))
+        for braid in braids:
+            sizes = [s for s in table_sizes if s in variants[braid]]
+            if not sizes or not peers:
+                continue
+            if not lines:
+                lines.append("braid's median busbw over each peer's (> 1: braid faster)")
+            lines.append(f"{collective + ', ' + str(ranks) + ' ranks, ' + braid:<34}" +
+                         "".join(f"{p:>17}" for p in peers))
+            for size in sizes:
+                cells = []
+                for p in peers:
+                    theirs = variants[p].get(size)
+                    cells.append(f"{'-':>17}" if theirs is None else
+                                 f"{theirs['median_us'] / variants[braid][size]['median_us']:>17.2f}")
+                lines.append(f"{human_size(size):>34}" + "".join(cells))
+    return lines

@@ -140,6 +140,16 @@ void Summary::add(const Measurement& m) {
   wrong_ += m.wrong.value_or(0);
 }
 
+std::string_view nccl_type_name(std::string_view braid_name) {
+  static constexpr std::pair<std::string_view, std::string_view> kNames[] = {
+      {"f16", "half"},   {"bf16", "bfloat16"}, {"f32", "float"},  {"f64", "double"}, {"i8", "int8"},
+      {"u8", "uint8"},   {"i32", "int32"},     {"u32", "uint32"}, {"i64", "int64"},  {"u64", "uint64"},
+  };
+  for (auto [braid, nccl] : kNames)
+    if (braid == braid_name) return nccl;
+  return braid_name;
+}
+
 std::string format_time(double us) {
   if (us < 1e4) return printf_string("%.2f", us);
   if (us < 1e6) return printf_string("%.1f", us);
@@ -153,7 +163,8 @@ std::string table_header() {
 }
 
 std::string table_row(const Row& row) {
-  std::string line = printf_string("%12zu  %12zu  %8s  %6s  %6d", row.size, row.count, row.type.c_str(),
+  std::string line = printf_string("%12zu  %12zu  %8s  %6s  %6d", row.size, row.count,
+                                   std::string(nccl_type_name(row.type)).c_str(),
                                    row.redop.c_str(), row.root);
   for (const auto& m : {row.out_of_place, row.in_place}) {
     if (!m) {

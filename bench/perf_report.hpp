@@ -93,6 +93,10 @@ class Summary {
 std::string table_header();
 std::string table_row(const Row& row);
 std::string table_footer(const Summary& summary);
+/// The table's type column uses nccl-tests' names (float, half, bfloat16,
+/// int32, ...), as scripts written for its logs match them; CSV and JSON
+/// keep braid's (f32, f16, bf16, i32, ...).
+std::string_view nccl_type_name(std::string_view braid_name);
 /// Time in us as nccl-tests prints it: fewer decimals as it grows.
 std::string format_time(double us);
 

@@ -46,7 +46,7 @@ def main():
     table = run(braid_run, perf, "all_reduce", *sweep)
     log = nccl_tests_log.parse(table)
     check([r["size"] for r in log["rows"]] == sizes, f"rows {[r['size'] for r in log['rows']]}, expected {sizes}\n{table}")
-    check(all(r["type"] == "f32" and r["redop"] == "sum" and r["root"] == -1 for r in log["rows"]), "type/redop/root")
+    check(all(r["type"] == "float" and r["redop"] == "sum" and r["root"] == -1 for r in log["rows"]), "type/redop/root")
     check(all(r["oop_wrong"] == "0" and r["ip_wrong"] == "0" for r in log["rows"]), "#wrong columns")
     check(log["out_of_bounds"] == 0 and log["ok"], "no '# Out of bounds values : 0 OK' line")
     check(log["avg_busbw"] is not None, "no '# Avg bus bandwidth' line")

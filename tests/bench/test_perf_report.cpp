@@ -125,7 +125,7 @@ TEST_CASE("table rows have nccl-tests' 13 columns in its order") {
   REQUIRE(w.size() == 13);
   CHECK(w[0] == "1048576");
   CHECK(w[1] == "262144");
-  CHECK(w[2] == "f32");
+  CHECK(w[2] == "float");  // nccl-tests' name in the table
   CHECK(w[3] == "sum");
   CHECK(w[4] == "-1");
   CHECK(w[5] == "1000.00");
@@ -144,6 +144,8 @@ TEST_CASE("table rows have nccl-tests' 13 columns in its order") {
   CHECK(w[8] == "N/A");
   CHECK(w[9] == "N/A");
   CHECK(format_time(12345.678) == "12345.7");
+  CHECK(nccl_type_name("bf16") == "bfloat16");
+  CHECK(nccl_type_name("u64") == "uint64");
   CHECK(format_time(2e6) == "2000000");
 }
 
