@@ -66,7 +66,7 @@ def plot(csv_path, out_dir):
                 ax.set_title(f"{collective}, {ranks} ranks, one host")
                 ax.legend(fontsize=8)
             fig.suptitle(f"braid vs Open MPI and Gloo: {collective} f32, "
-                         f"{'busbw' if kind == 'busbw' else 'latency at small sizes'} (bench/compare, interleaved rounds)",
+                         f"{'busbw' if kind == 'busbw' else 'latency at small sizes'} (bench/compare.py, interleaved rounds)",
                          fontsize=10)
             fig.tight_layout()
             path = os.path.join(out_dir, f"{kind}_{collective}.png")
