@@ -31,7 +31,8 @@ KERNEL_SIZES = "4K,64K,1M,16M,64M"
 
 
 def iperf3_gbps(seconds):
-    """One iperf3 stream over 127.0.0.1 in GB/s, or None without iperf3."""
+    """One iperf3 stream over 127.0.0.1 in GB/s, or None without iperf3 or
+    when it fails (the reason goes to stderr)."""
     if shutil.which("iperf3") is None:
         return None
     with socket.socket() as s:  # a free port
@@ -39,15 +40,23 @@ def iperf3_gbps(seconds):
         port = s.getsockname()[1]
     server = subprocess.Popen(["iperf3", "-s", "-B", "127.0.0.1", "-p", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    error = ""
     try:
-        for _ in range(20):  # bounded: the server may not listen yet
+        for _ in range(20):  # bounded: the server may not listen yet on a busy machine
+            time.sleep(0.3)
             done = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", str(seconds), "-J"],
                                   capture_output=True, text=True, timeout=seconds + 30)
-            if done.returncode == 0:
-                return json.loads(done.stdout)["end"]["sum_received"]["bits_per_second"] / 8e9
-            time.sleep(0.2)
+            try:
+                result = json.loads(done.stdout)
+                if done.returncode == 0:
+                    return result["end"]["sum_received"]["bits_per_second"] / 8e9
+                error = result.get("error", done.stderr.strip())
+            except ValueError:
+                error = done.stderr.strip() or done.stdout.strip()
+        print(f"limits: iperf3 failed: {error}", file=sys.stderr)
         return None
-    except (subprocess.TimeoutExpired, ValueError, KeyError):
+    except (subprocess.TimeoutExpired, KeyError) as e:
+        print(f"limits: iperf3 failed: {e!r}", file=sys.stderr)
         return None
     finally:
         server.kill()
@@ -92,7 +101,8 @@ def format_limits(limits):
     t = limits["tcp"]
     lines.append(f"TCP loopback: 8-byte ping-pong {t['ping_pong_us']:.2f} us half round trip; one stream "
                  f"{t['stream_gbps']:.2f} GB/s" +
-                 (f" (iperf3: {t['iperf3_gbps']:.2f} GB/s)" if t["iperf3_gbps"] is not None else " (iperf3 not installed)"))
+                 (f" (iperf3: {t['iperf3_gbps']:.2f} GB/s)" if t["iperf3_gbps"] is not None
+                  else " (no iperf3 result: not installed, or see above)"))
     return "\n".join(lines)
 
 
