@@ -44,6 +44,28 @@ CommImpl::CommImpl(int rank, int size, Settings settings)
 CommImpl::~CommImpl() {
   progress_thread_ = {};  // request stop and join
   drain();
+  linger_with_store();
+}
+
+void CommImpl::linger_with_store() {
+  // After a failure, the other ranks may still read why peers left from the
+  // store this rank hosts: keep it up until each has published its own
+  // failure (a cascade takes milliseconds), or kStoreLinger at most.
+  bool failed = false;
+  {
+    std::lock_guard lock(mutex_);
+    failed = !broken_.empty();
+  }
+  if (!store_server_ || !store_ || !failed || size_ == 1) return;
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_) keys.push_back(failure_key(r));
+  const Deadline until = Deadline::after(kStoreLinger);
+  try {
+    while (!until.expired() && !store_->check(keys)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  } catch (const Error& e) {
+    log_info("rank ", rank_, ": ", e.what());
+  }
 }
 
 std::unique_ptr<CommImpl> CommImpl::create(Rendezvous rendezvous, int rank, int size, Settings settings) {
@@ -62,12 +84,21 @@ std::unique_ptr<CommImpl> CommImpl::create(Rendezvous rendezvous, int rank, int 
 void CommImpl::wait_for_ranks(Store& store, std::string_view what, Deadline deadline) {
   std::vector<std::string> keys;
   for (int r = 0; r < size_; ++r) keys.push_back(rank_key(what, r));
+  wait_for_keys(store, keys, deadline, [&](const std::vector<int>& missing) {
+    return cat(describe_ranks(missing), " of ", size_, " did not join the communicator at the store ", store_name_,
+               " within ", seconds_of(settings_.timeout), " s");
+  });
+}
+
+void CommImpl::wait_for_keys(Store& store, const std::vector<std::string>& keys, Deadline deadline,
+                             const std::function<std::string(const std::vector<int>&)>& late) {
   const std::string abort_key = scope_ + "join_failed";
   std::int64_t refusals_seen = 0;
-  auto missing_ranks = [&] {
+  // The indices of the keys not set yet (for ranks: the ranks missing).
+  auto missing_of = [&] {
     std::vector<int> missing;
-    for (int r = 0; r < size_; ++r)
-      if (!store.check(std::span(&keys[r], 1))) missing.push_back(r);
+    for (std::size_t i = 0; i < keys.size(); ++i)
+      if (!store.check(std::span(&keys[i], 1))) missing.push_back(static_cast<int>(i));
     return missing;
   };
   // Says why start-up failed where every waiting rank reads it, and fails.
@@ -75,35 +106,40 @@ void CommImpl::wait_for_ranks(Store& store, std::string_view what, Deadline dead
     store.set(abort_key, why);
     throw_error(code, cat("rank ", rank_, ": ", why));
   };
+  // Another rank may have given up already: then its reason is ours. Looked
+  // at before and after every wait, so a rank whose keys are all there still
+  // hears of a failure (a duplicate claim) before it goes on.
+  auto check_abort = [&] {
+    if (store.check(std::span(&abort_key, 1)))
+      throw Timeout(cat("rank ", rank_, ": start-up failed: ", store.get_string(abort_key, kJoinPoll)));
+  };
   try {
+    check_abort();
     while (true) {
       try {
         store.wait(keys, std::chrono::duration_cast<Millis>(std::min<Clock::duration>(deadline.remaining(), kJoinPoll)));
+        check_abort();
         return;
       } catch (const Timeout&) {
       }
-      // Another rank may have given up already: then its reason is ours.
-      if (store.check(std::span(&abort_key, 1)))
-        throw Timeout(cat("rank ", rank_, ": start-up failed: ", store.get_string(abort_key, kJoinPoll)));
+      check_abort();
       // A rank the store refused (another key) will not come: say so now.
       std::int64_t refusals = store.add(scope_ + "refusals", 0);
       if (refusals > refusals_seen) {
-        auto missing = missing_ranks();
+        auto missing = missing_of();
         for (std::int64_t i = refusals_seen + 1; i <= refusals; ++i) {
           std::string entry = store.get_string(cat(scope_, "refusal/", i), kJoinPoll);
           int claimed = -1;
           std::sscanf(entry.c_str(), "rank %d:", &claimed);
-          if (std::binary_search(missing.begin(), missing.end(), claimed))
+          if (keys.size() == static_cast<std::size_t>(size_) &&
+              std::binary_search(missing.begin(), missing.end(), claimed))
             give_up(cat("rank ", claimed, " of ", size_, " cannot join: ", entry.substr(entry.find(':') + 2)),
                     ErrorCode::protocol);
         }
         refusals_seen = refusals;
       }
       if (!deadline.expired()) continue;
-      auto missing = missing_ranks();
-      give_up(cat(describe_ranks(missing), " of ", size_, " did not join the communicator at the store ", store_name_,
-                  " within ", seconds_of(settings_.timeout), " s"),
-              ErrorCode::timeout);
+      give_up(late(missing_of()), ErrorCode::timeout);
     }
   } catch (const PeerLost& e) {
     throw PeerLost(cat("rank ", rank_, ": lost the braid store at ", store_name_,
@@ -159,9 +195,23 @@ void CommImpl::join(Rendezvous rendezvous) {
   // before every rank has read what it needs from the store.
   store.set(rank_key("fetched", rank_), std::string_view("1"));
   wait_for_ranks(store, "fetched", deadline);
-  // The communicator has formed: whoever reaches this store now (a second
-  // job, a restarted rank, the next communicator of a loop that re-creates
-  // one at this address) is told so instead of joining.
+  // Rank 0 declares the communicator formed, once, after a last look for a
+  // failure (a duplicate claim): either every rank hears of that failure, or
+  // the members formed without the latecomer, which then fails alone.
+  const std::string formed = scope_ + "formed";
+  if (rank_ == 0) {
+    const std::string abort_key = scope_ + "join_failed";
+    if (store.check(std::span(&abort_key, 1)))
+      throw Timeout(cat("rank ", rank_, ": start-up failed: ", store.get_string(abort_key, kJoinPoll)));
+    store.set(formed, std::string_view("1"));
+  } else {
+    wait_for_keys(store, {formed}, deadline, [&](const std::vector<int>&) {
+      return cat("rank 0 did not declare the communicator formed within ", seconds_of(settings_.timeout), " s");
+    });
+  }
+  // Whoever reaches this store now (a second job, a restarted rank, the next
+  // communicator of a loop that re-creates one at this address) is told the
+  // communicator formed already, instead of joining.
   if (store_server_) store_server_->seal();
   start(std::move(infos), std::move(addresses));
 }
@@ -201,6 +251,12 @@ void CommImpl::connect_peers(const std::vector<int>& peers) {
     if (aborted_.load(std::memory_order_relaxed))
       throw Aborted(cat("rank ", rank_, ": the communicator was aborted by the application (Comm::abort) while "
                         "connecting to rank ", peer));
+    // A peer this rank is linked to may have given up meanwhile: its notice
+    // waits unread on the idle link, and it is news for this wait too.
+    for (auto& link : links_)
+      if (link)
+        if (auto why = link->departed())
+          throw PeerLost(cat("rank ", rank_, ": while connecting to rank ", peer, ", learnt that ", *why));
     auto now = Clock::now();
     if (!urgent && now < next_look) return;
     next_look = now + kFailureLook;

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -105,6 +106,11 @@ class CommImpl {
   /// waiting fail with the same reason; a reason published by another rank
   /// ends the wait at once. Polls in short slices to notice either.
   void wait_for_ranks(Store& store, std::string_view what, Deadline deadline);
+  /// The loop under wait_for_ranks: waits for `keys`, failing at once on a
+  /// start-up failure any rank published or (for rank keys) a refusal of a
+  /// missing rank; at the deadline publishes and throws late(missing indices).
+  void wait_for_keys(Store& store, const std::vector<std::string>& keys, Deadline deadline,
+                     const std::function<std::string(const std::vector<int>&)>& late);
   /// Claims this rank's number in the store; a second claimant fails every
   /// member at once (two jobs at one address, a restarted rank).
   void claim_rank(Store& store);
@@ -118,6 +124,10 @@ class CommImpl {
   /// Publishes this rank's failure for the peers it has no link to, and stops
   /// listening, so a rank that tries to connect learns at once.
   void announce_failure(const std::string& why);
+  /// On the rank hosting the store, after a failure: keeps the store up a
+  /// moment at destruction, so the others can still read why ranks left.
+  void linger_with_store();
+  static constexpr Millis kStoreLinger{1000};
   static constexpr Millis kJoinPoll{200};
   /// How long abort() waits for a driving thread to notice it.
   static constexpr Millis kAbortWait{200};

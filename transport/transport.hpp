@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -125,6 +126,11 @@ class Link {
   /// failure spreads to every rank in about one hop per link instead of each
   /// rank waiting out its timeout.
   virtual void abort(std::string_view reason) { (void)reason; }
+  /// On an idle link (nothing queued): the peer's word that it left, if it
+  /// came (an abort notice, or the end of the connection), read without
+  /// blocking; nullopt otherwise. Lets a rank that waits for another peer (a
+  /// connection being made) learn at once that this one gave up.
+  virtual std::optional<std::string> departed() { return std::nullopt; }
   /// "rank 1 (host-a, 10.0.0.2:40123)": names the peer in errors.
   virtual std::string describe_peer() const = 0;
 };

@@ -288,25 +288,34 @@ std::unique_ptr<Store> connect_tcp_store(const HostPort& where, Deadline connect
   // may take over the address as soon as it goes (a loop that re-creates its
   // communicator), so retry until the deadline, saying so once.
   auto pause = std::chrono::milliseconds(2);
-  bool said = false;
+  std::string too_late;  // the last "sealed" refusal, for the message at the deadline
   while (true) {
     Socket socket;
     try {
       socket = open_connection(addrs, tls, address, connect_deadline, "connect");
-    } catch (const Timeout& e) {
-      throw Timeout(cat("could not reach the braid store at ", address, " (", e.what(),
-                        "); is the process hosting the store (rank 0) running, and is the address right?"));
-    }
-    Deadline reply_bound = Deadline::after(kReplyTimeout);
-    try {
+      Deadline reply_bound = Deadline::after(kReplyTimeout);
       handshake(socket, id, address, connect_deadline.at() < reply_bound.at() ? connect_deadline : reply_bound);
     } catch (const TooLate& e) {
-      if (connect_deadline.expired()) throw Timeout(cat(e.what(), " (retried until the timeout)"));
-      if (!said) log_info(e.what(), "; retrying until the timeout in case a new store takes over the address");
-      said = true;
+      if (too_late.empty()) log_info(e.what(), "; retrying until the timeout in case a new store takes over the address");
+      too_late = e.what();
+      if (connect_deadline.expired()) throw Timeout(cat(too_late, " (retried until the timeout)"));
       std::this_thread::sleep_for(std::min<Clock::duration>(pause, connect_deadline.remaining()));
       pause = std::min(pause * 2, std::chrono::milliseconds(50));
       continue;
+    } catch (const PeerLost& e) {
+      // A store that closes as this client arrives (the previous
+      // communicator's, going away): the next one may be up in a moment.
+      if (connect_deadline.expired()) throw;
+      log_trace(e.what(), "; retrying");
+      std::this_thread::sleep_for(std::min<Clock::duration>(pause, connect_deadline.remaining()));
+      pause = std::min(pause * 2, std::chrono::milliseconds(50));
+      continue;
+    } catch (const Timeout& e) {
+      if (!too_late.empty()) throw Timeout(cat(too_late, " (retried until the timeout)"));
+      if (!socket)
+        throw Timeout(cat("could not reach the braid store at ", address, " (", e.what(),
+                          "); is the process hosting the store (rank 0) running, and is the address right?"));
+      throw;
     }
     return std::make_unique<Client>(std::move(address), std::move(addrs), std::move(socket), std::move(id),
                                      std::move(tls));

@@ -348,6 +348,18 @@ void TcpLink::abort(std::string_view reason) {
   fail(std::make_exception_ptr(Aborted(cat("rank ", self_, ": link to ", peer_name_, " closed: ", reason))));
 }
 
+std::optional<std::string> TcpLink::departed() {
+  if (busy() || broken_) return std::nullopt;
+  for (auto& s : streams_) {
+    std::string why = peer_notice(s);
+    if (!why.empty()) return cat(describe_peer(), ": ", why);
+    char byte = 0;
+    if (s.socket.tls() == nullptr && ::recv(s.fd(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0)
+      return cat(describe_peer(), ": it closed the connection (it exited or failed)");
+  }
+  return std::nullopt;
+}
+
 std::string TcpLink::peer_notice(Stream& s) {
   // Only in clear, and only when no received frame is half-read, can the
   // next inbound bytes be a notice rather than the middle of something else.

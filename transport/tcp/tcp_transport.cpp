@@ -78,10 +78,16 @@ std::vector<std::unique_ptr<Link>> TcpTransport::connect_all(std::span<const Pee
       const PeerRef& peer = peers[i];
       const int rank = peer.info->rank;
       if ((rank < options_.rank) != dialing) continue;
+      if (watch) watch(rank, false);  // news that came before this wait began
       Liveness liveness{Clock::now() + kFirstLivenessCheck, kFirstLivenessCheck};
       InterruptScope scope([&] {
         if (watch) watch(rank, false);
-        check_alive(peer, liveness);
+        try {
+          check_alive(peer, liveness);
+        } catch (const PeerLost&) {
+          if (watch) watch(rank, true);  // the reason it published, if it did, says more
+          throw;
+        }
       });
       if (dialing) {
         SockAddr remote = parse_tcp_address(peer.address);
@@ -167,7 +173,9 @@ std::vector<Socket> TcpTransport::dial(const PeerRef& peer, Deadline deadline, c
       // whole deadline, as for the first reply below.
       socket = open_socket(std::move(fd), options_.tls, TlsRole::client, deadline, what);
     } catch (const Error& e) {
-      if (!InterruptScope::fired()) log_warn(e.what());
+      if (InterruptScope::fired()) throw;
+      log_warn(e.what());
+      if (e.code() == ErrorCode::peer_lost && watch) watch(rank, true);
       throw;
     }
     Hello hello;
@@ -178,7 +186,16 @@ std::vector<Socket> TcpTransport::dial(const PeerRef& peer, Deadline deadline, c
     hello.from_rank = static_cast<std::uint32_t>(options_.rank);
     hello.to_rank = static_cast<std::uint32_t>(rank);
     hello.world_size = static_cast<std::uint32_t>(options_.world_size);
-    dial_handshake(socket, hello, deadline, what);
+    try {
+      dial_handshake(socket, hello, deadline, what);
+    } catch (const PeerLost& e) {
+      // The peer closed its listener with this connection still queued: it
+      // gave up, and may have said why.
+      if (InterruptScope::fired()) throw;
+      if (watch) watch(rank, true);
+      throw PeerLost(cat(e.what(), " (rank ", rank, " closed the connection before answering: it exited, crashed, "
+                         "aborted or destroyed the communicator)"));
+    }
     sockets.push_back(std::move(socket));
   }
   return sockets;
