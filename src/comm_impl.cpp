@@ -92,7 +92,6 @@ void CommImpl::wait_for_ranks(Store& store, std::string_view what, Deadline dead
 
 void CommImpl::wait_for_keys(Store& store, const std::vector<std::string>& keys, Deadline deadline,
                              const std::function<std::string(const std::vector<int>&)>& late) {
-  const std::string abort_key = scope_ + "join_failed";
   std::int64_t refusals_seen = 0;
   // The indices of the keys not set yet (for ranks: the ranks missing).
   auto missing_of = [&] {
@@ -101,18 +100,10 @@ void CommImpl::wait_for_keys(Store& store, const std::vector<std::string>& keys,
       if (!store.check(std::span(&keys[i], 1))) missing.push_back(static_cast<int>(i));
     return missing;
   };
-  // Says why start-up failed where every waiting rank reads it, and fails.
-  auto give_up = [&](const std::string& why, ErrorCode code) {
-    store.set(abort_key, why);
-    throw_error(code, cat("rank ", rank_, ": ", why));
-  };
-  // Another rank may have given up already: then its reason is ours. Looked
-  // at before and after every wait, so a rank whose keys are all there still
-  // hears of a failure (a duplicate claim) before it goes on.
-  auto check_abort = [&] {
-    if (store.check(std::span(&abort_key, 1)))
-      throw Timeout(cat("rank ", rank_, ": start-up failed: ", store.get_string(abort_key, kJoinPoll)));
-  };
+  auto give_up = [&](const std::string& why, ErrorCode code) { fail_join(store, code, why); };
+  // Looked at before and after every wait, so a rank whose keys are all
+  // there still hears of a failure (a duplicate claim) before it goes on.
+  auto check_abort = [&] { check_join_failure(store); };
   try {
     check_abort();
     while (true) {
@@ -161,8 +152,23 @@ void CommImpl::claim_rank(Store& store) {
   std::string why = cat("rank ", rank_, " joined twice (from ", first, " and ", me,
                         "): two jobs share the store address ", store_name_,
                         ", or a rank was restarted; give each job its own address or BRAID_JOB_ID");
-  store.set(scope_ + "join_failed", why);
-  throw ProtocolMismatch(cat("rank ", rank_, ": ", why));
+  fail_join(store, ErrorCode::protocol, why);
+}
+
+void CommImpl::fail_join(Store& store, ErrorCode code, const std::string& why) {
+  store.set(scope_ + "join_failed", cat(static_cast<int>(code), ":", why));
+  throw_error(code, cat("rank ", rank_, ": ", why));
+}
+
+void CommImpl::check_join_failure(Store& store) {
+  const std::string key = scope_ + "join_failed";
+  if (!store.check(std::span(&key, 1))) return;
+  std::string text = store.get_string(key, kJoinPoll);
+  int code = static_cast<int>(ErrorCode::timeout);
+  auto colon = text.find(':');
+  if (colon != std::string::npos && std::sscanf(text.c_str(), "%d:", &code) == 1) text.erase(0, colon + 1);
+  if (code < 1 || code > static_cast<int>(ErrorCode::unsupported)) code = static_cast<int>(ErrorCode::timeout);
+  throw_error(static_cast<ErrorCode>(code), cat("rank ", rank_, ": start-up failed: ", text));
 }
 
 void CommImpl::join(Rendezvous rendezvous) {
@@ -200,9 +206,7 @@ void CommImpl::join(Rendezvous rendezvous) {
   // the members formed without the latecomer, which then fails alone.
   const std::string formed = scope_ + "formed";
   if (rank_ == 0) {
-    const std::string abort_key = scope_ + "join_failed";
-    if (store.check(std::span(&abort_key, 1)))
-      throw Timeout(cat("rank ", rank_, ": start-up failed: ", store.get_string(abort_key, kJoinPoll)));
+    check_join_failure(store);
     store.set(formed, std::string_view("1"));
   } else {
     wait_for_keys(store, {formed}, deadline, [&](const std::vector<int>&) {

@@ -114,6 +114,11 @@ class CommImpl {
   /// Claims this rank's number in the store; a second claimant fails every
   /// member at once (two jobs at one address, a restarted rank).
   void claim_rank(Store& store);
+  /// Publishes why start-up failed (with its error code) where every waiting
+  /// rank reads it, and throws it here.
+  [[noreturn]] void fail_join(Store& store, ErrorCode code, const std::string& why);
+  /// Throws the start-up failure another rank published, if there is one.
+  void check_join_failure(Store& store);
   /// <job scope><what>/<rank>: the store keys of start-up.
   std::string rank_key(std::string_view what, int rank) const;
   /// Where a rank that gives up publishes why, for peers not connected to it.

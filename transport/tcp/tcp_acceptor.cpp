@@ -124,7 +124,7 @@ void TcpAcceptor::handshake(Fd conn, const SockAddr& from) {
       note_refusal(hello, from, describe(status));
       return;
     }
-    accepted_[{static_cast<int>(hello.from_rank), hello.stream}] = std::move(socket);
+    accepted_[{static_cast<int>(hello.from_rank), hello.stream}] = Accepted{std::move(socket), from};
   } catch (const Error& e) {
     // An interruption (abort, a dead peer) is not this connection's fault.
     if (InterruptScope::fired()) throw;
@@ -171,7 +171,7 @@ void TcpAcceptor::refuse_clear_hello(Fd fd, const SockAddr& from, Deadline deadl
   note_refusal(hello, from, describe(HelloStatus::tls_required));
 }
 
-std::vector<Socket> TcpAcceptor::accept_from(int peer, Deadline deadline) {
+std::vector<Socket> TcpAcceptor::accept_from(int peer, Deadline deadline, SockAddr* from) {
   std::vector<Socket> sockets;
   for (int stream = 0; stream < options_.streams; ++stream) {
     const auto key = std::make_pair(peer, stream);
@@ -202,7 +202,9 @@ std::vector<Socket> TcpAcceptor::accept_from(int peer, Deadline deadline) {
         throw SystemError(cat("rank ", options_.rank, ": poll on the TCP listener failed: ", errno_text(errno)));
       InterruptScope::poll();
     }
-    sockets.push_back(std::move(accepted_[key]));
+    Accepted& got = accepted_[key];
+    if (from != nullptr && stream == 0) *from = got.from;
+    sockets.push_back(std::move(got.socket));
     accepted_.erase(key);
   }
   return sockets;

@@ -48,7 +48,8 @@ class TcpAcceptor {
   /// the handshake, serving every other connection meanwhile. Timeout at the
   /// deadline naming the last refusal of that rank, if any. Blocking waits
   /// call this thread's InterruptScope.
-  std::vector<Socket> accept_from(int peer, Deadline deadline);
+  /// `from` (if given) receives the address the first stream came from.
+  std::vector<Socket> accept_from(int peer, Deadline deadline, SockAddr* from = nullptr);
   /// Stops listening: a rank that dials now is refused by the kernel at once.
   void close();
 
@@ -82,7 +83,11 @@ class TcpAcceptor {
   Fd listener_;
   SockAddr address_;
   std::vector<Pending> pending_;
-  std::map<std::pair<int, int>, Socket> accepted_;  // (rank, stream) -> connection
+  struct Accepted {
+    Socket socket;
+    SockAddr from;
+  };
+  std::map<std::pair<int, int>, Accepted> accepted_;  // (rank, stream) -> connection
   std::map<int, std::string> refused_;              // claimed rank -> the last refusal, for a timeout's message
   std::string refused_unnamed_;                     // the last refusal before a rank was named
   LogRateLimit refusal_log_;

@@ -93,8 +93,8 @@ std::vector<std::unique_ptr<Link>> TcpTransport::connect_all(std::span<const Pee
         SockAddr remote = parse_tcp_address(peer.address);
         links[i] = make_link(*peer.info, remote, dial(peer, deadline, watch));
       } else {
-        auto sockets = acceptor_.accept_from(rank, deadline);
-        SockAddr remote = peer_address(sockets.front().fd());
+        SockAddr remote;
+        auto sockets = acceptor_.accept_from(rank, deadline, &remote);
         links[i] = make_link(*peer.info, remote, std::move(sockets));
       }
     }
