@@ -64,6 +64,8 @@ std::optional<std::string> LogRateLimit::pass() {
   ++passed_;
   last_ = now;
   std::string note = left_out_ ? cat(" (", left_out_, " similar message", left_out_ == 1 ? "" : "s", " left out)") : "";
+  if (passed_ == burst_)
+    note += cat(" (more like this are left out: at most one line per ", seconds_of(interval_), " s, with a count)");
   left_out_ = 0;
   return note;
 }

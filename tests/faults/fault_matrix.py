@@ -548,27 +548,27 @@ def linkdown_in_user_namespace(worker, keep_logs):
     return p.returncode if p.returncode in (0, 1, SKIP) else 1
 
 
-def run_case(name, worker, keep_logs):
-    if name == "linkdown" and os.geteuid() != 0 and not os.environ.get("BRAID_FAULTS_IN_USERNS"):
-        return linkdown_in_user_namespace(worker, keep_logs)
+def run_in_job(name, case, make_job, keep_logs, label=""):
+    """Runs case(job) in a fresh Job made by make_job(logdir); prints its line
+    with label appended and returns 0 (pass), 1 (fail) or SKIP."""
     logdir = tempfile.mkdtemp(prefix=f"braid-faults-{name}-")
-    job = Job(worker, logdir)
+    job = make_job(logdir)
     shm_before = shm_listing()
     status = 0
     try:
         try:
-            line = CASES[name](job)
+            line = case(job)
         finally:
             job.close()
         left = shm_listing() - shm_before
         if left:
             raise CaseFailed(f"shared-memory segments left in /dev/shm: {sorted(left)}")
-        print(f"{line}: OK", flush=True)
+        print(f"{line}{label}: OK", flush=True)
     except NamespacesUnavailable as e:
-        print(f"case {name}: SKIPPED: {e}", flush=True)
+        print(f"case {name}{label}: SKIPPED: {e}", flush=True)
         status = SKIP
     except (CaseFailed, IpFailed) as e:
-        print(f"case {name}: FAILED: {e}", flush=True)
+        print(f"case {name}{label}: FAILED: {e}", flush=True)
         status = 1
     finally:
         if keep_logs or status == 1:
@@ -576,6 +576,12 @@ def run_case(name, worker, keep_logs):
         else:
             shutil.rmtree(logdir, ignore_errors=True)
     return status
+
+
+def run_case(name, worker, keep_logs):
+    if name == "linkdown" and os.geteuid() != 0 and not os.environ.get("BRAID_FAULTS_IN_USERNS"):
+        return linkdown_in_user_namespace(worker, keep_logs)
+    return run_in_job(name, CASES[name], lambda logdir: Job(worker, logdir), keep_logs)
 
 
 def on_signal(signum, frame):

@@ -167,21 +167,27 @@ int run_join(braid::Comm& comm, std::string& phase) {
   return 0;
 }
 
+// Waits for the driver's go file, bounded by --wait.
+bool wait_for_go(int rank, const Args& a) {
+  const auto end = Clock::now() + std::chrono::duration<double>(a.wait_seconds);
+  while (!std::filesystem::exists(a.go_file)) {
+    if (Clock::now() >= end) {
+      std::fprintf(stderr, "fault_worker rank %d: no go file %s within %.0f s\n", rank, a.go_file.c_str(),
+                   a.wait_seconds);
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
 int run_garbage(braid::Comm& comm, const Args& a, std::string& phase) {
   if (a.go_file.empty()) usage("garbage needs --go-file");
   phase = "barrier";
   comm.barrier();
   say(comm.rank(), "ready");
   phase = "waiting for the go file";
-  const auto end = Clock::now() + std::chrono::duration<double>(a.wait_seconds);
-  while (!std::filesystem::exists(a.go_file)) {
-    if (Clock::now() >= end) {
-      std::fprintf(stderr, "fault_worker rank %d: no go file %s within %.0f s\n", comm.rank(), a.go_file.c_str(),
-                   a.wait_seconds);
-      return kExitUsage;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  if (!wait_for_go(comm.rank(), a)) return kExitUsage;
   // The all-to-all talks to every peer, so ranks connect to the ones that
   // are not ring neighbours now, after the garbage reached the listeners.
   const int n = comm.size();
@@ -208,20 +214,6 @@ int run_garbage(braid::Comm& comm, const Args& a, std::string& phase) {
   comm.barrier();
   say(comm.rank(), "OK all_to_all and all_reduce correct");
   return 0;
-}
-
-// Waits for the driver's go file, bounded by --wait.
-bool wait_for_go(int rank, const Args& a) {
-  const auto end = Clock::now() + std::chrono::duration<double>(a.wait_seconds);
-  while (!std::filesystem::exists(a.go_file)) {
-    if (Clock::now() >= end) {
-      std::fprintf(stderr, "fault_worker rank %d: no go file %s within %.0f s\n", rank, a.go_file.c_str(),
-                   a.wait_seconds);
-      return false;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
 }
 
 // One small all-to-all: it needs a link to every peer, so it makes the links

@@ -43,15 +43,13 @@ import re
 import signal
 import socket
 import sys
-import tempfile
-import shutil
 import time
 from pathlib import Path
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fault_matrix import (CaseFailed, Job, Rank, expect_error, finish, free_port, listening_ports,  # noqa: E402
-                          shm_listing, span, tail)
+                          run_in_job, span, tail)
 
 OP_TIME = re.compile(r"\(op ([0-9.]+) s\)")
 
@@ -301,31 +299,6 @@ class LifecycleJob(Job):
             time.sleep(0.01)
 
 
-def run_case(name, worker, keep_logs, run_index):
-    logdir = tempfile.mkdtemp(prefix=f"braid-lifecycle-{name}-")
-    job = LifecycleJob(worker, logdir)
-    shm_before = shm_listing()
-    status = 0
-    try:
-        try:
-            line = CASES[name](job)
-        finally:
-            job.close()
-        left = shm_listing() - shm_before
-        if left:
-            raise CaseFailed(f"shared-memory segments left in /dev/shm: {sorted(left)}")
-        print(f"{line} [run {run_index}]: OK", flush=True)
-    except CaseFailed as e:
-        print(f"case {name} [run {run_index}]: FAILED: {e}", flush=True)
-        status = 1
-    finally:
-        if keep_logs or status == 1:
-            print(f"  (logs in {logdir})", flush=True)
-        else:
-            shutil.rmtree(logdir, ignore_errors=True)
-    return status
-
-
 def on_signal(signum, frame):
     raise SystemExit(f"lifecycle_matrix: stopped by signal {signal.Signals(signum).name}; cleaning up")
 
@@ -344,7 +317,8 @@ def main():
     failed = 0
     for name in names:
         for i in range(1, args.repeat + 1):
-            if run_case(name, worker, args.keep_logs, i):
+            if run_in_job(name, CASES[name], lambda logdir: LifecycleJob(worker, logdir), args.keep_logs,
+                          f" [run {i}]"):
                 failed += 1
                 break  # "in a row": the first failure ends this case
     return 1 if failed else 0

@@ -101,9 +101,14 @@ TEST_CASE("rank lists are abbreviated") {
 TEST_CASE("a rate limit passes a burst, then one message per interval with the count left out") {
   LogRateLimit limit(3, std::chrono::milliseconds(200));
   int passed = 0;
+  std::string last;
   for (int i = 0; i < 1000; ++i)
-    if (limit.pass()) ++passed;
+    if (auto note = limit.pass()) {
+      ++passed;
+      last = *note;
+    }
   CHECK(passed == 3);
+  CHECK_THAT(last, Catch::Contains("more like this are left out"));
   std::this_thread::sleep_for(std::chrono::milliseconds(250));
   auto note = limit.pass();
   REQUIRE(note);
