@@ -71,7 +71,8 @@ bool TcpAcceptor::serve(Pending& p) {
   // Garbage is refused on its first bytes: no braid hello starts that way.
   std::uint32_t magic = 0;
   const bool garbage = !options_.tls.enabled() && got >= 4 &&
-                       (std::memcpy(&magic, head.data(), 4), magic != kTcpMagic) && !looks_like_tls(head);
+                       (std::memcpy(&magic, head.data(), 4), magic != kTcpMagic) &&
+                       !looks_like_tls(std::span(head).first(got));
   if (got < needed && !garbage) {
     if (Clock::now() - p.since < kHelloWait) return false;
     warn_limited("rank ", options_.rank, ": closing the connection from ", p.from.to_string(), ": it sent ", got,

@@ -106,10 +106,13 @@ void TcpTransport::check_alive(const PeerRef& peer, Liveness& liveness) {
   auto now = Clock::now();
   if (now < liveness.next) return;
   const RankInfo& info = *peer.info;
+  SockAddr addr = parse_tcp_address(peer.address);
   if (info.host_id == host_id_ && info.pid > 0) {
-    // Same kernel: the process table answers at once and for free.
+    // Same kernel: the process table answers at once and for free. It may be
+    // another PID namespace's table (containers that share a host name), so
+    // a process that seems gone is confirmed by its listener refusing.
     liveness.next = now + kLocalLivenessPoll;
-    if (process_gone(info.pid))
+    if (process_gone(info.pid) && try_connect_tcp(addr, Deadline::after(kKnockWait)).error == ECONNREFUSED)
       throw PeerLost(cat("rank ", options_.rank, ": rank ", info.rank, " (", info.hostname, ", pid ", info.pid,
                          ") is gone: its process exited or was killed before this rank could connect to it"));
     return;
@@ -118,7 +121,6 @@ void TcpTransport::check_alive(const PeerRef& peer, Liveness& liveness) {
   // (each knock is a connection the peer accepts and drops).
   liveness.interval = std::min(liveness.interval * 2, kMaxLivenessInterval);
   liveness.next = now + liveness.interval;
-  SockAddr addr = parse_tcp_address(peer.address);
   ConnectAttempt knock = try_connect_tcp(addr, Deadline::after(kKnockWait));
   if (knock.error == ECONNREFUSED)
     throw PeerLost(cat("rank ", options_.rank, ": rank ", info.rank, " (", info.hostname, ", ", addr.to_string(),
