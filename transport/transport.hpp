@@ -111,8 +111,13 @@ class Link {
   /// Queues a receive of exactly dst.bytes into dst.
   virtual Request recv(MemView dst, Tag tag) = 0;
   /// Queues a receive that combines as it arrives: dst[i] = local[i] op in[i].
-  /// dst may equal local. The size of the message is dst.bytes.
+  /// dst may equal local. The size of the message is dst.bytes. Only called
+  /// when can_reduce() holds.
   virtual Request recv_reduce(MemView dst, ConstMemView local, DataType type, ReduceOp op, Tag tag) = 0;
+  /// Whether this link reduces as it receives. When it does not (a transport
+  /// that only moves bytes, or memory it cannot read), the executor receives
+  /// into scratch and reduces there itself.
+  virtual bool can_reduce() const { return true; }
   /// Moves as many bytes as the sockets take without blocking; completes or
   /// fails requests. Returns true if anything moved.
   virtual bool progress() = 0;

@@ -47,8 +47,13 @@ struct UniqueId {
 /// the BRAID_* environment (see the README's table).
 struct CommOptions {
   std::optional<std::chrono::milliseconds> timeout;  ///< bound on every wait (BRAID_TIMEOUT)
-  std::optional<int> tcp_streams;                    ///< sockets per peer (BRAID_TCP_STREAMS)
-  std::optional<std::string> socket_ifname;          ///< interface to advertise (BRAID_SOCKET_IFNAME)
+  /// Transports to use, in order of preference ("tcp"; BRAID_TRANSPORT).
+  std::optional<std::string> transport;
+  /// Settings of the TCP transport.
+  struct Tcp {
+    std::optional<int> streams;                ///< sockets per peer (BRAID_TCP_STREAMS)
+    std::optional<std::string> socket_ifname;  ///< interface to advertise (BRAID_SOCKET_IFNAME)
+  } tcp;
 };
 
 class CommImpl;

@@ -47,7 +47,9 @@ constexpr std::array kTable = {
     SettingInfo{"BRAID_ALGO", "(auto)",
                 "Force algorithms: a name (ring) for every collective that has it, or per collective "
                 "(all_reduce:tree,broadcast:binomial). See the algorithm table."},
-    SettingInfo{"BRAID_TRANSPORT", "(auto)", "Force a transport: tcp."},
+    SettingInfo{"BRAID_TRANSPORT", "(auto)",
+                "Transports to use, in order of preference, as a name or a list (tcp); each pair of ranks uses the "
+                "first that reaches it. Unknown names are refused with the list this braid has."},
     SettingInfo{"BRAID_DUMP_ON_SIGNAL", "(none)",
                 "On this signal (USR1, USR2, ...) every communicator of the process prints its flight "
                 "recorder (recent operations, who waits on whom) to stderr."},

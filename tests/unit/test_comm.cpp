@@ -16,7 +16,7 @@
 #include "core/settings.hpp"
 #include "core/text.hpp"
 #include "core/socket.hpp"
-#include "flight_recorder.hpp"
+#include "comm/flight_recorder.hpp"
 
 using namespace braid;
 

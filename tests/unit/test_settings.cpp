@@ -1,5 +1,6 @@
 // Settings: every malformed, non-finite, out-of-range or empty value is an
-// error naming the variable; and the small text helpers settings errors use.
+// error naming the variable; the small text helpers settings errors use; and
+// BRAID_TRANSPORT's ordered list.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <string>
@@ -10,6 +11,7 @@
 #include "core/settings.hpp"
 #include "core/text.hpp"
 #include "loopback_fixtures.hpp"
+#include "transport/registry.hpp"
 
 using namespace braid;
 using namespace braid::test;
@@ -114,4 +116,23 @@ TEST_CASE("a rate limit passes a burst, then one message per interval with the c
   REQUIRE(note);
   CHECK(*note == " (997 similar messages left out)");
   CHECK_FALSE(limit.pass());
+}
+
+TEST_CASE("BRAID_TRANSPORT is an ordered list of transports this braid has") {
+  auto names = [](std::string_view setting) {
+    std::string out;
+    for (const TransportKind* k : transport_order(setting)) out += std::string(out.empty() ? "" : ",") + std::string(k->name);
+    return out;
+  };
+  CHECK(names("") == "tcp");
+  CHECK(names("tcp") == "tcp");
+  CHECK(names(" tcp ") == "tcp");
+  CHECK_THROWS_WITH(transport_order("carrier-pigeon"),
+                    Catch::Contains("BRAID_TRANSPORT='carrier-pigeon'") && Catch::Contains("it has: tcp"));
+  CHECK_THROWS_WITH(transport_order("tcp,tcp"), Catch::Contains("names 'tcp' twice"));
+  CHECK_THROWS_WITH(transport_order("tcp,"), Catch::Contains("empty entry"));
+  RankInfo a{.rank = 0, .hostname = "a", .host_id = 1, .pid = 10};
+  RankInfo b{.rank = 1, .hostname = "b", .host_id = 2, .pid = 11};
+  auto order = transport_order("tcp");
+  CHECK(transport_between(order, a, b, "tcp").name == "tcp");
 }

@@ -19,7 +19,7 @@ static_assert(std::endian::native == std::endian::little,
               "frame headers are sent in host order; braid supports little-endian hosts");
 
 namespace {
-constexpr std::size_t kHeaderBytes = 32;
+constexpr std::size_t kHeaderBytes = sizeof(MessageHeader);
 constexpr int kMaxIov = 64;
 
 std::vector<Socket> in_clear(std::vector<Fd> fds) {
@@ -394,15 +394,6 @@ void TcpLink::read_abort_notice(Stream& s, const RecvPart& part, std::span<const
   throw PeerLost(cat(where("was told by", part.tag), " that it gave up: ", reason));
 }
 
-void TcpLink::check_header(const RecvPart& part) const {
-  Tag received{part.header.tag, part.header.context};
-  if (received != part.tag || part.header.bytes != part.bytes)
-    throw TagMismatch(cat(where("received from", part.tag), " a message ", describe_tag(received), " of ",
-                          part.header.bytes, " bytes while expecting ", describe_tag(part.tag), " of ", part.bytes,
-                          " bytes: the ranks are running different operations"),
-                      part.tag, part.bytes, received, part.header.bytes);
-}
-
 void TcpLink::absorb_payload(Stream& s, RecvPart& part, std::size_t n) {
   if (part.local == nullptr) {
     part.done += n;
@@ -462,7 +453,7 @@ bool TcpLink::progress_recvs(Stream& s) {
       if (to_header > 0 && part.header_got == kHeaderBytes) {
         if (part.header.tag == kAbortTag)
           read_abort_notice(s, part, std::span(static_cast<const std::byte*>(iov[count - 1].iov_base), got - to_header));
-        check_header(part);
+        check_match(part.header, part.tag, part.bytes, where("received from", part.tag));
       }
       if (got > to_header) absorb_payload(s, part, got - to_header);
       if (part.done < part.bytes && got < requested) break;  // drained for now

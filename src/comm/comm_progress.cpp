@@ -58,7 +58,7 @@ bool CommImpl::test(const std::shared_ptr<Operation>& op) {
 void CommImpl::start_op(Operation& op) {
   std::vector<int> peers = op.schedule.peers();
   connect_peers(peers);
-  op.executor = std::make_unique<Executor>(op.schedule, op.buffers, link_ptrs_, op.sequence, rank_);
+  op.executor = std::make_unique<Executor>(op.schedule, op.buffers, link_ptrs_, op.sequence, rank_, &scratch_);
   op.started = Clock::now();
   op.deadline = Deadline(op.started + settings_.timeout);
   recorder_.started(op.record);

@@ -224,6 +224,13 @@ void CommImpl::start(std::vector<RankInfo> infos, std::vector<std::vector<std::b
   infos_ = std::move(infos);
   addresses_ = std::move(addresses);
   plan_ = make_plan(infos_, settings_);
+  // Every pair must be reachable by a transport of the order, and TCP is the
+  // only one this build's comm layer connects yet.
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_) {
+      std::string_view kind = plan_.transport_between(infos_[rank_], infos_[p]);
+      BRAID_CHECK(kind == "tcp", "rank ", rank_, ": the plan chose transport ", kind, " for rank ", p);
+    }
   int local = static_cast<int>(std::count_if(infos_.begin(), infos_.end(),
                                              [&](const RankInfo& i) { return i.host_id == infos_[rank_].host_id; }));
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());

@@ -182,6 +182,7 @@ class CommImpl {
   std::vector<std::vector<std::byte>> addresses_;
   Plan plan_;
   Poller poller_;
+  ScratchPool scratch_;  // the running operation's scratch (operations run one at a time)
   std::vector<std::unique_ptr<Link>> links_;  // by rank
   std::vector<Link*> link_ptrs_;              // by rank, null where none
   std::uint32_t collective_sequence_ = 0;     // identical on every rank
