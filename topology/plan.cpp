@@ -99,9 +99,13 @@ std::string Plan::describe() const {
     else chosen = cat("binomial up to ", human_bytes(kMediumBytes), ", chain above");
     algos += cat(", ", c.collective, " ", chosen);
   }
+  return cat("transports ", transport_names(), algos, ", ring ", order);
+}
+
+std::string Plan::transport_names() const {
   std::string kinds;
   for (const TransportKind* k : transports) kinds += cat(kinds.empty() ? "" : ",", k->name);
-  return cat("transports ", kinds, algos, ", ring ", order);
+  return kinds;
 }
 
 std::string_view Plan::transport_between(const RankInfo& a, const RankInfo& b) const {

@@ -33,6 +33,8 @@ struct Plan {
   std::string describe() const;
   /// The transport a pair of ranks uses; InvalidArgument when none reaches.
   std::string_view transport_between(const RankInfo& a, const RankInfo& b) const;
+  /// The transports of the order, comma-separated ("tcp"), for headers.
+  std::string transport_names() const;
 
   /// Size rules until the cost model: see plan.cpp for the measurements.
   static constexpr std::size_t kSmallBytes = 32 * 1024;
