@@ -264,7 +264,7 @@ void print_header(const Options& o, const braid::Comm& comm, const Placement& wh
   for (const auto& [host, ranks] : where.ranks_per_host)
     per_host += (per_host.empty() ? "" : ", ") + host + ": " + std::to_string(ranks);
   std::printf("# braid-perf %s: %d ranks on %zu host(s) (ranks per host: %s); transport %s between every pair\n",
-              o.collective->name, n, where.ranks_per_host.size(), per_host.c_str(), plan.transport.c_str());
+              o.collective->name, n, where.ranks_per_host.size(), per_host.c_str(), plan.transport_names().c_str());
   std::printf("# nThread 1 nGpus 0 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: 1 "
               "validation: %d graph: 0\n",
               o.min_bytes, o.max_bytes, o.factor >= 2 ? o.factor : o.step, o.factor >= 2 ? "factor" : "bytes", o.warmup,
@@ -273,7 +273,7 @@ void print_header(const Options& o, const braid::Comm& comm, const Placement& wh
               static_cast<int>(o.average), o.blocking ? "blocking" : "asynchronous");
   for (int r = 0; r < n; ++r)
     std::printf("#  Rank %2d Group  0 Pid %6d on %10s device cpu [%s]\n", r, where.pids[r], where.hosts[r].c_str(),
-                plan.transport.c_str());
+                plan.transport_names().c_str());
   std::printf("#\n# %s\n", comm.describe().c_str());
 }
 
@@ -393,7 +393,7 @@ int main(int argc, char** argv) {
             Row row;
             row.collective = o.collective->name;
             row.algorithm = algorithm_at(out_of_place, plan, probe.count_bytes(), n);
-            row.transport = plan.transport;
+            row.transport = plan.transport_names();
             row.ranks = n;
             row.hosts = static_cast<int>(where.ranks_per_host.size());
             row.size = probe.size_bytes();

@@ -10,11 +10,40 @@
 
 namespace braid {
 
+std::span<std::byte> ScratchPool::take(std::size_t bytes) {
+  if (bytes > size_) {
+    data_.reset();
+    data_ = std::make_unique_for_overwrite<std::byte[]>(bytes);
+    size_ = bytes;
+  }
+  return std::span(data_.get(), bytes);
+}
+
 Executor::Executor(const Schedule& schedule, Buffers buffers, std::span<Link* const> links, std::uint32_t sequence,
-                   int self_rank)
-    : schedule_(schedule), buffers_(buffers), scratch_(schedule.scratch_bytes), links_(links), sequence_(sequence),
+                   int self_rank, ScratchPool* pool)
+    : schedule_(schedule), buffers_(buffers), links_(links), sequence_(sequence),
       context_(schedule.descriptor.encode()), self_rank_(self_rank) {
+  if (buffers_.kind != MemKind::host)
+    throw Error(ErrorCode::unsupported, cat("rank ", self_rank, ": device memory needs a braid built with CUDA"));
   const auto n = schedule_.steps.size();
+  // A receive-and-reduce over a link that cannot reduce lands in staging of
+  // its own (after the schedule's scratch) and is reduced when it completes.
+  std::size_t scratch_bytes = schedule_.scratch_bytes;
+  staging_.assign(n, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Step& s = schedule_.steps[i];
+    if (s.kind != StepKind::recv_reduce || s.peer < 0 || static_cast<std::size_t>(s.peer) >= links_.size() ||
+        links_[s.peer] == nullptr || links_[s.peer]->can_reduce())
+      continue;
+    scratch_bytes = (scratch_bytes + 63) / 64 * 64;
+    staging_[i] = scratch_bytes;
+    scratch_bytes += s.dst.bytes;
+  }
+  scratch_ = (pool ? *pool : own_pool_).take(scratch_bytes);
+  // Without a pool (the schedule tests) scratch starts as garbage on purpose:
+  // a schedule that reads scratch before writing it fails there, as it would
+  // with a reused pool block.
+  if (!pool) std::fill(scratch_.begin(), scratch_.end(), std::byte{0xa5});
   state_.assign(n, State::waiting);
   deps_left_.resize(n);
   requests_.resize(n);
@@ -76,8 +105,11 @@ void Executor::post(std::uint32_t index) {
       requests_[index] = link.recv(MemView{write_ptr(s.dst), s.dst.bytes}, tag);
       break;
     case StepKind::recv_reduce:
-      requests_[index] = link.recv_reduce(MemView{write_ptr(s.dst), s.dst.bytes}, ConstMemView{read_ptr(s.src), s.src.bytes},
-                                          schedule_.type, schedule_.op, tag);
+      if (link.can_reduce())
+        requests_[index] = link.recv_reduce(MemView{write_ptr(s.dst), s.dst.bytes},
+                                            ConstMemView{read_ptr(s.src), s.src.bytes}, schedule_.type, schedule_.op, tag);
+      else
+        requests_[index] = link.recv(MemView{scratch_.data() + staging_[index], s.dst.bytes}, tag);
       break;
     default: BRAID_CHECK(false, "local step posted to a link");
   }
@@ -135,6 +167,10 @@ void Executor::post_ready() {
       }
       if (requests_[i]->failed()) explain_failure(i);
       requests_[i].reset();
+      const Step& s = schedule_.steps[i];
+      if (s.kind == StepKind::recv_reduce && !links_[s.peer]->can_reduce())
+        reduce(schedule_.type, schedule_.op, write_ptr(s.dst), read_ptr(s.src), scratch_.data() + staging_[i],
+               s.dst.bytes / size_of(schedule_.type));
       in_flight_[k] = in_flight_.back();
       in_flight_.pop_back();
       finish(i);

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -22,13 +23,29 @@ struct Buffers {
   std::byte* output = nullptr;
   std::size_t input_bytes = 0;
   std::size_t output_bytes = 0;
+  MemKind kind = MemKind::host;  // where input and output live; local steps dispatch on it
+};
+
+/// Scratch memory for a communicator's operations: one block, grown to the
+/// largest need and reused, never zero-filled (an operation writes scratch
+/// before it reads it). Operations of a communicator run one at a time, so one
+/// block serves them all; take() invalidates what an earlier take() returned.
+class ScratchPool {
+ public:
+  std::span<std::byte> take(std::size_t bytes);
+  std::size_t capacity() const { return size_; }
+
+ private:
+  std::unique_ptr<std::byte[]> data_;
+  std::size_t size_ = 0;
 };
 
 class Executor {
  public:
-  /// links[p] is the link to rank p (null for self and unused peers).
+  /// links[p] is the link to rank p (null for self and unused peers). Scratch
+  /// comes from `pool` (the communicator's), or is owned here when null.
   Executor(const Schedule& schedule, Buffers buffers, std::span<Link* const> links, std::uint32_t sequence,
-           int self_rank = -1);
+           int self_rank = -1, ScratchPool* pool = nullptr);
 
   /// One pass of posting, progress and completion. Returns true once every
   /// step is done; throws the first error of any step.
@@ -61,7 +78,9 @@ class Executor {
 
   const Schedule& schedule_;
   Buffers buffers_;
-  std::vector<std::byte> scratch_;
+  ScratchPool own_pool_;             // when the caller gave none
+  std::span<std::byte> scratch_;     // the schedule's scratch, then staging for receives reduced here
+  std::vector<std::size_t> staging_;  // per step: offset of its staging in scratch_ (recv_reduce over a link that cannot)
   std::span<Link* const> links_;
   std::uint32_t sequence_;
   std::array<std::byte, 16> context_;

@@ -21,9 +21,9 @@ meson test -C build-asan --num-processes 2 --timeout-multiplier 4 --print-errorl
 if [ ! -f build-tsan/build.ninja ]; then
   meson setup build-tsan --buildtype=debugoptimized -Db_sanitize=thread -Db_lundef=false >/dev/null || exit 1
 fi
-ninja -C build-tsan tests/unit/unit_comm tests/unit/unit_store tests/unit/unit_auth tools/braid-run \
+ninja -C build-tsan tests/unit/unit_comm tests/unit/unit_store tests/unit/unit_store_jobs tests/unit/unit_auth tools/braid-run \
   tests/mirrored/mirrored_check >/dev/null || exit 1
 meson test -C build-tsan --no-rebuild --num-processes 1 --timeout-multiplier 4 --print-errorlogs \
-  unit/comm unit/store unit/auth mirrored/mirrored_1x3_replicas mirrored/mirrored_2x2_replicas \
+  unit/comm unit/store unit/store_jobs unit/auth mirrored/mirrored_1x3_replicas mirrored/mirrored_2x2_replicas \
   mirrored/parameter_server_2_workers_2_servers || status=1
 exit $status

@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "braid/types.hpp"
+#include "core/comm_id.hpp"
 #include "core/deadline.hpp"
 #include "core/settings.hpp"
 #include "core/socket.hpp"
@@ -71,7 +72,9 @@ constexpr std::string_view kUsage =
 
 Starts N ranks of program on this host. Each rank gets BRAID_RANK (0..N-1),
 BRAID_WORLD_SIZE=N, BRAID_LOCAL_RANK, BRAID_LOCAL_SIZE=N and
-BRAID_STORE_ADDR=host:port, where rank 0 hosts the rendezvous store. Every line
+BRAID_STORE_ADDR=host:port, where rank 0 hosts the rendezvous store, and
+BRAID_JOB_ID (one per launch, unless set already), so a rank of another job
+that reaches this store is refused instead of joining. Every line
 a rank writes to stdout or stderr appears on braid-run's stdout or stderr with
 "[rank] " in front. If a rank fails, the others are stopped.
 
@@ -267,6 +270,8 @@ class Launcher {
   int run() {
     if (opts_.timeout) job_deadline_ = Deadline::after(*opts_.timeout);
     store_addr_ = join_host_port(opts_.host, opts_.port ? *opts_.port : pick_free_port(opts_.host));
+    // One id per launch: two launches pointed at one store address never mix.
+    if (!Settings::raw("BRAID_JOB_ID")) job_id_ = cat("braid-run-", CommId::random().to_hex().substr(0, 16));
     ranks_.reserve(static_cast<std::size_t>(opts_.ranks));
     for (int r = 0; r < opts_.ranks && phase_ == Phase::running; ++r) {
       try {
@@ -299,6 +304,7 @@ class Launcher {
     env.push_back(cat("BRAID_LOCAL_RANK=", index));
     env.push_back(cat("BRAID_LOCAL_SIZE=", opts_.ranks));
     env.push_back(cat("BRAID_STORE_ADDR=", store_addr_));
+    if (!job_id_.empty()) env.push_back(cat("BRAID_JOB_ID=", job_id_));
     std::vector<char*> envp, argv;
     for (std::string& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
@@ -499,6 +505,7 @@ class Launcher {
   OutputSink out_, err_;
   Fd signals_;
   std::vector<std::string> env_base_;
+  std::string job_id_;  // empty: the user's BRAID_JOB_ID passes through
   std::string store_addr_;
   std::vector<Rank> ranks_;
   Phase phase_ = Phase::running;

@@ -5,6 +5,7 @@
 
 #include "braid/types.hpp"
 #include "core/text.hpp"
+#include "transport/registry.hpp"
 
 namespace braid {
 namespace {
@@ -98,13 +99,23 @@ std::string Plan::describe() const {
     else chosen = cat("binomial up to ", human_bytes(kMediumBytes), ", chain above");
     algos += cat(", ", c.collective, " ", chosen);
   }
-  return cat("transport ", transport, algos, ", ring ", order);
+  return cat("transports ", transport_names(), algos, ", ring ", order);
+}
+
+std::string Plan::transport_names() const {
+  std::string kinds;
+  for (const TransportKind* k : transports) kinds += cat(kinds.empty() ? "" : ",", k->name);
+  return kinds;
+}
+
+std::string_view Plan::transport_between(const RankInfo& a, const RankInfo& b) const {
+  return braid::transport_between(transports, a, b, transport_setting).name;
 }
 
 Plan make_plan(std::span<const RankInfo> ranks, const Settings& settings) {
   Plan plan;
-  if (!settings.transport.empty() && settings.transport != "tcp")
-    throw InvalidArgument(cat("BRAID_TRANSPORT='", settings.transport, "' is not a transport built into braid (known: tcp)"));
+  plan.transports = transport_order(settings.transport);
+  plan.transport_setting = settings.transport;
   // BRAID_ALGO: "name" applies to every collective that has an algorithm of
   // that name; "collective:name" to one; both may be listed with commas.
   std::string_view spec = settings.algo;

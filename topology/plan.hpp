@@ -17,8 +17,13 @@
 
 namespace braid {
 
+struct TransportKind;
+
 struct Plan {
-  std::string transport = "tcp";
+  /// BRAID_TRANSPORT's order (every compiled transport by default); each pair
+  /// of ranks uses the first that reaches it.
+  std::vector<const TransportKind*> transports;
+  std::string transport_setting;  // BRAID_TRANSPORT as given, for messages
   std::vector<int> ring;                      // ranks in ring order
   std::map<std::string, std::string> forced;  // collective -> algorithm (BRAID_ALGO)
 
@@ -26,6 +31,10 @@ struct Plan {
   /// `bytes` over `ranks` ranks: the forced one, else the size rule.
   std::string_view algorithm_for(std::string_view collective, std::size_t bytes, int ranks) const;
   std::string describe() const;
+  /// The transport a pair of ranks uses; InvalidArgument when none reaches.
+  std::string_view transport_between(const RankInfo& a, const RankInfo& b) const;
+  /// The transports of the order, comma-separated ("tcp"), for headers.
+  std::string transport_names() const;
 
   /// Size rules until the cost model: see plan.cpp for the measurements.
   static constexpr std::size_t kSmallBytes = 32 * 1024;

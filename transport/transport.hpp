@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -110,8 +111,13 @@ class Link {
   /// Queues a receive of exactly dst.bytes into dst.
   virtual Request recv(MemView dst, Tag tag) = 0;
   /// Queues a receive that combines as it arrives: dst[i] = local[i] op in[i].
-  /// dst may equal local. The size of the message is dst.bytes.
+  /// dst may equal local. The size of the message is dst.bytes. Only called
+  /// when can_reduce() holds.
   virtual Request recv_reduce(MemView dst, ConstMemView local, DataType type, ReduceOp op, Tag tag) = 0;
+  /// Whether this link reduces as it receives. When it does not (a transport
+  /// that only moves bytes, or memory it cannot read), the executor receives
+  /// into scratch and reduces there itself.
+  virtual bool can_reduce() const { return true; }
   /// Moves as many bytes as the sockets take without blocking; completes or
   /// fails requests. Returns true if anything moved.
   virtual bool progress() = 0;
@@ -125,6 +131,11 @@ class Link {
   /// failure spreads to every rank in about one hop per link instead of each
   /// rank waiting out its timeout.
   virtual void abort(std::string_view reason) { (void)reason; }
+  /// On an idle link (nothing queued): the peer's word that it left, if it
+  /// came (an abort notice, or the end of the connection), read without
+  /// blocking; nullopt otherwise. Lets a rank that waits for another peer (a
+  /// connection being made) learn at once that this one gave up.
+  virtual std::optional<std::string> departed() { return std::nullopt; }
   /// "rank 1 (host-a, 10.0.0.2:40123)": names the peer in errors.
   virtual std::string describe_peer() const = 0;
 };

@@ -89,9 +89,14 @@ braid_result_t braid_comm_init_env(braid_comm_t* comm);
  * gets `*newcomm` = NULL and braid_success. Any other negative color fails
  * on the ranks that passed it. `*newcomm` is NULL after a failure. */
 braid_result_t braid_comm_split(braid_comm_t comm, int color, int key, braid_comm_t* newcomm);
-/** Gives up on the communicator, from any thread: every pending and later
- * operation here fails with braid_aborted, and the peers' operations fail
- * promptly with braid_peer_lost naming this rank. Destroy it afterwards. */
+/** Gives up on the communicator, from any thread, within milliseconds (it
+ * never waits for a peer or a connection in progress): every pending and
+ * later operation here fails with braid_aborted (never success, never
+ * braid_timeout). The notice reaches every rank, linked to this one or not
+ * (through the links and the rendezvous store): a peer's next operation that
+ * needs this rank fails promptly with braid_peer_lost naming it. A peer's
+ * operation that had already received everything it needed from this rank may
+ * complete successfully. Destroy the communicator afterwards. */
 braid_result_t braid_comm_abort(braid_comm_t comm);
 /** *error = braid_success, or the code of the failure that made the
  * communicator unusable (for example in an asynchronous operation nobody

@@ -47,8 +47,13 @@ struct UniqueId {
 /// the BRAID_* environment (see the README's table).
 struct CommOptions {
   std::optional<std::chrono::milliseconds> timeout;  ///< bound on every wait (BRAID_TIMEOUT)
-  std::optional<int> tcp_streams;                    ///< sockets per peer (BRAID_TCP_STREAMS)
-  std::optional<std::string> socket_ifname;          ///< interface to advertise (BRAID_SOCKET_IFNAME)
+  /// Transports to use, in order of preference ("tcp"; BRAID_TRANSPORT).
+  std::optional<std::string> transport;
+  /// Settings of the TCP transport.
+  struct Tcp {
+    std::optional<int> streams;                ///< sockets per peer (BRAID_TCP_STREAMS)
+    std::optional<std::string> socket_ifname;  ///< interface to advertise (BRAID_SOCKET_IFNAME)
+  } tcp;
 };
 
 class CommImpl;
@@ -181,10 +186,13 @@ class Comm {
   Work recv_async(void* buffer, std::size_t count, DataType type, int peer);
   Work barrier_async();
 
-  /// Gives up on this communicator, from any thread: every pending and later
-  /// operation here fails with an Aborted error, and the peers' operations
-  /// fail promptly with PeerLost naming this rank. A new communicator can be
-  /// created afterwards.
+  /// Gives up on this communicator, from any thread, within milliseconds (it
+  /// never waits for a peer or a connection in progress): every pending and
+  /// later operation here fails with Aborted (never success, never Timeout).
+  /// The notice reaches every rank, linked to this one or not: a peer's next
+  /// operation that needs this rank fails promptly with PeerLost naming it; a
+  /// peer's operation that had already received all it needed from this rank
+  /// may complete. A new communicator can be created afterwards.
   void abort();
 
   /// Splits this communicator (a collective call: every rank calls it):

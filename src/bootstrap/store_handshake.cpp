@@ -4,13 +4,23 @@
 
 namespace braid::store_protocol {
 
-Reply ServerHandshake::answer(const Request& r, std::span<const std::byte> frame) {
+Reply ServerHandshake::answer(const Request& r, std::span<const std::byte> frame, bool sealed) {
   if (phase_ == Phase::done)
     throw ProtocolMismatch(cat("a ", name_of(r.op), " request to a handshake that is already done"));
   if (phase_ == Phase::hello) {
     if (r.op != Op::hello)
       throw ProtocolMismatch(cat("a ", name_of(r.op), " request before the handshake (a braid store client "
                                  "opens with hello; is it an older braid?)"));
+    claimed_rank_ = r.rank;
+    same_job_ = r.job == job_;
+    if (!same_job_)
+      throw OtherJob(cat("this store serves another job than the client's (job id '", r.job.empty() ? "(none)" : r.job,
+                         "'): two jobs share the store address. Give each job its own store address (port), "
+                         "or start every rank of one job with the same BRAID_JOB_ID"));
+    if (sealed)
+      throw Sealed("the communicator this store serves has already formed, so no rank can join it any more: a "
+                   "previous run's store is still up at this address, or this rank was restarted (a braid "
+                   "communicator cannot be rejoined; restart the whole job)");
     if (key_.enabled() && !r.auth)
       throw AuthRefused("authentication required: this store has a key (BRAID_AUTH_KEY or BRAID_AUTH_KEY_FILE) "
                         "and the client has none");

@@ -2,7 +2,9 @@
 // the frames, core/auth.hpp the proofs), as a state machine fed one decoded
 // request at a time, so it can be tested and fuzzed without sockets.
 //
-//   hello     no key on either side: answered ok, done
+//   hello     another job id than the store's: OtherJob
+//             the store is sealed (its communicator formed): Sealed
+//             no key on either side: answered ok, done
 //             a key on both: answered with a challenge (a fresh server nonce)
 //             a key on one side only: AuthRefused
 //   auth      the client proof checked in constant time: answered with the
@@ -25,20 +27,43 @@ class AuthRefused : public ProtocolMismatch {
   using ProtocolMismatch::ProtocolMismatch;
 };
 
+/// A client of another job (its hello names another job id): answered
+/// Status::other_job and closed.
+class OtherJob : public ProtocolMismatch {
+ public:
+  using ProtocolMismatch::ProtocolMismatch;
+};
+
+/// A client that arrives after the communicator formed: answered
+/// Status::sealed and closed. The client retries, since a new store may take
+/// over the address once the old one goes.
+class Sealed : public ProtocolMismatch {
+ public:
+  using ProtocolMismatch::ProtocolMismatch;
+};
+
 class ServerHandshake {
  public:
-  explicit ServerHandshake(AuthKey key) : key_(std::move(key)) {}
+  explicit ServerHandshake(AuthKey key, std::string job = {}) : key_(std::move(key)), job_(std::move(job)) {}
 
   bool done() const { return phase_ == Phase::done; }
   /// The op a refusal now answers: hello, then auth.
   Op expected_op() const { return phase_ == Phase::hello ? Op::hello : Op::auth; }
   /// The reply to `request`, decoded from `frame` (whose bytes a hello
   /// contributes to the transcript). Throws as the table above says.
-  Reply answer(const Request& request, std::span<const std::byte> frame);
+  /// `sealed`: the store's communicator has formed.
+  Reply answer(const Request& request, std::span<const std::byte> frame, bool sealed = false);
+  /// What the client's hello claimed, once it came: its rank (-1: none) and
+  /// whether its job id is the store's.
+  int claimed_rank() const { return claimed_rank_; }
+  bool same_job() const { return same_job_; }
 
  private:
   enum class Phase { hello, proof, done };
   AuthKey key_;
+  std::string job_;
+  int claimed_rank_ = -1;
+  bool same_job_ = false;
   Phase phase_ = Phase::hello;
   Nonce server_nonce_{};
   Bytes hello_frame_;

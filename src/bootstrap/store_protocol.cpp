@@ -11,7 +11,8 @@ namespace braid::store_protocol {
 namespace {
 
 constexpr std::uint8_t kLastOp = static_cast<std::uint8_t>(Op::auth);
-constexpr std::uint8_t kLastStatus = static_cast<std::uint8_t>(Status::auth_failed);
+constexpr std::uint8_t kLastStatus = static_cast<std::uint8_t>(Status::sealed);
+constexpr std::uint32_t kNoRank = 0xffffffffu;
 constexpr char kHex[] = "0123456789abcdef";
 
 std::string_view frame_kind(bool is_reply) { return is_reply ? "store reply" : "store request"; }
@@ -232,6 +233,8 @@ std::string_view name_of(Status status) {
     case Status::invalid_argument: return "invalid argument";
     case Status::protocol_error: return "protocol error";
     case Status::auth_failed: return "authentication failed";
+    case Status::other_job: return "another job";
+    case Status::sealed: return "communicator already formed";
   }
   return "unknown status";
 }
@@ -248,7 +251,13 @@ Bytes encode(const Request& r) {
     case Op::add: w.key(r.keys[0]); w.u64(static_cast<std::uint64_t>(r.delta)); break;
     case Op::check: w.keys(r.keys); break;
     case Op::wait: w.keys(r.keys); w.timeout(r.timeout); break;
-    case Op::hello: w.u8(r.auth ? 1 : 0); break;
+    case Op::hello:
+      if (r.job.size() > kMaxJobBytes)
+        throw InvalidArgument(cat("a job id of ", r.job.size(), " bytes exceeds the limit of ", kMaxJobBytes));
+      w.u8(r.auth ? 1 : 0);
+      w.bytes(std::as_bytes(std::span(r.job.data(), r.job.size())));
+      w.u32(r.rank < 0 ? kNoRank : static_cast<std::uint32_t>(r.rank));
+      break;
     case Op::auth: w.raw(r.nonce); w.raw(r.proof); break;
   }
   return w.finish();
@@ -278,8 +287,10 @@ Bytes encode(const Reply& r) {
       w.keys(r.missing);
       break;
     case Status::auth_failed:
+    case Status::other_job:
+    case Status::sealed:
       if (!is_handshake(r.op))
-        throw InvalidArgument(cat("a store ", name_of(r.op), " cannot fail authentication"));
+        throw InvalidArgument(cat("a store ", name_of(r.op), " cannot be refused as ", name_of(r.status)));
       [[fallthrough]];
     case Status::invalid_argument:
     case Status::protocol_error: {
@@ -310,7 +321,14 @@ std::optional<Decoded<Request>> decode_request(std::span<const std::byte> bytes)
     case Op::add: r.keys.push_back(in.key()); r.delta = in.i64("delta"); break;
     case Op::check: r.keys = in.keys(); break;
     case Op::wait: r.keys = in.keys(); r.timeout = in.timeout(); break;
-    case Op::hello: r.auth = in.flag("auth flag"); break;
+    case Op::hello: {
+      r.auth = in.flag("auth flag");
+      r.job = in.text(kMaxJobBytes, "job id");
+      std::uint32_t rank = in.u32("claimed rank");
+      if (rank != kNoRank && rank > kMaxClaimedRank) in.fail(cat("claimed rank ", rank, " is out of range"));
+      r.rank = rank == kNoRank ? -1 : static_cast<int>(rank);
+      break;
+    }
     case Op::auth:
       r.nonce = in.fixed<kNonceBytes>("client nonce");
       r.proof = in.fixed<kDigestBytes>("client proof");
@@ -350,7 +368,9 @@ std::optional<Decoded<Reply>> decode_reply(std::span<const std::byte> bytes) {
       if (r.op == Op::get && r.missing.size() != 1) in.fail("a get timeout names exactly one key");
       break;
     case Status::auth_failed:
-      if (!is_handshake(r.op)) in.fail("only hello and auth can fail authentication");
+    case Status::other_job:
+    case Status::sealed:
+      if (!is_handshake(r.op)) in.fail("only hello and auth can be refused");
       [[fallthrough]];
     case Status::invalid_argument:
     case Status::protocol_error:

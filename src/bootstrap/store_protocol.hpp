@@ -4,10 +4,11 @@
 // Every frame (request or reply) is an 8-byte header and a body:
 //
 //   byte 0     magic 0xB7          a stranger's bytes (HTTP, TLS, noise) fail here
-//   byte 1     version 2           another braid version fails here, by name
+//   byte 1     version 4           another braid version fails here, by name
 //   byte 2     op                  1 set, 2 get, 3 add, 4 check, 5 wait, 6 hello, 7 auth (a reply echoes it)
 //   byte 3     status              0 in a request; in a reply 0 ok, 1 timeout,
-//                                  2 invalid argument, 3 protocol error, 4 authentication failed
+//                                  2 invalid argument, 3 protocol error, 4 authentication failed,
+//                                  5 another job, 6 communicator already formed (sealed)
 //   bytes 4-7  body length         u32, little-endian, at most kMaxBodyBytes
 //
 // Integers in bodies are little-endian. A key is a u32 length (at most
@@ -21,10 +22,11 @@
 //            add    key, i64 delta                     add    i64 new value
 //            check  key list                           check  u8 (1: every key exists)
 //            wait   key list, timeout                  wait   (empty)
-//            hello  u8 auth (1: has a key)             hello  u8 challenge (0 or 1), then the server nonce if 1
+//            hello  u8 auth (1: has a key),            hello  u8 challenge (0 or 1), then the server nonce if 1
+//                   job id (u32 length, at most kMaxJobBytes), u32 claimed rank (0xffffffff: none)
 //            auth   client nonce, client proof         auth   server proof
 //   reply timeout (get, wait only)   key list: the keys still missing
-//   reply invalid argument / protocol error / authentication failed (hello, auth only)
+//   reply invalid argument / protocol error / authentication failed, another job, sealed (hello, auth only)
 //                                    a message (u32 length, at most kMaxMessageBytes)
 //
 // A connection opens with a handshake: the client sends hello; without a key
@@ -35,6 +37,14 @@
 // one side only, or a wrong proof, is answered "authentication failed" and the
 // connection closed; any other request before the handshake is done is a
 // protocol error.
+//
+// The hello names the client's job (BRAID_JOB_ID and friends; empty when the
+// launcher set none) and the rank it means to join as. A store serves one job:
+// a hello with another job id is answered "another job" at once, and a hello
+// that reaches a store whose communicator has already formed (sealed by the
+// rank hosting it) is answered "sealed", so a second job or a restarted rank
+// never mixes into a running one. The claimed rank is not trusted for
+// anything but naming a refused rank to the others.
 //
 // A connection carries requests one after another; the server answers them in
 // order. Decoding checks every length against both its cap and the bytes that
@@ -58,14 +68,19 @@ namespace braid::store_protocol {
 using Bytes = std::vector<std::byte>;
 
 inline constexpr std::uint8_t kMagic = 0xB7;
-inline constexpr std::uint8_t kVersion = 2;
+// Version 3 is skipped on purpose: a frame starting B7 03 reads to a TLS
+// client (a process with BRAID_TLS=1 at a store without it) as a record of TLS
+// major version 3, so it waited for more instead of saying "not TLS".
+inline constexpr std::uint8_t kVersion = 4;
 /// Names the protocol inside the authentication transcript.
-inline constexpr std::string_view kAuthProtocol = "braid-store/2";
+inline constexpr std::string_view kAuthProtocol = "braid-store/4";
 inline constexpr std::size_t kHeaderBytes = 8;
 inline constexpr std::size_t kMaxKeyBytes = 4096;
 inline constexpr std::size_t kMaxValueBytes = std::size_t{64} << 20;
 inline constexpr std::size_t kMaxKeys = 65536;
 inline constexpr std::size_t kMaxMessageBytes = 4096;
+inline constexpr std::size_t kMaxJobBytes = 128;
+inline constexpr std::uint32_t kMaxClaimedRank = 1u << 20;
 /// Room for the largest set (key and value) plus its length fields.
 inline constexpr std::size_t kMaxBodyBytes = kMaxValueBytes + kMaxKeyBytes + 64;
 inline constexpr std::size_t kMaxFrameBytes = kHeaderBytes + kMaxBodyBytes;
@@ -73,7 +88,15 @@ inline constexpr std::size_t kMaxFrameBytes = kHeaderBytes + kMaxBodyBytes;
 inline constexpr Millis kMaxTimeout = Millis(365LL * 24 * 3600 * 1000);
 
 enum class Op : std::uint8_t { set = 1, get = 2, add = 3, check = 4, wait = 5, hello = 6, auth = 7 };
-enum class Status : std::uint8_t { ok = 0, timeout = 1, invalid_argument = 2, protocol_error = 3, auth_failed = 4 };
+enum class Status : std::uint8_t {
+  ok = 0,
+  timeout = 1,
+  invalid_argument = 2,
+  protocol_error = 3,
+  auth_failed = 4,
+  other_job = 5,
+  sealed = 6,
+};
 
 std::string_view name_of(Op op);
 std::string_view name_of(Status status);
@@ -85,6 +108,8 @@ struct Request {
   std::int64_t delta = 0;         // add
   Millis timeout{0};              // get, wait
   bool auth = false;              // hello: the client holds a key
+  std::string job;                // hello: the client's job id ("" when none)
+  int rank = -1;                  // hello: the rank the client joins as (-1: none, e.g. a unique-id creator)
   Nonce nonce{};                  // auth: the client nonce
   Digest proof{};                 // auth: the client proof
 };
@@ -96,7 +121,7 @@ struct Reply {
   std::int64_t number = 0;           // ok to add: the new value
   bool all_present = false;          // ok to check
   std::vector<std::string> missing;  // timeout: the keys still missing
-  std::string message;               // invalid_argument, protocol_error, auth_failed
+  std::string message;               // invalid_argument, protocol_error and the refusals
   bool challenge = false;            // ok to hello: authenticate with `nonce`
   Nonce nonce{};                     // ok to hello with a challenge: the server nonce
   Digest proof{};                    // ok to auth: the server proof

@@ -11,6 +11,7 @@
 // the TLS handshake (this process the client) before that.
 #include <algorithm>
 #include <mutex>
+#include <thread>
 #include <utility>
 
 #include "bootstrap/store.hpp"
@@ -73,22 +74,38 @@ Socket open_connection(const std::vector<SockAddr>& addrs, const TlsContext& tls
   }
 }
 
+// Who this client is, for every connection's hello.
+struct Identity {
+  AuthKey key;
+  std::string job;
+  int rank = -1;
+};
+
+// The store refused this client as arriving after its communicator formed.
+class TooLate : public ProtocolMismatch {
+ public:
+  using ProtocolMismatch::ProtocolMismatch;
+};
+
 // The client's side of the handshake on a fresh connection.
-void handshake(Socket& socket, const AuthKey& key, const std::string& address, Deadline deadline) {
+void handshake(Socket& socket, const Identity& id, const std::string& address, Deadline deadline) {
+  const AuthKey& key = id.key;
   const std::string store = cat("braid store at ", address);
   auto refuse = [&](const std::string& why) {
     log_warn(store, ": ", why);
     throw ProtocolMismatch(cat(store, ": ", why));
   };
   auto check = [&](const wire::Reply& reply, wire::Op op) {
-    if (reply.status == wire::Status::auth_failed) refuse(cat("refused this process: ", reply.message));
+    if (reply.status == wire::Status::auth_failed || reply.status == wire::Status::other_job)
+      refuse(cat("refused this process: ", reply.message));
+    if (reply.status == wire::Status::sealed) throw TooLate(cat(store, ": refused this process: ", reply.message));
     if (reply.status == wire::Status::protocol_error) refuse(cat("refused the connection: ", reply.message));
     if (reply.op != op || reply.status != wire::Status::ok)
       refuse(cat("answered the ", wire::name_of(op), " of the handshake with a ", wire::name_of(reply.op), " (",
                  wire::name_of(reply.status), ")"));
   };
   try {
-    Bytes hello = wire::encode(wire::Request{.op = wire::Op::hello, .auth = key.enabled()});
+    Bytes hello = wire::encode(wire::Request{.op = wire::Op::hello, .auth = key.enabled(), .job = id.job, .rank = id.rank});
     wire::Reply challenge = exchange(socket, hello, deadline);
     check(challenge, wire::Op::hello);
     if (!challenge.challenge) {
@@ -109,6 +126,8 @@ void handshake(Socket& socket, const AuthKey& key, const std::string& address, D
     if (!same_digest(answer.proof, expected))
       refuse("authentication failed: the store could not prove it holds the shared key (the processes hold "
              "different keys, or something else listens at this address)");
+  } catch (const TooLate&) {
+    throw;
   } catch (const ProtocolMismatch& e) {
     if (std::string_view(e.what()).starts_with(store)) throw;
     throw ProtocolMismatch(cat(store, ": handshake: ", e.what()));
@@ -121,10 +140,10 @@ void handshake(Socket& socket, const AuthKey& key, const std::string& address, D
 
 class Client final : public Store {
  public:
-  Client(std::string address, std::vector<SockAddr> addrs, Socket socket, AuthKey key, TlsContext tls)
+  Client(std::string address, std::vector<SockAddr> addrs, Socket socket, Identity id, TlsContext tls)
       : address_(std::move(address)),
         addrs_(std::move(addrs)),
-        key_(std::move(key)),
+        id_(std::move(id)),
         tls_(std::move(tls)),
         socket_(std::move(socket)) {}
 
@@ -132,6 +151,30 @@ class Client final : public Store {
     wire::Request r{.op = wire::Op::set, .keys = {std::string(key)}, .value = Bytes(value.begin(), value.end())};
     call(r, kReplyTimeout);
   }
+
+  bool try_set(std::string_view key, std::span<const std::byte> value, Millis budget) override {
+    wire::Request r{.op = wire::Op::set, .keys = {std::string(key)}, .value = Bytes(value.begin(), value.end())};
+    try {
+      std::unique_lock lock(mutex_, std::defer_lock);
+      if (!lock.try_lock_for(budget)) return false;
+      call_locked(r, budget);
+      return true;
+    } catch (const Error& e) {
+      log_trace(prefix(r), "gave up: ", e.what());
+      return false;
+    }
+  }
+
+  std::optional<Bytes> peek(std::string_view key, Millis budget) override {
+    wire::Request r{.op = wire::Op::get, .keys = {std::string(key)}, .timeout = Millis(0)};
+    std::unique_lock lock(mutex_, std::defer_lock);
+    if (!lock.try_lock_for(budget)) throw Timeout(cat(prefix(r), "the store client is busy"));
+    wire::Reply reply = call_locked(r, budget);
+    if (reply.status == wire::Status::timeout) return std::nullopt;
+    return std::move(reply.value);
+  }
+
+  std::string endpoint() const override { return endpoint_; }
 
   Bytes get(std::string_view key, Millis timeout) override {
     timeout = std::clamp(timeout, Millis(0), wire::kMaxTimeout);
@@ -178,8 +221,13 @@ class Client final : public Store {
     } catch (const InvalidArgument& e) {
       throw InvalidArgument(cat(prefix(r), e.what()));
     }
-    auto deadline = Deadline::after(budget);
     std::lock_guard lock(mutex_);
+    return call_locked(r, budget, std::move(frame));
+  }
+
+  wire::Reply call_locked(const wire::Request& r, Millis budget, Bytes frame = {}) {
+    if (frame.empty()) frame = wire::encode(r);
+    auto deadline = Deadline::after(budget);
     if (!socket_) reconnect(r, deadline);
     try {
       wire::Reply reply = exchange(socket_, frame, deadline);
@@ -208,7 +256,7 @@ class Client final : public Store {
     Socket socket;
     try {
       socket = open_connection(addrs_, tls_, address_, until, "reconnect");
-      handshake(socket, key_, address_, until);
+      handshake(socket, id_, address_, until);
     } catch (const Timeout& e) {
       throw PeerLost(cat(prefix(r), "the connection to the store was lost and could not be reopened (", e.what(), ")"));
     }
@@ -217,10 +265,11 @@ class Client final : public Store {
 
   std::string address_;
   std::vector<SockAddr> addrs_;
-  AuthKey key_;
+  Identity id_;
   TlsContext tls_;
-  std::mutex mutex_;
+  std::timed_mutex mutex_;
   Socket socket_;  // empty after a failure: the next call reconnects
+  std::string endpoint_ = socket_ ? local_address(socket_.fd()).to_string() : std::string();
 };
 
 std::string host_port_text(const HostPort& where) {
@@ -231,20 +280,46 @@ std::string host_port_text(const HostPort& where) {
 }  // namespace
 
 std::unique_ptr<Store> connect_tcp_store(const HostPort& where, Deadline connect_deadline, AuthKey key,
-                                         TlsContext tls) {
+                                         TlsContext tls, std::string job, int rank) {
   std::string address = host_port_text(where);
   auto addrs = resolve(where, cat("the braid store address ", address));
-  Socket socket;
-  try {
-    socket = open_connection(addrs, tls, address, connect_deadline, "connect");
-  } catch (const Timeout& e) {
-    throw Timeout(cat("could not reach the braid store at ", address, " (", e.what(),
-                      "); is the process hosting the store (rank 0) running, and is the address right?"));
+  Identity id{std::move(key), std::move(job), rank};
+  // A sealed store belongs to a communicator that formed already; a new one
+  // may take over the address as soon as it goes (a loop that re-creates its
+  // communicator), so retry until the deadline, saying so once.
+  auto pause = std::chrono::milliseconds(2);
+  std::string too_late;  // the last "sealed" refusal, for the message at the deadline
+  while (true) {
+    Socket socket;
+    try {
+      socket = open_connection(addrs, tls, address, connect_deadline, "connect");
+      Deadline reply_bound = Deadline::after(kReplyTimeout);
+      handshake(socket, id, address, connect_deadline.at() < reply_bound.at() ? connect_deadline : reply_bound);
+    } catch (const TooLate& e) {
+      if (too_late.empty()) log_info(e.what(), "; retrying until the timeout in case a new store takes over the address");
+      too_late = e.what();
+      if (connect_deadline.expired()) throw Timeout(cat(too_late, " (retried until the timeout)"));
+      std::this_thread::sleep_for(std::min<Clock::duration>(pause, connect_deadline.remaining()));
+      pause = std::min(pause * 2, std::chrono::milliseconds(50));
+      continue;
+    } catch (const PeerLost& e) {
+      // A store that closes as this client arrives (the previous
+      // communicator's, going away): the next one may be up in a moment.
+      if (connect_deadline.expired()) throw;
+      log_trace(e.what(), "; retrying");
+      std::this_thread::sleep_for(std::min<Clock::duration>(pause, connect_deadline.remaining()));
+      pause = std::min(pause * 2, std::chrono::milliseconds(50));
+      continue;
+    } catch (const Timeout& e) {
+      if (!too_late.empty()) throw Timeout(cat(too_late, " (retried until the timeout)"));
+      if (!socket)
+        throw Timeout(cat("could not reach the braid store at ", address, " (", e.what(),
+                          "); is the process hosting the store (rank 0) running, and is the address right?"));
+      throw;
+    }
+    return std::make_unique<Client>(std::move(address), std::move(addrs), std::move(socket), std::move(id),
+                                     std::move(tls));
   }
-  Deadline reply_bound = Deadline::after(kReplyTimeout);
-  handshake(socket, key, address, connect_deadline.at() < reply_bound.at() ? connect_deadline : reply_bound);
-  return std::make_unique<Client>(std::move(address), std::move(addrs), std::move(socket), std::move(key),
-                                  std::move(tls));
 }
 
 }  // namespace braid

@@ -21,7 +21,15 @@
 // but the handshake is answered, and frames of at most kMaxHandshakeFrame are
 // read. A client refused for its key is logged with
 // its address and closed; one that does not finish the handshake within
-// kHandshakeWait is closed too, so strangers cannot pile up.
+// kHandshakeWait is closed too, so strangers cannot pile up. Refusals are
+// logged through a rate limit, so a flood of strangers cannot flood the log.
+//
+// A store serves one job (job_scope() in store.hpp): a client of another job
+// is refused at once, and once the rank hosting the store seals it (its
+// communicator formed) every new client is refused as too late. A client of
+// this job refused for its key has its claimed rank recorded under
+// <scope>refusal/<n> (and the count under <scope>refusals), so the ranks
+// waiting for it fail at once with the reason instead of at their timeout.
 //
 // With TLS on, a connection first runs the TLS handshake, one non-blocking
 // step per readiness event and within the same kHandshakeWait; a client whose
@@ -91,7 +99,8 @@ constexpr long kWouldBlock = TlsSession::kWouldBlock;
 constexpr long kFailed = -2;
 
 struct Connection {
-  Connection(Fd f, std::string from, const AuthKey& key) : fd(std::move(f)), peer(std::move(from)), handshake(key) {}
+  Connection(Fd f, std::string from, const AuthKey& key, const std::string& job)
+      : fd(std::move(f)), peer(std::move(from)), handshake(key, job) {}
 
   Fd fd;
   std::unique_ptr<TlsSession> tls;  // destroyed before the fd closes
@@ -113,13 +122,21 @@ struct Connection {
 
 class Server final : public TcpStoreServer {
  public:
-  Server(Fd listener, SockAddr bound, AuthKey key, TlsContext tls);
+  Server(Fd listener, SockAddr bound, AuthKey key, TlsContext tls, std::string job);
   ~Server() override;
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
   SockAddr address() const override { return address_; }
+  void seal() override { sealed_.store(true); }
 
  private:
+  void refuse(std::uint64_t id, Connection& c, wire::Status status, const std::string& why);
+  void record_refusal(const Connection& c, const std::string& why);
+  void discard_input(Connection& c);
+  template <typename... Parts>
+  void warn_limited(const Parts&... parts) {
+    if (auto note = refusal_log_.pass()) log_warn(parts..., *note);
+  }
   void run();
   void serve();
   void accept_all();
@@ -150,10 +167,14 @@ class Server final : public TcpStoreServer {
   SockAddr address_;
   AuthKey key_;
   TlsContext tls_;
+  std::string job_;
   std::string name_;  // "braid store at 127.0.0.1:29500"
   Fd epoll_;
   Fd wake_;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> sealed_{false};
+  LogRateLimit refusal_log_;
+  std::int64_t refusals_ = 0;
 
   // Owned by the server thread once it runs.
   std::unordered_map<std::string, Bytes> data_;
@@ -168,11 +189,12 @@ class Server final : public TcpStoreServer {
   std::thread thread_;  // last: starts after everything above exists
 };
 
-Server::Server(Fd listener, SockAddr bound, AuthKey key, TlsContext tls)
+Server::Server(Fd listener, SockAddr bound, AuthKey key, TlsContext tls, std::string job)
     : listener_(std::move(listener)),
       address_(bound),
       key_(std::move(key)),
       tls_(std::move(tls)),
+      job_(std::move(job)),
       name_(cat("braid store at ", bound.to_string())),
       epoll_(::epoll_create1(EPOLL_CLOEXEC)),
       wake_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
@@ -254,7 +276,7 @@ void Server::accept_all() {
       }
       throw SystemError(cat("accept failed: ", errno_text(err)));
     }
-    Connection c(Fd(fd), peer_address(fd).to_string(), key_);
+    Connection c(Fd(fd), peer_address(fd).to_string(), key_, job_);
     set_nodelay(fd);
     std::uint64_t id = next_id_++;
     epoll_event ev{};
@@ -329,7 +351,7 @@ bool Server::advance_tls(std::uint64_t id, Connection& c) {
     }
     return true;
   } catch (const Error& e) {
-    log_warn(name_, ": refused the client at ", c.peer, ": ", e.what());
+    warn_limited(name_, ": refused the client at ", c.peer, ": ", e.what());
     return false;
   }
 }
@@ -338,12 +360,10 @@ bool Server::advance_tls(std::uint64_t id, Connection& c) {
 // clear that says so, after taking what it sent (so closing does not reset the
 // connection before the client reads the answer).
 void Server::refuse_clear_client(Connection& c) {
-  std::byte scratch[1024];
-  while (::recv(c.fd.get(), scratch, sizeof scratch, MSG_DONTWAIT) > 0) {
-  }
+  discard_input(c);
   std::string why = "this store runs TLS (BRAID_TLS=1) and the client connected without it (BRAID_TLS is set in "
                     "some processes of the job only)";
-  log_warn(name_, ": refused the client at ", c.peer, ": ", why);
+  warn_limited(name_, ": refused the client at ", c.peer, ": ", why);
   reply(c, wire::Reply{.op = wire::Op::hello, .status = wire::Status::protocol_error, .message = why});
   flush(c);
 }
@@ -429,19 +449,27 @@ void Server::settle_touched() {
       try {
         process(id, c);
       } catch (const wire::AuthRefused& e) {
-        log_warn(name_, ": refused the client at ", c.peer, ": ", e.what());
-        reply(c, wire::Reply{.op = c.handshake.expected_op(),
-                             .status = wire::Status::auth_failed,
-                             .message = e.what()});
+        record_refusal(c, e.what());
+        refuse(id, c, wire::Status::auth_failed, e.what());
+        continue;
+      } catch (const wire::OtherJob& e) {
+        refuse(id, c, wire::Status::other_job, e.what());
+        continue;
+      } catch (const wire::Sealed& e) {
+        // Expected while a loop re-creates communicators at one address: the
+        // client retries until the old store goes, so this is no warning.
+        log_info(name_, ": refused the client at ", c.peer, ": ", e.what());
+        reply(c, wire::Reply{.op = wire::Op::hello, .status = wire::Status::sealed, .message = e.what()});
         flush(c);
         close(id);
         continue;
       } catch (const ProtocolMismatch& e) {
-        log_warn(name_, ": closing the connection from ", c.peer, ": ", e.what());
+        warn_limited(name_, ": closing the connection from ", c.peer, ": ", e.what());
         // One error frame, best effort: a braid of another version can then
         // say what happened instead of "connection closed".
         reply(c, wire::Reply{.status = wire::Status::protocol_error, .message = e.what()});
         flush(c);
+        discard_input(c);
         close(id);
         continue;
       } catch (const std::exception& e) {
@@ -487,7 +515,7 @@ void Server::process(std::uint64_t id, Connection& c) {
       handle(id, c, std::move(decoded->message));
       continue;
     }
-    reply(c, c.handshake.answer(decoded->message, pending.first(decoded->consumed)));
+    reply(c, c.handshake.answer(decoded->message, pending.first(decoded->consumed), sealed_.load()));
     if (c.handshake.done()) {
       handshakes_.erase({c.handshake_deadline, id});
       log_trace(name_, ": client ", c.peer, " completed the handshake");
@@ -509,8 +537,8 @@ void Server::expire_handshakes() {
     std::uint64_t id = handshakes_.begin()->second;
     auto it = connections_.find(id);
     if (it != connections_.end())
-      log_warn(name_, ": closing the connection from ", it->second.peer, ": no handshake within ",
-               seconds_of(kHandshakeWait), " s");
+      warn_limited(name_, ": closing the connection from ", it->second.peer, ": no handshake within ",
+                   seconds_of(kHandshakeWait), " s");
     handshakes_.erase(handshakes_.begin());
     close(id);
   }
@@ -675,6 +703,37 @@ void Server::close(std::uint64_t id) {
   connections_.erase(it);
 }
 
+void Server::refuse(std::uint64_t id, Connection& c, wire::Status status, const std::string& why) {
+  warn_limited(name_, ": refused the client at ", c.peer, ": ", why);
+  reply(c, wire::Reply{.op = c.handshake.expected_op(), .status = status, .message = why});
+  flush(c);
+  discard_input(c);
+  close(id);
+}
+
+// Closing a socket with unread bytes resets the connection, and the reset can
+// overtake the answer just sent: read what the client sent (bounded) first.
+void Server::discard_input(Connection& c) {
+  std::byte scratch[4096];
+  for (int i = 0; i < 16 && ::recv(c.fd.get(), scratch, sizeof scratch, MSG_DONTWAIT) > 0; ++i) {
+  }
+}
+
+void Server::record_refusal(const Connection& c, const std::string& why) {
+  int rank = c.handshake.claimed_rank();
+  if (rank < 0 || !c.handshake.same_job()) return;
+  const std::string scope = job_scope(job_);
+  auto put = [&](const std::string& key, std::string_view text) {
+    auto bytes = as_bytes(text);
+    data_.insert_or_assign(key, Bytes(bytes.begin(), bytes.end()));
+  };
+  put(cat(scope, "refusal/", ++refusals_),
+      cat("rank ", rank, ": its connection to the ", name_, " from ", c.peer, " was refused: ", why));
+  put(cat(scope, "refusals"), std::to_string(refusals_));
+  notify(cat(scope, "refusal/", refusals_));
+  notify(cat(scope, "refusals"));
+}
+
 std::vector<std::string> Server::missing_keys(const std::vector<std::string>& keys) const {
   std::vector<std::string> out;
   for (const auto& k : keys)
@@ -684,13 +743,14 @@ std::vector<std::string> Server::missing_keys(const std::vector<std::string>& ke
 
 }  // namespace
 
-std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const SockAddr& addr, AuthKey key, TlsContext tls) {
+std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const SockAddr& addr, AuthKey key, TlsContext tls,
+                                                      std::string job) {
   Fd listener = listen_tcp(addr, "the braid store server");
   set_nonblocking(listener.get(), true);
   SockAddr bound = local_address(listener.get());
   bool keyed = key.enabled();
   bool secured = tls.enabled();
-  auto server = std::make_unique<Server>(std::move(listener), bound, std::move(key), std::move(tls));
+  auto server = std::make_unique<Server>(std::move(listener), bound, std::move(key), std::move(tls), std::move(job));
   log_info("braid store serving at ", bound.to_string(), keyed ? " (clients must authenticate)" : "",
            secured ? " (over TLS)" : "");
   return server;

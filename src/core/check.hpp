@@ -5,6 +5,25 @@
 #include "braid/types.hpp"
 #include "core/text.hpp"
 
+namespace braid {
+
+/// Throws the Error subclass that `code` names (ProtocolMismatch for
+/// protocol, ...), so a message can be reworded on its way up without the
+/// caller's `catch (const PeerLost&)` missing it.
+[[noreturn]] inline void throw_error(ErrorCode code, const std::string& message) {
+  switch (code) {
+    case ErrorCode::invalid_argument: throw InvalidArgument(message);
+    case ErrorCode::timeout: throw Timeout(message);
+    case ErrorCode::peer_lost: throw PeerLost(message);
+    case ErrorCode::protocol: throw ProtocolMismatch(message);
+    case ErrorCode::system: throw SystemError(message);
+    case ErrorCode::aborted: throw Aborted(message);
+    default: throw Error(code, message);
+  }
+}
+
+}  // namespace braid
+
 #define BRAID_CHECK(cond, ...)                                                                  \
   do {                                                                                          \
     if (!(cond)) [[unlikely]]                                                                   \

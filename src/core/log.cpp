@@ -53,4 +53,21 @@ void write(LogLevel level, std::string_view message) {
 }
 
 }  // namespace log_detail
+
+std::optional<std::string> LogRateLimit::pass() {
+  std::lock_guard lock(mutex_);
+  auto now = Clock::now();
+  if (passed_ >= burst_ && now - last_ < interval_) {
+    ++left_out_;
+    return std::nullopt;
+  }
+  ++passed_;
+  last_ = now;
+  std::string note = left_out_ ? cat(" (", left_out_, " similar message", left_out_ == 1 ? "" : "s", " left out)") : "";
+  if (passed_ == burst_)
+    note += cat(" (more like this are left out: at most one line per ", seconds_of(interval_), " s, with a count)");
+  left_out_ = 0;
+  return note;
+}
+
 }  // namespace braid

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cctype>
+#include <cmath>
 #include <charconv>
 #include <cstdlib>
 #include <utility>
@@ -12,6 +13,8 @@
 namespace braid {
 namespace {
 
+constexpr std::size_t kMinTcpBuffer = 64 * 1024;
+
 constexpr std::array kTable = {
     SettingInfo{"BRAID_RANK", "(none)", "This process's rank in [0, BRAID_WORLD_SIZE). Set by braid-run."},
     SettingInfo{"BRAID_WORLD_SIZE", "(none)", "Number of ranks. Set by braid-run."},
@@ -19,6 +22,10 @@ constexpr std::array kTable = {
     SettingInfo{"BRAID_LOCAL_SIZE", "(none)", "Number of ranks on this host. Set by braid-run."},
     SettingInfo{"BRAID_STORE_ADDR", "(none)",
                 "host:port of the rendezvous store; rank 0 hosts it there. Set by braid-run."},
+    SettingInfo{"BRAID_JOB_ID", "(none)",
+                "Names the job: ranks present it to the store, which refuses a rank of another job at once, and "
+                "it scopes the store's keys. Set by braid-run (one per launch); else torchrun's "
+                "TORCHELASTIC_RUN_ID or Slurm's SLURM_JOB_ID when set. At most 128 bytes."},
     SettingInfo{"TF_CONFIG", "(none)",
                 "TensorFlow's cluster spec (JSON: chief, worker and ps addresses, and this task). Used when "
                 "BRAID_RANK is not set: ranks are the chief, the workers, then the ps; rank 0 (the chief, else "
@@ -31,7 +38,7 @@ constexpr std::array kTable = {
                 "Default: the one through which it reaches the store."},
     SettingInfo{"BRAID_TCP_STREAMS", "1", "TCP sockets per peer; a message is striped over them (1-16)."},
     SettingInfo{"BRAID_TCP_BUFFER", "0",
-                "SO_SNDBUF/SO_RCVBUF per socket (4M, 512K); 0 keeps the kernel's autotuning."},
+                "SO_SNDBUF/SO_RCVBUF per socket (4M, 512K; at least 64K); 0 keeps the kernel's autotuning."},
     SettingInfo{"BRAID_SLICE_BYTES", "512K",
                 "Pipeline slice: collectives move and reduce buffers in pieces of this size."},
     SettingInfo{"BRAID_SPIN_US", "(auto)",
@@ -40,7 +47,9 @@ constexpr std::array kTable = {
     SettingInfo{"BRAID_ALGO", "(auto)",
                 "Force algorithms: a name (ring) for every collective that has it, or per collective "
                 "(all_reduce:tree,broadcast:binomial). See the algorithm table."},
-    SettingInfo{"BRAID_TRANSPORT", "(auto)", "Force a transport: tcp."},
+    SettingInfo{"BRAID_TRANSPORT", "(auto)",
+                "Transports to use, in order of preference, as a name or a list (tcp); each pair of ranks uses the "
+                "first that reaches it. Unknown names are refused with the list this braid has."},
     SettingInfo{"BRAID_DUMP_ON_SIGNAL", "(none)",
                 "On this signal (USR1, USR2, ...) every communicator of the process prints its flight "
                 "recorder (recent operations, who waits on whom) to stderr."},
@@ -70,13 +79,13 @@ std::optional<std::string> getenv_string(std::string_view name) {
   return std::string(value);
 }
 
-std::optional<long long> env_integer(std::string_view name, long long lo, long long hi) {
+std::optional<long long> env_integer(std::string_view name, long long lo, long long hi, std::string_view why = {}) {
   auto text = getenv_string(name);
   if (!text) return std::nullopt;
   long long value = 0;
   auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
   if (ec != std::errc() || end != text->data() + text->size() || value < lo || value > hi)
-    throw InvalidArgument(cat(name, "='", *text, "' is not an integer in [", lo, ", ", hi, "]"));
+    throw InvalidArgument(cat(name, "='", *text, "' is not an integer in [", lo, ", ", hi, "]", why));
   return value;
 }
 
@@ -135,7 +144,7 @@ std::chrono::milliseconds parse_duration(std::string_view text, std::string_view
   else if (unit == "ms") scale = 1;
   else if (unit == "m" || unit == "min") scale = 60000;
   else if (unit == "h") scale = 3600000;
-  if (ec != std::errc() || scale == 0 || value < 0 || value > 1e9)
+  if (ec != std::errc() || scale == 0 || !std::isfinite(value) || value < 0 || value > 1e9)
     throw InvalidArgument(cat(what, "='", text, "' is not a duration (examples: 30, 30s, 500ms, 2m)"));
   return std::chrono::milliseconds(static_cast<long long>(value * scale));
 }
@@ -156,12 +165,21 @@ std::size_t parse_bytes(std::string_view text, std::string_view what) {
 
 Settings Settings::from_env() {
   Settings s;
-  constexpr long long kMaxRanks = 1 << 20;
-  if (auto v = env_integer("BRAID_RANK", 0, kMaxRanks)) s.rank = static_cast<int>(*v);
-  if (auto v = env_integer("BRAID_WORLD_SIZE", 1, kMaxRanks)) s.world_size = static_cast<int>(*v);
+  // The store answers a wait for at most 65536 keys, one per rank.
+  constexpr long long kMaxRanks = 1 << 16;
+  if (auto v = env_integer("BRAID_WORLD_SIZE", 1, kMaxRanks, " (the most ranks one braid store serves)"))
+    s.world_size = static_cast<int>(*v);
+  if (auto v = env_integer("BRAID_RANK", 0, kMaxRanks - 1)) s.rank = static_cast<int>(*v);
   if (auto v = env_integer("BRAID_LOCAL_RANK", 0, kMaxRanks)) s.local_rank = static_cast<int>(*v);
   if (auto v = env_integer("BRAID_LOCAL_SIZE", 1, kMaxRanks)) s.local_size = static_cast<int>(*v);
   if (auto v = getenv_string("BRAID_STORE_ADDR")) s.store_addr = *v;
+  for (const char* name : {"BRAID_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"}) {
+    if (auto v = getenv_string(name)) {
+      if (v->size() > 128) throw InvalidArgument(cat(name, " is ", v->size(), " bytes long; a job id has at most 128"));
+      s.job_id = *v;
+      break;
+    }
+  }
   if (auto v = getenv_string("BRAID_TIMEOUT")) {
     s.timeout = parse_duration(*v, "BRAID_TIMEOUT");
     if (s.timeout.count() == 0) throw InvalidArgument("BRAID_TIMEOUT must be greater than zero");
@@ -176,7 +194,15 @@ Settings Settings::from_env() {
   }
   if (auto v = getenv_string("BRAID_SOCKET_IFNAME")) s.socket_ifname = *v;
   if (auto v = env_integer("BRAID_TCP_STREAMS", 1, 16)) s.tcp_streams = static_cast<int>(*v);
-  if (auto v = getenv_string("BRAID_TCP_BUFFER")) s.tcp_buffer_bytes = parse_bytes(*v, "BRAID_TCP_BUFFER");
+  if (auto v = getenv_string("BRAID_TCP_BUFFER")) {
+    s.tcp_buffer_bytes = parse_bytes(*v, "BRAID_TCP_BUFFER");
+    // A 4K buffer made a 1 MiB send take 24 s on loopback: far past any
+    // useful rate, and past typical timeouts.
+    if (s.tcp_buffer_bytes > 0 && s.tcp_buffer_bytes < kMinTcpBuffer)
+      throw InvalidArgument(cat("BRAID_TCP_BUFFER='", *v, "' is below ", human_bytes(kMinTcpBuffer),
+                                ", too small to move data at a useful rate; use at least 64K, or 0 for the kernel's "
+                                "autotuning"));
+  }
   if (auto v = getenv_string("BRAID_SLICE_BYTES")) {
     s.slice_bytes = parse_bytes(*v, "BRAID_SLICE_BYTES");
     if (s.slice_bytes < 64) throw InvalidArgument(cat("BRAID_SLICE_BYTES='", *v, "' is below the minimum of 64 bytes"));
@@ -185,6 +211,13 @@ Settings Settings::from_env() {
   if (auto v = getenv_string("BRAID_ALGO")) s.algo = *v;
   if (auto v = getenv_string("BRAID_TRANSPORT")) s.transport = *v;
   if (auto v = getenv_string("BRAID_DUMP_ON_SIGNAL")) s.dump_on_signal = *v;
+  // Set but empty is a mistake (an unset variable in a launcher's script),
+  // not a request to run without authentication.
+  for (const char* name : {"BRAID_AUTH_KEY", "BRAID_AUTH_KEY_FILE"}) {
+    const char* raw = std::getenv(name);
+    if (raw != nullptr && *raw == '\0')
+      throw InvalidArgument(cat(name, " is set but empty; unset it to run without authentication, or give the key"));
+  }
   auto key = getenv_string("BRAID_AUTH_KEY");
   auto key_file = getenv_string("BRAID_AUTH_KEY_FILE");
   if (key && key_file)

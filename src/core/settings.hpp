@@ -34,6 +34,7 @@ struct Settings {
   std::optional<int> local_rank;
   std::optional<int> local_size;
   std::string store_addr;
+  std::string job_id;  // BRAID_JOB_ID, else TORCHELASTIC_RUN_ID or SLURM_JOB_ID; scopes the store's keys
   // Behaviour.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   LogLevel log_level = LogLevel::warn;

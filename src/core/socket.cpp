@@ -184,18 +184,55 @@ Fd listen_tcp(const SockAddr& addr, std::string_view what, int backlog) {
 
 namespace {
 
-// Waits for `events` on fd until the deadline; returns false on timeout.
+// The innermost InterruptScope of this thread.
+thread_local InterruptScope* t_interrupt = nullptr;
+
+}  // namespace
+
+InterruptScope::InterruptScope(std::function<void()> check) : check_(std::move(check)), outer_(t_interrupt) {
+  t_interrupt = this;
+}
+
+InterruptScope::~InterruptScope() { t_interrupt = outer_; }
+
+void InterruptScope::poll() {
+  if (t_interrupt == nullptr || !t_interrupt->check_) return;
+  try {
+    t_interrupt->check_();
+  } catch (...) {
+    t_interrupt->fired_ = true;
+    throw;
+  }
+}
+
+bool InterruptScope::fired() { return t_interrupt != nullptr && t_interrupt->fired_; }
+
 bool wait_fd(int fd, short events, Deadline deadline) {
   while (true) {
     pollfd p{fd, events, 0};
-    int rc = ::poll(&p, 1, deadline.poll_ms());
+    int ms = deadline.poll_ms(t_interrupt != nullptr ? InterruptScope::kInterruptPoll : Millis(1000));
+    int rc = ::poll(&p, 1, ms);
     if (rc > 0) return true;
-    if (rc < 0 && errno != EINTR) throw SystemError(cat("poll failed: ", errno_text(errno)));
+    if (rc < 0 && errno != EINTR) return true;  // the next I/O call reports it
+    InterruptScope::poll();
     if (deadline.expired()) return false;
   }
 }
 
-}  // namespace
+ConnectAttempt try_connect_tcp(const SockAddr& addr, Deadline deadline) {
+  Fd fd(::socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd) throw SystemError(cat("socket() failed: ", errno_text(errno)));
+  int rc = ::connect(fd.get(), addr.raw(), addr.length);
+  int err = rc == 0 ? 0 : errno;
+  if (rc != 0 && err == EINPROGRESS) {
+    if (!wait_fd(fd.get(), POLLOUT, deadline)) return ConnectAttempt{Fd(), ETIMEDOUT};
+    socklen_t len = sizeof err;
+    ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+  }
+  if (err != 0) return ConnectAttempt{Fd(), err};
+  set_nonblocking(fd.get(), false);
+  return ConnectAttempt{std::move(fd), 0};
+}
 
 Fd connect_tcp(const std::vector<SockAddr>& addrs, Deadline deadline, std::string_view what) {
   std::string last_error = "no address to try";
@@ -223,6 +260,7 @@ Fd connect_tcp(const std::vector<SockAddr>& addrs, Deadline deadline, std::strin
       last_error = cat(addr.to_string(), ": ", errno_text(errno));
     }
     if (deadline.expired()) break;
+    InterruptScope::poll();
     std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline.remaining()));
     pause = std::min(pause * 2, std::chrono::milliseconds(200));
   }

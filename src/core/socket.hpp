@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -86,8 +87,44 @@ Fd listen_tcp(const SockAddr& addr, std::string_view what, int backlog = 128);
 /// the deadline (the other side may not be listening yet). Throws Timeout
 /// naming `what` and the last error.
 Fd connect_tcp(const std::vector<SockAddr>& addrs, Deadline deadline, std::string_view what);
+/// One connection attempt to `addr` that waits at most until `deadline`: the
+/// connected socket (blocking mode), or the errno that ended it (ECONNREFUSED:
+/// nothing listens there; ETIMEDOUT: no answer by the deadline).
+struct ConnectAttempt {
+  Fd fd;
+  int error = 0;
+};
+ConnectAttempt try_connect_tcp(const SockAddr& addr, Deadline deadline);
 /// Waits for one connection on a listening socket; nullopt at the deadline.
 std::optional<Fd> accept_tcp(int listen_fd, Deadline deadline);
+
+/// Waits until `fd` is ready for `events` (poll's POLLIN, POLLOUT); false at
+/// the deadline. An error on the descriptor counts as ready (the next I/O
+/// call reports it). Calls this thread's interruption check (InterruptScope).
+bool wait_fd(int fd, short events, Deadline deadline);
+
+/// While alive, every blocking socket wait of this thread (wait_fd, so
+/// connect_tcp, send_all, recv_all and the TLS handshakes) calls `check` at
+/// least every kInterruptPoll; `check` cancels the wait by throwing (an abort,
+/// a peer known to be dead). Scopes nest; the innermost one is called.
+class InterruptScope {
+ public:
+  static constexpr Millis kInterruptPoll{10};
+  explicit InterruptScope(std::function<void()> check);
+  ~InterruptScope();
+  InterruptScope(const InterruptScope&) = delete;
+  InterruptScope& operator=(const InterruptScope&) = delete;
+  /// Calls the innermost scope's check, if any.
+  static void poll();
+  /// True once the innermost scope's check threw: code that catches errors
+  /// of its own (a stranger's failed handshake) lets an interruption pass.
+  static bool fired();
+
+ private:
+  std::function<void()> check_;
+  InterruptScope* outer_;
+  bool fired_ = false;
+};
 
 SockAddr local_address(int fd);
 SockAddr peer_address(int fd);

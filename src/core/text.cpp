@@ -37,4 +37,26 @@ std::string errno_text(int err) {
   return text;
 }
 
+std::string describe_ranks(std::span<const int> ranks, std::size_t max_runs) {
+  if (ranks.empty()) return "no rank";
+  if (ranks.size() == 1) return cat("rank ", ranks[0]);
+  std::string out = "ranks ";
+  std::size_t runs = 0, shown = 0;
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (runs == max_runs) {
+      out += cat(" and ", ranks.size() - shown, " more");
+      break;
+    }
+    out += cat(runs ? ", " : "", ranks[i]);
+    if (j > i) out += cat(j == i + 1 ? ", " : "-", ranks[j]);
+    shown += j - i + 1;
+    ++runs;
+    i = j + 1;
+  }
+  if (runs > 2 || shown < ranks.size() || ranks.size() > 3) out += cat(" (", ranks.size(), " ranks)");
+  return out;
+}
+
 }  // namespace braid

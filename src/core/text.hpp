@@ -25,4 +25,9 @@ std::string to_hex(std::span<const std::byte> bytes);
 /// The text of errno value `err` ("Connection refused").
 std::string errno_text(int err);
 
+/// A set of ranks (ascending) as short text: "rank 3", "ranks 1, 4-7, 9",
+/// "ranks 3-65535 (65533 ranks)"; past `max_runs` runs of consecutive ranks
+/// the rest is counted ("ranks 0, 2, 4 and 97 more (100 ranks)").
+std::string describe_ranks(std::span<const int> ranks, std::size_t max_runs = 8);
+
 }  // namespace braid

@@ -32,16 +32,6 @@ std::string openssl_reason() {
   return text;
 }
 
-bool wait_fd(int fd, short events, Deadline deadline) {
-  while (true) {
-    pollfd p{fd, events, 0};
-    int rc = ::poll(&p, 1, deadline.poll_ms());
-    if (rc > 0) return true;
-    if (rc < 0 && errno != EINTR) return true;  // let the next I/O call report it
-    if (deadline.expired()) return false;
-  }
-}
-
 // OpenSSL never prompts for a passphrase: an encrypted key is an error.
 int no_passphrase(char*, int, int, void*) { return 0; }
 

@@ -46,6 +46,7 @@ enum class SendCompletion : std::uint8_t { eager, lazy, rendezvous };
 
 struct MemoryFabricOptions {
   SendCompletion sends = SendCompletion::eager;
+  bool reduces = true;  // false: links say they cannot reduce, so the executor receives to scratch and reduces
 };
 
 inline std::string_view name_of(SendCompletion sends) {
@@ -81,6 +82,7 @@ class MemoryLink final : public Link {
   }
   bool progress() override;
   bool busy() const override { return !sends_.empty() || !rendezvous_.empty() || !recvs_.empty(); }
+  bool can_reduce() const override;
   void attach(Poller&) override {}
   std::string describe_peer() const override { return cat("rank ", peer_, " (memory)"); }
 
@@ -180,6 +182,8 @@ class MemoryFabric {
   std::vector<std::unique_ptr<MemoryLink>> links_;  // [self * ranks + peer]
   std::uint64_t activity_ = 0;
 };
+
+inline bool MemoryLink::can_reduce() const { return fabric_.options().reduces; }
 
 inline Request MemoryLink::send(ConstMemView src, Tag tag) {
   auto request = std::make_shared<RequestState>();

@@ -254,10 +254,12 @@ inline void check_outside_output(const std::string& what, int rank, const RankMe
 
 /// Runs the schedules of all ranks against each other (lazy sends advance the
 /// ranks from the last); records a run that fails, does not finish or leaves
-/// messages undelivered. False if it did not finish.
+/// messages undelivered. False if it did not finish. Lazy fabrics also do not
+/// reduce as they receive, so every algorithm runs through the executor's own
+/// receive-to-scratch-and-reduce path too (a transport that only moves bytes).
 inline bool run_to_completion(const std::string& what, SendCompletion sends, std::span<const Schedule> schedules,
                               const std::vector<RankMemory>& memories, Failures& failures) {
-  MemoryFabric fabric(static_cast<int>(schedules.size()), {.sends = sends});
+  MemoryFabric fabric(static_cast<int>(schedules.size()), {.sends = sends, .reduces = sends != SendCompletion::lazy});
   const RunOutcome run =
       run_schedules(fabric, schedules, views_of(memories), {.reverse = sends == SendCompletion::lazy});
   if (run.error || !run.all_finished()) {

@@ -8,19 +8,33 @@
 //   fault_worker join                                  join, one small all-reduce, exit
 //   fault_worker garbage   --go-file PATH [--wait S]   join, barrier, print "ready", wait for PATH,
 //                                                      then all-to-all and all-reduce (new links), check
+//   fault_worker abort     --how pending|thread|idle --victim V [--delay S]
+//                                                      join, barrier; the victim aborts 0.3 s later
+//                                                      (with an all-to-all pending on links not made
+//                                                      yet, from a watchdog thread while its main
+//                                                      thread is blocked in one, or idle) and checks
+//                                                      that its operation fails Aborted; the others
+//                                                      start an all-to-all S s after the barrier
+//   fault_worker idle      --go-file PATH             join, barrier, print "ready", wait for PATH,
+//                                                      then all-to-all (the driver kills a rank first)
+//   fault_worker cycles    [--count N]                N times: join, all-reduce, check, destroy
 //
 // What the driver reads:
 //   stdout  "rank R: running" once the first iteration is done (allreduce),
 //           "rank R: ready" (garbage), "rank R: OK ..." on success;
-//   stderr  "fault_worker rank R: FAILED <Kind> (<code>) after T s in <phase>: <message>"
-//           for a braid::Error, besides braid's own WARN log lines.
+//   stderr  "fault_worker rank R: FAILED <Kind> (<code>) after T s in <phase> (op D s): <message>"
+//           for a braid::Error (D: how long the failing operation ran), besides braid's
+//           own WARN log lines; the abort victim prints
+//           "rank V: aborted in M ms; its operation failed Aborted" on stdout.
 //   exit    0 success, 3 a braid::Error, 4 any other exception, 5 a wrong result,
 //           2 bad usage or a bounded wait of the worker itself ran out.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -43,7 +57,13 @@ struct Args {
   double seconds = 30;
   std::string go_file;
   double wait_seconds = 20;
+  std::string how;
+  int victim = -1;
+  double delay = 1.0;
 };
+
+// When the operation that is running now started (for the FAILED line).
+Clock::time_point g_op_start = Clock::now();
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr, "fault_worker: %s\nusage: fault_worker allreduce|mismatch|join|garbage [--count N] "
@@ -63,6 +83,9 @@ Args parse(int argc, char** argv) {
     else if (flag == "--seconds") a.seconds = std::strtod(value, nullptr);
     else if (flag == "--go-file") a.go_file = value;
     else if (flag == "--wait") a.wait_seconds = std::strtod(value, nullptr);
+    else if (flag == "--how") a.how = value;
+    else if (flag == "--victim") a.victim = std::atoi(value);
+    else if (flag == "--delay") a.delay = std::strtod(value, nullptr);
     else usage(("unknown flag " + flag).c_str());
   }
   return a;
@@ -144,21 +167,27 @@ int run_join(braid::Comm& comm, std::string& phase) {
   return 0;
 }
 
+// Waits for the driver's go file, bounded by --wait.
+bool wait_for_go(int rank, const Args& a) {
+  const auto end = Clock::now() + std::chrono::duration<double>(a.wait_seconds);
+  while (!std::filesystem::exists(a.go_file)) {
+    if (Clock::now() >= end) {
+      std::fprintf(stderr, "fault_worker rank %d: no go file %s within %.0f s\n", rank, a.go_file.c_str(),
+                   a.wait_seconds);
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
 int run_garbage(braid::Comm& comm, const Args& a, std::string& phase) {
   if (a.go_file.empty()) usage("garbage needs --go-file");
   phase = "barrier";
   comm.barrier();
   say(comm.rank(), "ready");
   phase = "waiting for the go file";
-  const auto end = Clock::now() + std::chrono::duration<double>(a.wait_seconds);
-  while (!std::filesystem::exists(a.go_file)) {
-    if (Clock::now() >= end) {
-      std::fprintf(stderr, "fault_worker rank %d: no go file %s within %.0f s\n", comm.rank(), a.go_file.c_str(),
-                   a.wait_seconds);
-      return kExitUsage;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  if (!wait_for_go(comm.rank(), a)) return kExitUsage;
   // The all-to-all talks to every peer, so ranks connect to the ones that
   // are not ring neighbours now, after the garbage reached the listeners.
   const int n = comm.size();
@@ -187,26 +216,131 @@ int run_garbage(braid::Comm& comm, const Args& a, std::string& phase) {
   return 0;
 }
 
+// One small all-to-all: it needs a link to every peer, so it makes the links
+// the ring did not.
+void small_all_to_all(braid::Comm& comm, std::string& phase) {
+  std::vector<std::int32_t> send(static_cast<std::size_t>(comm.size()) * 16, comm.rank()), recv(send.size());
+  phase = "all_to_all";
+  g_op_start = Clock::now();
+  comm.all_to_all(std::span<const std::int32_t>(send), std::span(recv));
+}
+
+int run_abort(braid::Comm& comm, const Args& a, std::string& phase) {
+  if (a.victim < 0 || a.victim >= comm.size()) usage("abort needs --victim in [0, size)");
+  if (a.how != "pending" && a.how != "thread" && a.how != "idle") usage("abort needs --how pending|thread|idle");
+  phase = "barrier";
+  comm.barrier();
+  say(comm.rank(), "ready");
+  const auto after_barrier = Clock::now();
+  if (comm.rank() != a.victim) {
+    phase = "waiting before the all_to_all";
+    std::this_thread::sleep_until(after_barrier + std::chrono::duration<double>(a.delay));
+    small_all_to_all(comm, phase);
+    say(comm.rank(), "OK (the all_to_all completed although a rank aborted)");
+    return kExitWrongResult;
+  }
+  const int n = comm.size();
+  std::vector<std::int32_t> send(static_cast<std::size_t>(n) * 16, comm.rank()), recv(send.size());
+  double abort_ms = -1;
+  auto abort_later = [&] {
+    std::this_thread::sleep_until(after_barrier + std::chrono::milliseconds(300));
+    auto t = Clock::now();
+    comm.abort();
+    abort_ms = std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+  };
+  std::string outcome = "succeeded";
+  try {
+    if (a.how == "pending") {
+      phase = "all_to_all_async (pending)";
+      braid::Work work = comm.all_to_all_async(send.data(), recv.data(), 16, braid::DataType::i32);
+      abort_later();
+      work.wait();
+    } else if (a.how == "thread") {
+      phase = "all_to_all (blocked while a watchdog thread aborts)";
+      std::thread watchdog(abort_later);
+      try {
+        comm.all_to_all(std::span<const std::int32_t>(send), std::span(recv));
+      } catch (...) {
+        watchdog.join();
+        throw;
+      }
+      watchdog.join();
+    } else {
+      abort_later();
+      phase = "all_to_all after abort";
+      comm.all_to_all(std::span<const std::int32_t>(send), std::span(recv));
+    }
+  } catch (const braid::Error& e) {
+    outcome = std::string(kind_of(e.code())) + ": " + e.what();
+  }
+  say(comm.rank(), "aborted in " + std::to_string(abort_ms) + " ms; its operation failed " + outcome);
+  return outcome.starts_with("Aborted") ? 0 : kExitWrongResult;
+}
+
+int run_idle(braid::Comm& comm, const Args& a, std::string& phase) {
+  if (a.go_file.empty()) usage("idle needs --go-file");
+  phase = "barrier";
+  comm.barrier();
+  say(comm.rank(), "ready");
+  phase = "waiting for the go file";
+  if (!wait_for_go(comm.rank(), a)) return kExitUsage;
+  small_all_to_all(comm, phase);
+  say(comm.rank(), "OK (the all_to_all completed although a rank was killed)");
+  return kExitWrongResult;
+}
+
+// Re-creates the communicator at one store address, again and again: a new
+// rank must never reach the previous cycle's store and mix with it.
+int run_cycles(const Args& a, std::string& phase, int& rank) {
+  std::vector<float> buffer(256);
+  const auto cycles = static_cast<long>(a.count);
+  for (long i = 0; i < cycles; ++i) {
+    phase = "cycle " + std::to_string(i) + ": join";
+    braid::Comm comm = braid::Comm::from_env();
+    rank = comm.rank();
+    std::fill(buffer.begin(), buffer.end(), static_cast<float>(comm.rank() + 1));
+    phase = "cycle " + std::to_string(i) + ": all_reduce";
+    comm.all_reduce(std::span(buffer), braid::ReduceOp::sum);
+    if (!check_sum(buffer, comm.size())) {
+      std::fprintf(stderr, "fault_worker rank %d: WRONG RESULT in cycle %ld\n", comm.rank(), i);
+      return kExitWrongResult;
+    }
+  }
+  say(rank, "OK " + std::to_string(cycles) + " cycles");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
-  if (a.mode != "allreduce" && a.mode != "mismatch" && a.mode != "join" && a.mode != "garbage")
-    usage(("unknown mode " + a.mode).c_str());
+  const std::string_view modes[] = {"allreduce", "mismatch", "join", "garbage", "abort", "idle", "cycles"};
+  if (std::find(std::begin(modes), std::end(modes), a.mode) == std::end(modes)) usage(("unknown mode " + a.mode).c_str());
   const auto start = Clock::now();
   int rank = env_rank();
   std::string phase = "join";
+  std::optional<Clock::time_point> failed_at;
   auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   try {
+    if (a.mode == "cycles") return run_cycles(a, phase, rank);
     braid::Comm comm = braid::Comm::from_env();
     rank = comm.rank();
-    if (a.mode == "allreduce") return run_allreduce(comm, a, phase);
-    if (a.mode == "mismatch") return run_mismatch(comm, a, phase);
-    if (a.mode == "join") return run_join(comm, phase);
-    return run_garbage(comm, a, phase);
+    try {
+      if (a.mode == "allreduce") return run_allreduce(comm, a, phase);
+      if (a.mode == "mismatch") return run_mismatch(comm, a, phase);
+      if (a.mode == "join") return run_join(comm, phase);
+      if (a.mode == "abort") return run_abort(comm, a, phase);
+      if (a.mode == "idle") return run_idle(comm, a, phase);
+      return run_garbage(comm, a, phase);
+    } catch (const braid::Error&) {
+      failed_at = Clock::now();  // before the communicator's destruction
+      throw;
+    }
   } catch (const braid::Error& e) {
-    std::fprintf(stderr, "fault_worker rank %d: FAILED %s (%s) after %.3f s in %s: %s\n", rank, kind_of(e.code()),
-                 std::string(braid::name_of(e.code())).c_str(), seconds(), phase.c_str(), e.what());
+    double op = std::chrono::duration<double>(failed_at.value_or(Clock::now()) - g_op_start).count();
+    std::fprintf(stderr, "fault_worker rank %d: FAILED %s (%s) after %.3f s in %s (op %.3f s): %s\n", rank,
+                 kind_of(e.code()), std::string(braid::name_of(e.code())).c_str(), seconds(), phase.c_str(), op,
+                 e.what());
     return kExitBraidError;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fault_worker rank %d: FAILED with a non-braid exception after %.3f s in %s: %s\n", rank,

@@ -14,7 +14,7 @@
 #include "braid/braid.hpp"
 #include "core/socket.hpp"
 #include "finding.hpp"
-#include "rendezvous.hpp"
+#include "comm/rendezvous.hpp"
 
 using namespace braid;
 

@@ -22,7 +22,7 @@
 #include "core/text.hpp"
 #include "core/wire.hpp"
 #include "link_script.hpp"
-#include "rendezvous.hpp"
+#include "comm/rendezvous.hpp"
 #include "transport/tcp/handshake.hpp"
 #include "transport/tcp/tcp_link.hpp"
 

@@ -16,7 +16,7 @@
 #include "core/settings.hpp"
 #include "core/text.hpp"
 #include "core/socket.hpp"
-#include "flight_recorder.hpp"
+#include "comm/flight_recorder.hpp"
 
 using namespace braid;
 
@@ -226,16 +226,6 @@ TEST_CASE("the C ABI reports errors as codes with a message") {
   braid_comm_t none = nullptr;
   CHECK(braid_comm_init_rank(&none, 2, junk, 0) == braid_invalid_argument);
   CHECK(none == nullptr);
-}
-
-TEST_CASE("settings reject malformed values naming the variable") {
-  CHECK(parse_duration("30", "X") == std::chrono::seconds(30));
-  CHECK(parse_duration("250ms", "X") == std::chrono::milliseconds(250));
-  CHECK(parse_duration("2m", "X") == std::chrono::minutes(2));
-  CHECK_THROWS_WITH(parse_duration("soon", "BRAID_TIMEOUT"), Catch::Contains("BRAID_TIMEOUT='soon'"));
-  CHECK(parse_bytes("4M", "X") == 4u << 20);
-  CHECK(parse_bytes("256K", "X") == 256u << 10);
-  CHECK_THROWS_WITH(parse_bytes("4Q", "BRAID_SLICE_BYTES"), Catch::Contains("BRAID_SLICE_BYTES='4Q'"));
 }
 
 TEST_CASE("async operations complete in issue order and overlap the caller") {

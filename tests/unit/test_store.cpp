@@ -90,8 +90,10 @@ Fd raw_session(const TcpStoreServer& server) {
 // What a fake store answers to a client's hello (no key). No Catch2
 // assertions: fakes run on their own threads.
 bool answer_hello(int fd) {
-  Bytes in(wire::kHeaderBytes + 1);
+  Bytes in(wire::kHeaderBytes);
   recv_all(fd, in.data(), in.size(), Deadline::after(5s), "fake store");
+  in.resize(wire::frame_size(in, false).value_or(wire::kHeaderBytes));
+  recv_all(fd, in.data() + wire::kHeaderBytes, in.size() - wire::kHeaderBytes, Deadline::after(5s), "fake store");
   auto hello = wire::decode_request(in);
   if (!hello || hello->message.op != wire::Op::hello) return false;
   send_bytes(fd, wire::encode(wire::Reply{.op = wire::Op::hello}));

@@ -19,7 +19,7 @@ static_assert(std::endian::native == std::endian::little,
               "frame headers are sent in host order; braid supports little-endian hosts");
 
 namespace {
-constexpr std::size_t kHeaderBytes = 32;
+constexpr std::size_t kHeaderBytes = sizeof(MessageHeader);
 constexpr int kMaxIov = 64;
 
 std::vector<Socket> in_clear(std::vector<Fd> fds) {
@@ -348,6 +348,18 @@ void TcpLink::abort(std::string_view reason) {
   fail(std::make_exception_ptr(Aborted(cat("rank ", self_, ": link to ", peer_name_, " closed: ", reason))));
 }
 
+std::optional<std::string> TcpLink::departed() {
+  if (busy() || broken_) return std::nullopt;
+  for (auto& s : streams_) {
+    std::string why = peer_notice(s);
+    if (!why.empty()) return cat(describe_peer(), ": ", why);
+    char byte = 0;
+    if (s.socket.tls() == nullptr && ::recv(s.fd(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0)
+      return cat(describe_peer(), ": it closed the connection (it exited or failed)");
+  }
+  return std::nullopt;
+}
+
 std::string TcpLink::peer_notice(Stream& s) {
   // Only in clear, and only when no received frame is half-read, can the
   // next inbound bytes be a notice rather than the middle of something else.
@@ -380,15 +392,6 @@ void TcpLink::read_abort_notice(Stream& s, const RecvPart& part, std::span<const
     reason += " (rest of the reason not received)";
   }
   throw PeerLost(cat(where("was told by", part.tag), " that it gave up: ", reason));
-}
-
-void TcpLink::check_header(const RecvPart& part) const {
-  Tag received{part.header.tag, part.header.context};
-  if (received != part.tag || part.header.bytes != part.bytes)
-    throw TagMismatch(cat(where("received from", part.tag), " a message ", describe_tag(received), " of ",
-                          part.header.bytes, " bytes while expecting ", describe_tag(part.tag), " of ", part.bytes,
-                          " bytes: the ranks are running different operations"),
-                      part.tag, part.bytes, received, part.header.bytes);
 }
 
 void TcpLink::absorb_payload(Stream& s, RecvPart& part, std::size_t n) {
@@ -450,7 +453,7 @@ bool TcpLink::progress_recvs(Stream& s) {
       if (to_header > 0 && part.header_got == kHeaderBytes) {
         if (part.header.tag == kAbortTag)
           read_abort_notice(s, part, std::span(static_cast<const std::byte*>(iov[count - 1].iov_base), got - to_header));
-        check_header(part);
+        check_match(part.header, part.tag, part.bytes, where("received from", part.tag));
       }
       if (got > to_header) absorb_payload(s, part, got - to_header);
       if (part.done < part.bytes && got < requested) break;  // drained for now

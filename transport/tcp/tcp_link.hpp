@@ -41,6 +41,7 @@
 
 #include "core/socket.hpp"
 #include "core/tls.hpp"
+#include "transport/message.hpp"
 #include "transport/transport.hpp"
 
 namespace braid {
@@ -49,8 +50,6 @@ class TcpLink final : public Link {
  public:
   static constexpr std::size_t kStripeMinBytes = 256 * 1024;
   static constexpr std::size_t kBounceBytes = 256 * 1024;
-  static constexpr std::uint64_t kAbortTag = ~std::uint64_t{0};
-  static constexpr std::size_t kMaxAbortReason = 4096;
   /// How long abort() may block to finish a half-sent frame before its notice.
   static constexpr std::chrono::milliseconds kAbortGrace{200};
 
@@ -74,17 +73,12 @@ class TcpLink final : public Link {
   bool busy() const override;
   void attach(Poller& poller) override;
   void abort(std::string_view reason) override;
+  std::optional<std::string> departed() override;
   std::string describe_peer() const override { return peer_name_; }
 
  private:
-  // On the wire, little-endian: u64 tag id, u64 payload bytes, 16 bytes of
-  // tag context.
-  struct FrameHeader {
-    std::uint64_t tag;
-    std::uint64_t bytes;
-    std::array<std::byte, 16> context;
-  };
-  static_assert(sizeof(FrameHeader) == 32, "frame headers are 32 bytes on the wire");
+  // On the wire, little-endian: the MessageHeader of transport/message.hpp.
+  using FrameHeader = MessageHeader;
   struct Message {
     Request request;
     int parts_left = 0;
@@ -135,7 +129,6 @@ class TcpLink final : public Link {
   // readv's contract over TLS: bytes read, 0 at the end, -1 with errno EAGAIN.
   static ssize_t tls_readv(TlsSession& tls, const iovec* iov, int count);
   void finish_part(const std::shared_ptr<Message>& message);
-  void check_header(const RecvPart& part) const;
   // After a failed send: the abort notice the peer left before closing, if
   // one waits at the head of the inbound bytes ("it gave up: ..."), else "".
   std::string peer_notice(Stream& s);

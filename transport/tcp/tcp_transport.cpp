@@ -1,6 +1,11 @@
 #include "transport/tcp/tcp_transport.hpp"
 
+#include <signal.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <fstream>
+#include <thread>
 
 #include "core/log.hpp"
 #include "core/text.hpp"
@@ -10,17 +15,33 @@
 namespace braid {
 namespace {
 
-// How long an accepted connection may take to present its Hello: long enough
-// for a loaded machine, short enough that a silent stranger cannot stall us.
-constexpr Millis kHelloWait{5000};
-
 // A healthy peer acknowledges data within milliseconds and answers keepalive
 // probes even while busy, so 10 s without either means the link or the host
 // is gone: the socket then fails instead of stalling until the operation's
 // own timeout (a downed link never fails a plain TCP connection).
 constexpr Millis kLivenessBound{10000};
+// Once talking, the rest of a handshake is quick.
+constexpr Millis kHelloWait{5000};
+// Liveness of a peer being waited for: a local process is looked up every
+// kLocalLivenessPoll; a remote listener is knocked on after
+// kFirstLivenessCheck, then at doubling intervals up to kMaxLivenessInterval.
+constexpr Millis kFirstLivenessCheck{100};
+constexpr Millis kLocalLivenessPoll{50};
+constexpr Millis kMaxLivenessInterval{5000};
+constexpr Millis kKnockWait{50};
+constexpr int kRefusalsMeanGone = 3;
 
 Deadline min_deadline(Deadline a, Millis b) { return Deadline(std::min(a.at(), Clock::now() + b)); }
+
+// A process of this host that no longer runs (or is a zombie nobody reaped).
+bool process_gone(int pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+  std::ifstream stat(cat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(stat, line)) return false;  // no /proc: trust kill()
+  auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && (line[close + 2] == 'Z' || line[close + 2] == 'X');
+}
 
 }  // namespace
 
@@ -30,15 +51,11 @@ SockAddr parse_tcp_address(std::span<const std::byte> bytes) {
   return addrs.front();
 }
 
-TcpTransport::TcpTransport(TcpOptions options) : options_(std::move(options)) {
-  SockAddr bind_to = options_.listen_address;
-  bind_to.set_port(0);
-  listener_ = listen_tcp(bind_to, cat("rank ", options_.rank, ": TCP transport listener"));
-  listen_address_ = braid::local_address(listener_.get());
-}
+TcpTransport::TcpTransport(TcpOptions options)
+    : options_(std::move(options)), acceptor_(options_), host_id_(RankInfo::local(options_.rank).host_id) {}
 
 std::vector<std::byte> TcpTransport::local_address() const {
-  std::string text = listen_address_.to_string();
+  std::string text = acceptor_.address().to_string();
   auto* p = reinterpret_cast<const std::byte*>(text.data());
   return std::vector<std::byte>(p, p + text.size());
 }
@@ -50,21 +67,69 @@ std::unique_ptr<Link> TcpTransport::connect(const RankInfo& peer, std::span<cons
   return std::move(links.front());
 }
 
-std::vector<std::unique_ptr<Link>> TcpTransport::connect_all(std::span<const PeerRef> peers, Deadline deadline) {
+std::vector<std::unique_ptr<Link>> TcpTransport::connect_all(std::span<const PeerRef> peers, Deadline deadline,
+                                                            const PeerWatch& watch) {
   std::vector<std::unique_ptr<Link>> links(peers.size());
   std::vector<std::size_t> order(peers.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](auto a, auto b) { return peers[a].info->rank < peers[b].info->rank; });
-  for (std::size_t i : order)
-    if (peers[i].info->rank < options_.rank) links[i] = make_link(*peers[i].info, dial(peers[i], deadline));
-  for (std::size_t i : order)
-    if (peers[i].info->rank > options_.rank)
-      links[i] = make_link(*peers[i].info, accept_from(peers[i].info->rank, deadline));
+  for (bool dialing : {true, false}) {
+    for (std::size_t i : order) {
+      const PeerRef& peer = peers[i];
+      const int rank = peer.info->rank;
+      if ((rank < options_.rank) != dialing) continue;
+      if (watch) watch(rank, false);  // news that came before this wait began
+      Liveness liveness{Clock::now() + kFirstLivenessCheck, kFirstLivenessCheck};
+      InterruptScope scope([&] {
+        if (watch) watch(rank, false);
+        try {
+          check_alive(peer, liveness);
+        } catch (const PeerLost&) {
+          if (watch) watch(rank, true);  // the reason it published, if it did, says more
+          throw;
+        }
+      });
+      if (dialing) {
+        SockAddr remote = parse_tcp_address(peer.address);
+        links[i] = make_link(*peer.info, remote, dial(peer, deadline, watch));
+      } else {
+        SockAddr remote;
+        auto sockets = acceptor_.accept_from(rank, deadline, &remote);
+        links[i] = make_link(*peer.info, remote, std::move(sockets));
+      }
+    }
+  }
   return links;
 }
 
-std::unique_ptr<Link> TcpTransport::make_link(const RankInfo& peer, std::vector<Socket> sockets) {
-  SockAddr remote = peer_address(sockets.front().fd());
+void TcpTransport::check_alive(const PeerRef& peer, Liveness& liveness) {
+  auto now = Clock::now();
+  if (now < liveness.next) return;
+  const RankInfo& info = *peer.info;
+  SockAddr addr = parse_tcp_address(peer.address);
+  if (info.host_id == host_id_ && info.pid > 0) {
+    // Same kernel: the process table answers at once and for free. It may be
+    // another PID namespace's table (containers that share a host name), so
+    // a process that seems gone is confirmed by its listener refusing.
+    liveness.next = now + kLocalLivenessPoll;
+    if (process_gone(info.pid) && try_connect_tcp(addr, Deadline::after(kKnockWait)).error == ECONNREFUSED)
+      throw PeerLost(cat("rank ", options_.rank, ": rank ", info.rank, " (", info.hostname, ", pid ", info.pid,
+                         ") is gone: its process exited or was killed before this rank could connect to it"));
+    return;
+  }
+  // Another host: knock on its listener, less often the longer this lasts
+  // (each knock is a connection the peer accepts and drops).
+  liveness.interval = std::min(liveness.interval * 2, kMaxLivenessInterval);
+  liveness.next = now + liveness.interval;
+  ConnectAttempt knock = try_connect_tcp(addr, Deadline::after(kKnockWait));
+  if (knock.error == ECONNREFUSED)
+    throw PeerLost(cat("rank ", options_.rank, ": rank ", info.rank, " (", info.hostname, ", ", addr.to_string(),
+                       ") is gone: its listener refuses connections (it exited, crashed, aborted or destroyed the "
+                       "communicator)"));
+}
+
+std::unique_ptr<Link> TcpTransport::make_link(const RankInfo& peer, const SockAddr& remote,
+                                              std::vector<Socket> sockets) {
   for (auto& socket : sockets) {
     set_nonblocking(socket.fd(), true);
     set_nodelay(socket.fd());
@@ -77,20 +142,42 @@ std::unique_ptr<Link> TcpTransport::make_link(const RankInfo& peer, std::vector<
   return std::make_unique<TcpLink>(options_.rank, peer.rank, std::move(name), std::move(sockets));
 }
 
-std::vector<Socket> TcpTransport::dial(const PeerRef& peer, Deadline deadline) {
+std::vector<Socket> TcpTransport::dial(const PeerRef& peer, Deadline deadline, const PeerWatch& watch) {
   int rank = peer.info->rank;
   SockAddr addr = parse_tcp_address(peer.address);
   std::string what = cat("rank ", options_.rank, ": connecting to rank ", rank, " (", peer.info->hostname, ", ",
                          addr.to_string(), ")");
   std::vector<Socket> sockets;
   for (int stream = 0; stream < options_.streams; ++stream) {
+    // The peer listened before it published its address, so a refusal means
+    // it is gone; a few tries rule out a listener being replaced.
+    Fd fd;
+    int refusals = 0;
+    while (!fd) {
+      ConnectAttempt attempt = try_connect_tcp(addr, Deadline(std::min(deadline.at(), Clock::now() + kKnockWait * 20)));
+      if (!attempt.error) {
+        fd = std::move(attempt.fd);
+        break;
+      }
+      if (attempt.error == ECONNREFUSED && ++refusals >= kRefusalsMeanGone) {
+        if (watch) watch(rank, true);  // the reason it left, if it published one
+        throw PeerLost(cat(what, ": nothing listens there any more (connection refused): rank ", rank,
+                           " exited, crashed, aborted or destroyed the communicator"));
+      }
+      if (deadline.expired())
+        throw Timeout(cat(what, ": could not connect before the deadline (last error: ", errno_text(attempt.error), ")"));
+      InterruptScope::poll();
+      std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::milliseconds(2), deadline.remaining()));
+    }
     Socket socket;
     try {
       // The TLS server answers when the peer gets round to accepting: the
       // whole deadline, as for the first reply below.
-      socket = open_socket(connect_tcp({addr}, deadline, what), options_.tls, TlsRole::client, deadline, what);
+      socket = open_socket(std::move(fd), options_.tls, TlsRole::client, deadline, what);
     } catch (const Error& e) {
+      if (InterruptScope::fired()) throw;
       log_warn(e.what());
+      if (e.code() == ErrorCode::peer_lost && watch) watch(rank, true);
       throw;
     }
     Hello hello;
@@ -101,7 +188,16 @@ std::vector<Socket> TcpTransport::dial(const PeerRef& peer, Deadline deadline) {
     hello.from_rank = static_cast<std::uint32_t>(options_.rank);
     hello.to_rank = static_cast<std::uint32_t>(rank);
     hello.world_size = static_cast<std::uint32_t>(options_.world_size);
-    dial_handshake(socket, hello, deadline, what);
+    try {
+      dial_handshake(socket, hello, deadline, what);
+    } catch (const PeerLost& e) {
+      // The peer closed its listener with this connection still queued: it
+      // gave up, and may have said why.
+      if (InterruptScope::fired()) throw;
+      if (watch) watch(rank, true);
+      throw PeerLost(cat(e.what(), " (rank ", rank, " closed the connection before answering: it exited, crashed, "
+                         "aborted or destroyed the communicator)"));
+    }
     sockets.push_back(std::move(socket));
   }
   return sockets;
@@ -161,106 +257,6 @@ void TcpTransport::dial_handshake(Socket& socket, const Hello& hello, Deadline d
     refuse(cat("the peer refused the connection: ", describe(reply.status), " (it speaks version ", reply.version,
                ", this rank ", kTcpProtocolVersion, ")"));
   if (reply.status != HelloStatus::accepted) refuse(cat("the peer refused the connection: ", describe(reply.status)));
-}
-
-HelloStatus TcpTransport::authenticate(Socket& socket, std::span<const std::byte> hello_bytes, Deadline deadline,
-                                       const std::string& what, Digest& server_proof) {
-  Nonce server_nonce = random_nonce();
-  auto challenge = encode_reply(HelloStatus::challenge);
-  std::array<std::byte, kHelloReplyBytes + kNonceBytes> out;
-  std::copy(challenge.begin(), challenge.end(), out.begin());
-  std::copy(server_nonce.begin(), server_nonce.end(), out.begin() + kHelloReplyBytes);
-  socket.send_all(out.data(), out.size(), deadline, what);
-  std::array<std::byte, kAuthProofBytes> in;
-  socket.recv_all(in.data(), in.size(), deadline, what);
-  AuthProof theirs = decode_auth_proof(in);
-  Digest expected = handshake_proof(options_.auth_key, AuthRole::client, kTcpAuthProtocol, theirs.client_nonce,
-                                    server_nonce, hello_bytes);
-  if (!same_digest(theirs.proof, expected)) return HelloStatus::auth_failed;
-  server_proof = handshake_proof(options_.auth_key, AuthRole::server, kTcpAuthProtocol, theirs.client_nonce,
-                                 server_nonce, hello_bytes);
-  return HelloStatus::accepted;
-}
-
-bool TcpTransport::accept_one(Deadline deadline) {
-  auto conn = accept_tcp(listener_.get(), deadline);
-  if (!conn) return false;
-  SockAddr from = peer_address(conn->get());
-  // One deadline for the whole handshake, TLS included, so a silent or slow
-  // stranger costs at most kHelloWait.
-  const Deadline quick = min_deadline(deadline, kHelloWait);
-  const std::string what = "handshake";  // the log line below names the rank and the address
-  std::array<std::byte, kHelloBytes> bytes;
-  try {
-    if (options_.tls.enabled() && !starts_tls(conn->get(), quick, what)) {
-      refuse_clear_hello(std::move(*conn), from, quick);
-      return true;
-    }
-    Socket socket = open_socket(std::move(*conn), options_.tls, TlsRole::server, quick, what);
-    socket.recv_all(bytes.data(), bytes.size(), quick, what);
-    Hello hello = decode_hello(bytes);
-    const bool keyed = options_.auth_key.enabled();
-    HelloStatus status =
-        hello.version != kTcpProtocolVersion ? HelloStatus::wrong_version : check_auth_mode(hello, keyed);
-    // With a key, nothing about this communicator is said to a peer that has
-    // not proved it holds the key.
-    Digest server_proof{};
-    if (status == HelloStatus::accepted && keyed) status = authenticate(socket, bytes, quick, what, server_proof);
-    if (status == HelloStatus::accepted)
-      status = check_hello(hello, options_.comm_id, options_.rank, options_.world_size, options_.streams);
-    auto reply = encode_reply(status);
-    socket.send_all(reply.data(), reply.size(), quick, what);
-    if (status == HelloStatus::accepted && keyed)
-      socket.send_all(server_proof.data(), server_proof.size(), quick, what);
-    if (status != HelloStatus::accepted) {
-      std::string claim = hello.version == kTcpProtocolVersion ? cat(" claiming rank ", hello.from_rank) : "";
-      log_warn("rank ", options_.rank, ": refused a connection from ", from.to_string(), claim, ": ", describe(status));
-      if (hello.version == kTcpProtocolVersion && hello.from_rank < static_cast<std::uint32_t>(options_.world_size))
-        refused_[static_cast<int>(hello.from_rank)] =
-            cat("a connection from ", from.to_string(), " claiming to be it was refused: ", describe(status));
-      return true;
-    }
-    accepted_[{static_cast<int>(hello.from_rank), hello.stream}] = std::move(socket);
-  } catch (const Error& e) {
-    log_warn("rank ", options_.rank, ": refused a connection from ", from.to_string(), ": ", e.what());
-    refused_unnamed_ = cat("a connection from ", from.to_string(), " was refused: ", e.what());
-  }
-  return true;
-}
-
-void TcpTransport::refuse_clear_hello(Fd fd, const SockAddr& from, Deadline deadline) {
-  std::array<std::byte, kHelloBytes> bytes;
-  recv_all(fd.get(), bytes.data(), bytes.size(), deadline, "handshake");
-  Hello hello = decode_hello(bytes);
-  auto reply = encode_reply(HelloStatus::tls_required);
-  send_all(fd.get(), reply.data(), reply.size(), deadline, "handshake");
-  std::string claim = hello.version == kTcpProtocolVersion ? cat(" claiming rank ", hello.from_rank) : "";
-  log_warn("rank ", options_.rank, ": refused a connection from ", from.to_string(), claim, ": ",
-           describe(HelloStatus::tls_required));
-  if (hello.version == kTcpProtocolVersion && hello.from_rank < static_cast<std::uint32_t>(options_.world_size))
-    refused_[static_cast<int>(hello.from_rank)] = cat("a connection from ", from.to_string(),
-                                                      " claiming to be it was refused: ",
-                                                      describe(HelloStatus::tls_required));
-}
-
-std::vector<Socket> TcpTransport::accept_from(int peer, Deadline deadline) {
-  std::vector<Socket> sockets;
-  for (int stream = 0; stream < options_.streams; ++stream) {
-    auto key = std::make_pair(peer, stream);
-    while (accepted_.find(key) == accepted_.end()) {
-      if (!accept_one(deadline)) {
-        auto refusal = refused_.find(peer);
-        std::string why = refusal != refused_.end() ? refusal->second
-                          : !refused_unnamed_.empty() ? refused_unnamed_
-                                                      : "did it start, and can it reach this address?";
-        throw Timeout(cat("rank ", options_.rank, ": rank ", peer, " did not connect to ", listen_address_.to_string(),
-                          " within the timeout (", why, ")"));
-      }
-    }
-    sockets.push_back(std::move(accepted_[key]));
-    accepted_.erase(key);
-  }
-  return sockets;
 }
 
 }  // namespace braid

@@ -58,7 +58,7 @@ bool CommImpl::test(const std::shared_ptr<Operation>& op) {
 void CommImpl::start_op(Operation& op) {
   std::vector<int> peers = op.schedule.peers();
   connect_peers(peers);
-  op.executor = std::make_unique<Executor>(op.schedule, op.buffers, link_ptrs_, op.sequence, rank_);
+  op.executor = std::make_unique<Executor>(op.schedule, op.buffers, link_ptrs_, op.sequence, rank_, &scratch_);
   op.started = Clock::now();
   op.deadline = Deadline(op.started + settings_.timeout);
   recorder_.started(op.record);
@@ -74,8 +74,10 @@ void CommImpl::fail_queue(std::exception_ptr error) {
   log_warn(why);
   // Tell every peer, so that ranks not directly connected to the failure
   // learn of it in a hop or two rather than at their own timeout.
+  const std::string notice = cat("rank ", rank_, " (", infos_.empty() ? "?" : infos_[rank_].hostname, ") gave up: ", why);
   for (auto& link : links_)
-    if (link) link->abort(cat("rank ", rank_, " (", infos_.empty() ? "?" : infos_[rank_].hostname, ") gave up: ", why));
+    if (link) link->abort(notice);
+  announce_failure(notice);
   std::lock_guard lock(mutex_);
   // Links may still hold requests that point into callers' buffers: the
   // communicator must not move another byte.
@@ -96,6 +98,17 @@ void CommImpl::fail_queue(std::exception_ptr error) {
   changed_.notify_all();
 }
 
+void CommImpl::announce_failure(const std::string& why) {
+  // Peers with a link heard it through the link; the others read it here
+  // when they next try to connect (or find this listener closed).
+  if (store_ && !store_lost_) {
+    auto bytes = std::as_bytes(std::span(why.data(), why.size()));
+    if (!store_->try_set(failure_key(rank_), bytes, kFailureLook))
+      log_info("rank ", rank_, ": could not leave the failure notice in the braid store at ", store_name_);
+  }
+  if (transport_) transport_->stop_listening();
+}
+
 // Runs queued operations in order until `target` (or, when null, the whole
 // queue) is done, or `until` passes. The caller holds driving_.
 void CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until) {
@@ -110,6 +123,9 @@ void CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until) {
       head = queue_.front();
     }
     try {
+      if (aborted_.load(std::memory_order_relaxed))
+        throw Aborted(cat("rank ", rank_, ": ", head->what, " (op #", head->sequence & 0x7fffffffu,
+                          ") was aborted by the application (Comm::abort)"));
       if (!head->executor) start_op(*head);
       if (head->executor->advance()) {
         std::lock_guard lock(mutex_);
@@ -125,9 +141,6 @@ void CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until) {
         spin_until = Clock::now() + spin;
         continue;
       }
-      if (aborted_.load(std::memory_order_relaxed))
-        throw Aborted(cat("rank ", rank_, ": ", head->what, " (op #", head->sequence & 0x7fffffffu,
-                          ") was aborted by the application (Comm::abort)"));
       auto now = Clock::now();
       if (now < spin_until) continue;
       if (now >= head->deadline.at()) {
@@ -181,13 +194,15 @@ void CommImpl::abort() {
   aborted_.store(true);
   poller_.wake();
   std::unique_lock lock(mutex_);
-  // The driving thread sees the flag within one turn and fails the queue; if
-  // nobody drives, do it here.
-  changed_.wait(lock, [&] { return !driving_; });
+  // A driving thread sees the flag within one turn of its loop, or within
+  // InterruptScope::kInterruptPoll while it connects, and fails the queue
+  // (with Aborted, whatever it was doing). Wait for that, briefly; if nobody
+  // drives, fail the queue here.
+  changed_.wait_for(lock, kAbortWait, [&] { return !driving_ || !broken_.empty(); });
+  if (driving_ || !broken_.empty()) return;
   driving_ = true;
-  bool already = !broken_.empty();
   lock.unlock();
-  if (!already) fail_queue(std::make_exception_ptr(Aborted(cat("rank ", rank_, ": the communicator was aborted by the application (Comm::abort)"))));
+  fail_queue(std::make_exception_ptr(Aborted(cat("rank ", rank_, ": the communicator was aborted by the application (Comm::abort)"))));
   lock.lock();
   driving_ = false;
   changed_.notify_all();

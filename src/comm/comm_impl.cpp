@@ -1,17 +1,19 @@
 #include "comm_impl.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "collectives/algorithms.hpp"
+#include "core/check.hpp"
 #include "core/log.hpp"
 #include "core/text.hpp"
 #include "core/wire.hpp"
 
 namespace braid {
 namespace {
-
-std::string rank_key(std::string_view what, int rank) { return cat("braid/", what, "/", rank); }
 
 // The TCP transport of a communicator: who it speaks for, where it listens,
 // and the socket, timeout and security settings every rank shares.
@@ -30,6 +32,8 @@ TcpOptions tcp_options(const Settings& settings, int rank, int world_size, const
 
 }  // namespace
 
+std::string CommImpl::rank_key(std::string_view what, int rank) const { return cat(scope_, what, "/", rank); }
+
 CommImpl::CommImpl(int rank, int size, Settings settings)
     : settings_(std::move(settings)), rank_(rank), size_(size), p2p_sent_(static_cast<std::size_t>(size)),
       p2p_received_(static_cast<std::size_t>(size)),
@@ -40,6 +44,28 @@ CommImpl::CommImpl(int rank, int size, Settings settings)
 CommImpl::~CommImpl() {
   progress_thread_ = {};  // request stop and join
   drain();
+  linger_with_store();
+}
+
+void CommImpl::linger_with_store() {
+  // After a failure, the other ranks may still read why peers left from the
+  // store this rank hosts: keep it up until each has published its own
+  // failure (a cascade takes milliseconds), or kStoreLinger at most.
+  bool failed = false;
+  {
+    std::lock_guard lock(mutex_);
+    failed = !broken_.empty();
+  }
+  if (!store_server_ || !store_ || !failed || size_ == 1) return;
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_) keys.push_back(failure_key(r));
+  const Deadline until = Deadline::after(kStoreLinger);
+  try {
+    while (!until.expired() && !store_->check(keys)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  } catch (const Error& e) {
+    log_info("rank ", rank_, ": ", e.what());
+  }
 }
 
 std::unique_ptr<CommImpl> CommImpl::create(Rendezvous rendezvous, int rank, int size, Settings settings) {
@@ -58,27 +84,53 @@ std::unique_ptr<CommImpl> CommImpl::create(Rendezvous rendezvous, int rank, int 
 void CommImpl::wait_for_ranks(Store& store, std::string_view what, Deadline deadline) {
   std::vector<std::string> keys;
   for (int r = 0; r < size_; ++r) keys.push_back(rank_key(what, r));
-  const std::string abort_key = "braid/join_failed";
+  wait_for_keys(store, keys, deadline, [&](const std::vector<int>& missing) {
+    return cat(describe_ranks(missing), " of ", size_, " did not join the communicator at the store ", store_name_,
+               " within ", seconds_of(settings_.timeout), " s");
+  });
+}
+
+void CommImpl::wait_for_keys(Store& store, const std::vector<std::string>& keys, Deadline deadline,
+                             const std::function<std::string(const std::vector<int>&)>& late) {
+  std::int64_t refusals_seen = 0;
+  // The indices of the keys not set yet (for ranks: the ranks missing).
+  auto missing_of = [&] {
+    std::vector<int> missing;
+    for (std::size_t i = 0; i < keys.size(); ++i)
+      if (!store.check(std::span(&keys[i], 1))) missing.push_back(static_cast<int>(i));
+    return missing;
+  };
+  auto give_up = [&](const std::string& why, ErrorCode code) { fail_join(store, code, why); };
+  // Looked at before and after every wait, so a rank whose keys are all
+  // there still hears of a failure (a duplicate claim) before it goes on.
+  auto check_abort = [&] { check_join_failure(store); };
   try {
+    check_abort();
     while (true) {
       try {
         store.wait(keys, std::chrono::duration_cast<Millis>(std::min<Clock::duration>(deadline.remaining(), kJoinPoll)));
+        check_abort();
         return;
       } catch (const Timeout&) {
       }
-      // Another rank may have given up already: then its reason is ours.
-      if (store.check(std::span(&abort_key, 1)))
-        throw Timeout(cat("rank ", rank_, ": start-up failed: ", store.get_string(abort_key, kJoinPoll)));
+      check_abort();
+      // A rank the store refused (another key) will not come: say so now.
+      std::int64_t refusals = store.add(scope_ + "refusals", 0);
+      if (refusals > refusals_seen) {
+        auto missing = missing_of();
+        for (std::int64_t i = refusals_seen + 1; i <= refusals; ++i) {
+          std::string entry = store.get_string(cat(scope_, "refusal/", i), kJoinPoll);
+          int claimed = -1;
+          std::sscanf(entry.c_str(), "rank %d:", &claimed);
+          if (keys.size() == static_cast<std::size_t>(size_) &&
+              std::binary_search(missing.begin(), missing.end(), claimed))
+            give_up(cat("rank ", claimed, " of ", size_, " cannot join: ", entry.substr(entry.find(':') + 2)),
+                    ErrorCode::protocol);
+        }
+        refusals_seen = refusals;
+      }
       if (!deadline.expired()) continue;
-      std::string missing;
-      int count = 0;
-      for (int r = 0; r < size_; ++r)
-        if (!store.check(std::span(&keys[r], 1))) missing += cat(count++ ? ", " : "", r);
-      std::string why = cat("rank", count == 1 ? " " : "s ", missing, " of ", size_,
-                            " did not join the communicator at the store ", store_name_, " within ",
-                            seconds_of(settings_.timeout), " s");
-      store.set(abort_key, why);
-      throw Timeout(cat("rank ", rank_, ": ", why));
+      give_up(late(missing_of()), ErrorCode::timeout);
     }
   } catch (const PeerLost& e) {
     throw PeerLost(cat("rank ", rank_, ": lost the braid store at ", store_name_,
@@ -87,15 +139,52 @@ void CommImpl::wait_for_ranks(Store& store, std::string_view what, Deadline dead
   }
 }
 
+void CommImpl::claim_rank(Store& store) {
+  // The first claim of a rank number wins; a second one (another job at this
+  // address, or a restarted rank) fails every member at once instead of
+  // overwriting the first one's keys.
+  const std::string claim = rank_key("claim", rank_);
+  const std::string me = cat(store.endpoint().empty() ? std::string(hostname()) : store.endpoint(), " pid ", ::getpid());
+  const std::int64_t n = store.add(claim, 1);
+  store.set(cat(claim, "/", n), me);
+  if (n == 1) return;
+  std::string first = store.get_string(cat(claim, "/1"), settings_.timeout);
+  std::string why = cat("rank ", rank_, " joined twice (from ", first, " and ", me,
+                        "): two jobs share the store address ", store_name_,
+                        ", or a rank was restarted; give each job its own address or BRAID_JOB_ID");
+  fail_join(store, ErrorCode::protocol, why);
+}
+
+void CommImpl::fail_join(Store& store, ErrorCode code, const std::string& why) {
+  store.set(scope_ + "join_failed", cat(static_cast<int>(code), ":", why));
+  throw_error(code, cat("rank ", rank_, ": ", why));
+}
+
+void CommImpl::check_join_failure(Store& store) {
+  const std::string key = scope_ + "join_failed";
+  if (!store.check(std::span(&key, 1))) return;
+  std::string text = store.get_string(key, kJoinPoll);
+  int code = static_cast<int>(ErrorCode::timeout);
+  auto colon = text.find(':');
+  if (colon != std::string::npos && std::sscanf(text.c_str(), "%d:", &code) == 1) text.erase(0, colon + 1);
+  if (code < 1 || code > static_cast<int>(ErrorCode::unsupported)) code = static_cast<int>(ErrorCode::timeout);
+  throw_error(static_cast<ErrorCode>(code), cat("rank ", rank_, ": start-up failed: ", text));
+}
+
 void CommImpl::join(Rendezvous rendezvous) {
   const Deadline deadline = Deadline::after(settings_.timeout);
   store_server_ = rendezvous.server;
   store_name_ = rendezvous.store_name;
   comm_id_ = rendezvous.comm_id;
   advertise_ = rendezvous.advertise;
+  store_ = rendezvous.store;
+  scope_ = rendezvous.scope;
+  store_host_ = rendezvous.store_host;
+  comm_scope_ = cat(scope_, "comm:", comm_id_.to_hex(), "/");
   transport_ = std::make_unique<TcpTransport>(tcp_options(settings_, rank_, size_, comm_id_, advertise_));
 
-  Store& store = *rendezvous.store;
+  Store& store = *store_;
+  claim_rank(store);
   store.set(rank_key("info", rank_), RankInfo::local(rank_).encode());
   store.set(rank_key("tcp", rank_), transport_->local_address());
 
@@ -112,6 +201,22 @@ void CommImpl::join(Rendezvous rendezvous) {
   // before every rank has read what it needs from the store.
   store.set(rank_key("fetched", rank_), std::string_view("1"));
   wait_for_ranks(store, "fetched", deadline);
+  // Rank 0 declares the communicator formed, once, after a last look for a
+  // failure (a duplicate claim): either every rank hears of that failure, or
+  // the members formed without the latecomer, which then fails alone.
+  const std::string formed = scope_ + "formed";
+  if (rank_ == 0) {
+    check_join_failure(store);
+    store.set(formed, std::string_view("1"));
+  } else {
+    wait_for_keys(store, {formed}, deadline, [&](const std::vector<int>&) {
+      return cat("rank 0 did not declare the communicator formed within ", seconds_of(settings_.timeout), " s");
+    });
+  }
+  // Whoever reaches this store now (a second job, a restarted rank, the next
+  // communicator of a loop that re-creates one at this address) is told the
+  // communicator formed already, instead of joining.
+  if (store_server_) store_server_->seal();
   start(std::move(infos), std::move(addresses));
 }
 
@@ -119,6 +224,13 @@ void CommImpl::start(std::vector<RankInfo> infos, std::vector<std::vector<std::b
   infos_ = std::move(infos);
   addresses_ = std::move(addresses);
   plan_ = make_plan(infos_, settings_);
+  // Every pair must be reachable by a transport of the order, and TCP is the
+  // only one this build's comm layer connects yet.
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_) {
+      std::string_view kind = plan_.transport_between(infos_[rank_], infos_[p]);
+      BRAID_CHECK(kind == "tcp", "rank ", rank_, ": the plan chose transport ", kind, " for rank ", p);
+    }
   int local = static_cast<int>(std::count_if(infos_.begin(), infos_.end(),
                                              [&](const RankInfo& i) { return i.host_id == infos_[rank_].host_id; }));
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -145,7 +257,23 @@ void CommImpl::connect_peers(const std::vector<int>& peers) {
     wanted.push_back({&infos_[p], addresses_[p]});
   }
   if (wanted.empty()) return;
-  auto links = transport_->connect_all(wanted, Deadline::after(settings_.timeout));
+  Clock::time_point next_look{};
+  auto watch = [&](int peer, bool urgent) {
+    if (aborted_.load(std::memory_order_relaxed))
+      throw Aborted(cat("rank ", rank_, ": the communicator was aborted by the application (Comm::abort) while "
+                        "connecting to rank ", peer));
+    // A peer this rank is linked to may have given up meanwhile: its notice
+    // waits unread on the idle link, and it is news for this wait too.
+    for (auto& link : links_)
+      if (link)
+        if (auto why = link->departed())
+          throw PeerLost(cat("rank ", rank_, ": while connecting to rank ", peer, ", learnt that ", *why));
+    auto now = Clock::now();
+    if (!urgent && now < next_look) return;
+    next_look = now + kFailureLook;
+    check_peer_failure(peer);
+  };
+  auto links = transport_->connect_all(wanted, Deadline::after(settings_.timeout), watch);
   for (auto& link : links) {
     int p = link->peer();
     link->attach(poller_);
@@ -153,6 +281,32 @@ void CommImpl::connect_peers(const std::vector<int>& peers) {
     links_[p] = std::move(link);
   }
 }
+
+void CommImpl::check_peer_failure(int peer) {
+  if (!store_ || store_lost_) return;
+  std::optional<Bytes> why;
+  try {
+    why = store_->peek(failure_key(peer), kFailureLook);
+  } catch (const Timeout&) {
+    return;  // busy: look again next time
+  } catch (const Error& e) {
+    // The store went with the rank hosting it: that rank is gone; for any
+    // other peer the store only carried news, and connecting goes on.
+    store_lost_ = true;
+    if (peer == store_host_)
+      throw PeerLost(cat("rank ", rank_, ": rank ", peer, " is gone: the braid store it hosted at ", store_name_,
+                         " closed (", e.what(), ")"));
+    log_info("rank ", rank_, ": the braid store at ", store_name_, " is gone; failures of peers are now learnt from "
+             "the connections alone (", e.what(), ")");
+    return;
+  }
+  if (why)
+    throw PeerLost(cat("rank ", rank_, ": rank ", peer, " (", infos_[peer].hostname,
+                       ") left the communicator before this rank could connect to it: ",
+                       std::string_view(reinterpret_cast<const char*>(why->data()), why->size())));
+}
+
+std::string CommImpl::failure_key(int rank) const { return cat(comm_scope_, "failed/", rank); }
 
 std::string CommImpl::describe() const {
   return cat("rank ", rank_, " of ", size_, " on ", infos_.empty() ? "?" : infos_[rank_].hostname, "; ",
@@ -485,6 +639,11 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
   }
   child->comm_id_.bytes[8] ^= std::byte{0x5b};
   child->advertise_ = advertise_;
+  child->store_ = store_;
+  child->scope_ = scope_;
+  child->comm_scope_ = cat(scope_, "comm:", child->comm_id_.to_hex(), "/");
+  for (std::size_t i = 0; i < group.size(); ++i)
+    if (group[i].parent_rank == store_host_) child->store_host_ = static_cast<int>(i);
   child->store_name_ = cat(store_name_, " (split ", split_index, ", color ", color, ")");
   transport->set_identity(child->rank_, child->size_, child->comm_id_);
   child->transport_ = std::move(transport);

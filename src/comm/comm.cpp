@@ -18,12 +18,13 @@ Settings settings_with(const CommOptions& options) {
     if (options.timeout->count() <= 0) throw InvalidArgument("CommOptions::timeout must be positive");
     s.timeout = *options.timeout;
   }
-  if (options.tcp_streams) {
-    if (*options.tcp_streams < 1 || *options.tcp_streams > 16)
-      throw InvalidArgument(cat("CommOptions::tcp_streams=", *options.tcp_streams, " is outside [1, 16]"));
-    s.tcp_streams = *options.tcp_streams;
+  if (options.transport) s.transport = *options.transport;
+  if (options.tcp.streams) {
+    if (*options.tcp.streams < 1 || *options.tcp.streams > 16)
+      throw InvalidArgument(cat("CommOptions::tcp.streams=", *options.tcp.streams, " is outside [1, 16]"));
+    s.tcp_streams = *options.tcp.streams;
   }
-  if (options.socket_ifname) s.socket_ifname = *options.socket_ifname;
+  if (options.tcp.socket_ifname) s.socket_ifname = *options.tcp.socket_ifname;
   set_log_level(s.log_level);
   return s;
 }

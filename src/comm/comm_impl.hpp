@@ -15,6 +15,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -105,7 +106,39 @@ class CommImpl {
   /// waiting fail with the same reason; a reason published by another rank
   /// ends the wait at once. Polls in short slices to notice either.
   void wait_for_ranks(Store& store, std::string_view what, Deadline deadline);
+  /// The loop under wait_for_ranks: waits for `keys`, failing at once on a
+  /// start-up failure any rank published or (for rank keys) a refusal of a
+  /// missing rank; at the deadline publishes and throws late(missing indices).
+  void wait_for_keys(Store& store, const std::vector<std::string>& keys, Deadline deadline,
+                     const std::function<std::string(const std::vector<int>&)>& late);
+  /// Claims this rank's number in the store; a second claimant fails every
+  /// member at once (two jobs at one address, a restarted rank).
+  void claim_rank(Store& store);
+  /// Publishes why start-up failed (with its error code) where every waiting
+  /// rank reads it, and throws it here.
+  [[noreturn]] void fail_join(Store& store, ErrorCode code, const std::string& why);
+  /// Throws the start-up failure another rank published, if there is one.
+  void check_join_failure(Store& store);
+  /// <job scope><what>/<rank>: the store keys of start-up.
+  std::string rank_key(std::string_view what, int rank) const;
+  /// Where a rank that gives up publishes why, for peers not connected to it.
+  std::string failure_key(int rank) const;
+  /// Throws PeerLost when `peer` published a failure (or was the store's
+  /// host, and the store is gone).
+  void check_peer_failure(int peer);
+  /// Publishes this rank's failure for the peers it has no link to, and stops
+  /// listening, so a rank that tries to connect learns at once.
+  void announce_failure(const std::string& why);
+  /// On the rank hosting the store, after a failure: keeps the store up a
+  /// moment at destruction, so the others can still read why ranks left.
+  void linger_with_store();
+  static constexpr Millis kStoreLinger{1000};
   static constexpr Millis kJoinPoll{200};
+  /// How long abort() waits for a driving thread to notice it.
+  static constexpr Millis kAbortWait{200};
+  /// While connecting: how often the store is asked about the peer, and the
+  /// bound on each question (and on publishing a failure).
+  static constexpr Millis kFailureLook{50};
   static constexpr std::size_t kMinSlice = 32 * 1024;
   static constexpr std::size_t kSlicesPerShare = 16;
   static constexpr Millis kJoinFailureGrace{1000};
@@ -136,6 +169,11 @@ class CommImpl {
   int size_;
   int spin_us_ = 0;
   std::shared_ptr<TcpStoreServer> store_server_;  // on the rank that hosts the store
+  std::shared_ptr<Store> store_;                  // kept for failure notices (shared with split children)
+  std::string scope_;                             // the job's key prefix
+  std::string comm_scope_;                        // this communicator's key prefix
+  int store_host_ = -1;                           // the rank whose process hosts the store, if one does
+  bool store_lost_ = false;                       // the store stopped answering (touched by the driver only)
   std::string store_name_;
   CommId comm_id_;
   SockAddr advertise_;
@@ -144,6 +182,7 @@ class CommImpl {
   std::vector<std::vector<std::byte>> addresses_;
   Plan plan_;
   Poller poller_;
+  ScratchPool scratch_;  // the running operation's scratch (operations run one at a time)
   std::vector<std::unique_ptr<Link>> links_;  // by rank
   std::vector<Link*> link_ptrs_;              // by rank, null where none
   std::uint32_t collective_sequence_ = 0;     // identical on every rank

@@ -15,17 +15,21 @@ namespace braid {
 
 struct Rendezvous {
   std::shared_ptr<TcpStoreServer> server;  // set on the rank that hosts the store
-  std::unique_ptr<Store> store;
+  std::shared_ptr<Store> store;            // kept by the communicator (and its split children)
+  std::string scope;                       // job_scope(): the prefix of every key of this job
+  int store_host = -1;                     // the rank whose process hosts the store (-1: none of them)
   std::string store_name;                  // "127.0.0.1:29500", for messages
   CommId comm_id;
   SockAddr advertise;                      // IP (port 0) this rank's transport listens on
 };
 
 /// Joins through a store at `where`; rank 0 hosts it there. Rank 0 draws the
-/// communicator id and publishes it.
+/// communicator id and publishes it. The job id (settings.job_id) scopes the
+/// keys, and the store refuses a client of another job.
 Rendezvous rendezvous_at_store(const std::string& where, int rank, int size, const Settings& settings);
 
-/// Joins through a UniqueId's store (hosted by whoever created the id).
+/// Joins through a UniqueId's store (hosted by whoever created the id); the
+/// id's communicator id is the job id.
 Rendezvous rendezvous_by_id(std::span<const std::byte> id, int rank, int size, const Settings& settings);
 
 /// Starts a store for UniqueId::create and returns the id bytes.

@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 
+#include "core/check.hpp"
 #include "core/log.hpp"
 #include "core/text.hpp"
 #include "core/wire.hpp"
@@ -45,14 +46,20 @@ std::shared_ptr<TcpStoreServer> take_hosted(const std::string& where) {
   return server;
 }
 
-Rendezvous connect_to(const std::string& where, const Settings& settings, std::shared_ptr<TcpStoreServer> server) {
+Rendezvous connect_to(const std::string& where, const Settings& settings, std::shared_ptr<TcpStoreServer> server,
+                      const std::string& job, int rank) {
   HostPort hp = parse_host_port(where, "braid store address");
   auto addrs = resolve(hp, "braid store address");
   Rendezvous rv;
   rv.server = std::move(server);
   rv.store_name = where;
+  rv.scope = job_scope(job);
   rv.advertise = advertised_address(addrs.front(), settings);
-  rv.store = connect_tcp_store(hp, Deadline::after(settings.timeout), settings.auth_key, settings.tls);
+  try {
+    rv.store = connect_tcp_store(hp, Deadline::after(settings.timeout), settings.auth_key, settings.tls, job, rank);
+  } catch (const Error& e) {
+    throw_error(e.code(), cat("rank ", rank, ": ", e.what()));
+  }
   return rv;
 }
 
@@ -68,19 +75,21 @@ Rendezvous rendezvous_at_store(const std::string& requested, int rank, int size,
   if (rank == 0) {
     auto addrs = resolve(hp, "braid store address");
     try {
-      server = TcpStoreServer::start(addrs.front(), settings.auth_key, settings.tls);
+      server = TcpStoreServer::start(addrs.front(), settings.auth_key, settings.tls, settings.job_id);
     } catch (const Error& e) {
       throw Error(e.code(), cat("rank 0: cannot host the braid store at ", where, ": ", e.what()));
     }
     log_info("hosting the braid store at ", server->address().to_string());
     if (hp.port == 0) where = server->address().to_string();
   }
-  Rendezvous rv = connect_to(where, settings, std::move(server));
+  Rendezvous rv = connect_to(where, settings, std::move(server), settings.job_id, rank);
+  rv.store_host = 0;
+  const std::string id_key = rv.scope + "comm_id";
   if (rank == 0) {
     rv.comm_id = CommId::random();
-    rv.store->set("braid/comm_id", std::span<const std::byte>(rv.comm_id.bytes));
+    rv.store->set(id_key, std::span<const std::byte>(rv.comm_id.bytes));
   } else {
-    Bytes id = rv.store->get("braid/comm_id", settings.timeout);
+    Bytes id = rv.store->get(id_key, settings.timeout);
     if (id.size() != rv.comm_id.bytes.size())
       throw ProtocolMismatch(cat("rank ", rank, ": the store at ", where, " holds a malformed communicator id"));
     std::copy(id.begin(), id.end(), rv.comm_id.bytes.begin());
@@ -99,9 +108,10 @@ std::vector<std::byte> create_unique_id_bytes(const Settings& settings) {
   } else {
     bind_to = resolve(HostPort{"127.0.0.1", 0}, "loopback").front();
   }
-  std::shared_ptr<TcpStoreServer> server = TcpStoreServer::start(bind_to, settings.auth_key, settings.tls);
+  const CommId id = CommId::random();
+  std::shared_ptr<TcpStoreServer> server = TcpStoreServer::start(bind_to, settings.auth_key, settings.tls, id.to_hex());
   std::string where = server->address().to_string();
-  auto bytes = encode_unique_id(UniqueIdContents{CommId::random(), where});
+  auto bytes = encode_unique_id(UniqueIdContents{id, where});
   {
     std::lock_guard lock(g_hosted_mutex);
     (*g_hosted)[where] = HostedStore{std::move(server), ::getpid()};
@@ -133,10 +143,9 @@ UniqueIdContents decode_unique_id(std::span<const std::byte> id) {
 }
 
 Rendezvous rendezvous_by_id(std::span<const std::byte> id, int rank, int size, const Settings& settings) {
-  (void)rank;
   (void)size;
   UniqueIdContents contents = decode_unique_id(id);
-  Rendezvous rv = connect_to(contents.store, settings, take_hosted(contents.store));
+  Rendezvous rv = connect_to(contents.store, settings, take_hosted(contents.store), contents.comm_id.to_hex(), rank);
   rv.comm_id = contents.comm_id;
   return rv;
 }

@@ -1,0 +1,138 @@
+// Settings: every malformed, non-finite, out-of-range or empty value is an
+// error naming the variable; the small text helpers settings errors use; and
+// BRAID_TRANSPORT's ordered list.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/log.hpp"
+#include "core/settings.hpp"
+#include "core/text.hpp"
+#include "loopback_fixtures.hpp"
+#include "transport/registry.hpp"
+
+using namespace braid;
+using namespace braid::test;
+
+TEST_CASE("settings reject malformed values naming the variable") {
+  CHECK(parse_duration("30", "X") == std::chrono::seconds(30));
+  CHECK(parse_duration("250ms", "X") == std::chrono::milliseconds(250));
+  CHECK(parse_duration("2m", "X") == std::chrono::minutes(2));
+  CHECK_THROWS_WITH(parse_duration("soon", "BRAID_TIMEOUT"), Catch::Contains("BRAID_TIMEOUT='soon'"));
+  CHECK(parse_bytes("4M", "X") == 4u << 20);
+  CHECK(parse_bytes("256K", "X") == 256u << 10);
+  CHECK_THROWS_WITH(parse_bytes("4Q", "BRAID_SLICE_BYTES"), Catch::Contains("BRAID_SLICE_BYTES='4Q'"));
+}
+
+TEST_CASE("durations that are not finite, negative or overflow are refused") {
+  for (const char* text : {"nan", "NaN", "inf", "-inf", "infinity", "nanms", "-1", "1e300", "2e9s", "9e18ms"})
+    CHECK_THROWS_WITH(parse_duration(text, "BRAID_TIMEOUT"), Catch::Contains(std::string("BRAID_TIMEOUT='") + text));
+  EnvVar t("BRAID_TIMEOUT", "nan");
+  CHECK_THROWS_WITH(Settings::from_env(), Catch::Contains("BRAID_TIMEOUT='nan'"));
+}
+
+TEST_CASE("byte sizes that overflow are refused") {
+  CHECK_THROWS_WITH(parse_bytes("99999999999999999999", "BRAID_SLICE_BYTES"), Catch::Contains("BRAID_SLICE_BYTES"));
+  CHECK_THROWS_WITH(parse_bytes("2000G", "BRAID_SLICE_BYTES"), Catch::Contains("BRAID_SLICE_BYTES='2000G'"));
+}
+
+TEST_CASE("the world size is bounded by what one store serves") {
+  {
+    EnvVar w("BRAID_WORLD_SIZE", "65536");
+    CHECK(Settings::from_env().world_size == 65536);
+  }
+  EnvVar w("BRAID_WORLD_SIZE", "65537");
+  CHECK_THROWS_WITH(Settings::from_env(), Catch::Contains("BRAID_WORLD_SIZE='65537'") &&
+                                              Catch::Contains("[1, 65536]") && Catch::Contains("store"));
+}
+
+TEST_CASE("an empty authentication key is an error, not 'no authentication'") {
+  {
+    EnvVar k("BRAID_AUTH_KEY", "");
+    CHECK_THROWS_WITH(Settings::from_env(), Catch::Contains("BRAID_AUTH_KEY is set but empty"));
+  }
+  EnvVar f("BRAID_AUTH_KEY_FILE", "");
+  CHECK_THROWS_WITH(Settings::from_env(), Catch::Contains("BRAID_AUTH_KEY_FILE is set but empty"));
+}
+
+TEST_CASE("a socket buffer too small to be useful is refused") {
+  {
+    EnvVar b("BRAID_TCP_BUFFER", "4K");
+    CHECK_THROWS_WITH(Settings::from_env(), Catch::Contains("BRAID_TCP_BUFFER='4K'") && Catch::Contains("64"));
+  }
+  {
+    EnvVar b("BRAID_TCP_BUFFER", "64K");
+    CHECK(Settings::from_env().tcp_buffer_bytes == 64u << 10);
+  }
+  EnvVar b("BRAID_TCP_BUFFER", "0");
+  CHECK(Settings::from_env().tcp_buffer_bytes == 0);
+}
+
+TEST_CASE("the job id comes from braid, then torchrun, then Slurm, and is bounded") {
+  EnvVar slurm("SLURM_JOB_ID", "4242");
+  CHECK(Settings::from_env().job_id == "4242");
+  {
+    EnvVar torch("TORCHELASTIC_RUN_ID", "run-7");
+    CHECK(Settings::from_env().job_id == "run-7");
+    EnvVar braid_id("BRAID_JOB_ID", "mine");
+    CHECK(Settings::from_env().job_id == "mine");
+  }
+  EnvVar too_long("BRAID_JOB_ID", std::string(129, 'j'));
+  CHECK_THROWS_WITH(Settings::from_env(), Catch::Contains("BRAID_JOB_ID is 129 bytes"));
+}
+
+TEST_CASE("rank lists are abbreviated") {
+  auto ranks = [](std::vector<int> v) { return describe_ranks(v); };
+  CHECK(ranks({}) == "no rank");
+  CHECK(ranks({3}) == "rank 3");
+  CHECK(ranks({1, 3}) == "ranks 1, 3");
+  CHECK(ranks({1, 2}) == "ranks 1, 2");
+  CHECK(ranks({1, 4, 5, 6, 7, 9}) == "ranks 1, 4-7, 9 (6 ranks)");
+  std::vector<int> many;
+  for (int r = 3; r < 65536; ++r) many.push_back(r);
+  CHECK(ranks(many) == "ranks 3-65535 (65533 ranks)");
+  std::vector<int> evens;
+  for (int r = 0; r < 200; r += 2) evens.push_back(r);
+  std::string text = ranks(evens);
+  CHECK(text == "ranks 0, 2, 4, 6, 8, 10, 12, 14 and 92 more (100 ranks)");
+  CHECK(text.size() < 100);
+}
+
+TEST_CASE("a rate limit passes a burst, then one message per interval with the count left out") {
+  LogRateLimit limit(3, std::chrono::milliseconds(200));
+  int passed = 0;
+  std::string last;
+  for (int i = 0; i < 1000; ++i)
+    if (auto note = limit.pass()) {
+      ++passed;
+      last = *note;
+    }
+  CHECK(passed == 3);
+  CHECK_THAT(last, Catch::Contains("more like this are left out"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  auto note = limit.pass();
+  REQUIRE(note);
+  CHECK(*note == " (997 similar messages left out)");
+  CHECK_FALSE(limit.pass());
+}
+
+TEST_CASE("BRAID_TRANSPORT is an ordered list of transports this braid has") {
+  auto names = [](std::string_view setting) {
+    std::string out;
+    for (const TransportKind* k : transport_order(setting)) out += std::string(out.empty() ? "" : ",") + std::string(k->name);
+    return out;
+  };
+  CHECK(names("") == "tcp");
+  CHECK(names("tcp") == "tcp");
+  CHECK(names(" tcp ") == "tcp");
+  CHECK_THROWS_WITH(transport_order("carrier-pigeon"),
+                    Catch::Contains("BRAID_TRANSPORT='carrier-pigeon'") && Catch::Contains("it has: tcp"));
+  CHECK_THROWS_WITH(transport_order("tcp,tcp"), Catch::Contains("names 'tcp' twice"));
+  CHECK_THROWS_WITH(transport_order("tcp,"), Catch::Contains("empty entry"));
+  RankInfo a{.rank = 0, .hostname = "a", .host_id = 1, .pid = 10};
+  RankInfo b{.rank = 1, .hostname = "b", .host_id = 2, .pid = 11};
+  auto order = transport_order("tcp");
+  CHECK(transport_between(order, a, b, "tcp").name == "tcp");
+}

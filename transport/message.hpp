@@ -1,0 +1,44 @@
+// The one message header and matching rule of every link (DESIGN.md). A link
+// puts a MessageHeader before each message, on the wire (tcp) or in a
+// shared-memory slot (shm): the message's tag (operation sequence and step),
+// its 16-byte operation descriptor and its size. The receiving side checks the
+// header against the receive it serves with check_match() before a byte of
+// the payload touches the receiver's buffer, so ranks that run different
+// operations get a TagMismatch naming both, never mixed data.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "transport/transport.hpp"
+
+namespace braid {
+
+struct MessageHeader {
+  std::uint64_t tag = 0;    // Tag::id
+  std::uint64_t bytes = 0;  // payload size
+  std::array<std::byte, 16> context{};
+
+  Tag as_tag() const { return Tag{tag, context}; }
+};
+static_assert(sizeof(MessageHeader) == 32, "message headers are 32 bytes in every transport");
+
+/// The tag of an abort notice: its payload is the reason the sender gave up.
+inline constexpr std::uint64_t kAbortTag = ~std::uint64_t{0};
+/// The longest reason an abort notice carries.
+inline constexpr std::size_t kMaxAbortReason = 4096;
+
+inline MessageHeader header_for(const Tag& tag, std::size_t bytes) {
+  return MessageHeader{tag.id, static_cast<std::uint64_t>(bytes), tag.context};
+}
+
+/// Throws TagMismatch ("<who> a message op #3 step 1 of 64 bytes while
+/// expecting op #3 step 2 of 64 bytes: the ranks are running different
+/// operations") unless `got` carries `expected` and exactly `expected_bytes`.
+/// `who` says where it came from ("rank 0: received from rank 1 (host, addr)
+/// (op #3 step 2)").
+void check_match(const MessageHeader& got, const Tag& expected, std::size_t expected_bytes, std::string_view who);
+
+}  // namespace braid

@@ -1,0 +1,39 @@
+// The transports compiled into this braid, in the order a pair of ranks tries
+// them (DESIGN.md): the first whose can_reach holds for the pair wins, as
+// NCCL's canConnect. BRAID_TRANSPORT narrows or reorders the list. Adding a
+// transport adds one entry to the list in registry.cpp (compiled in or out by
+// the build) and nothing in the comm layer or collectives.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/rank_info.hpp"
+
+namespace braid {
+
+struct TransportKind {
+  std::string_view name;
+  /// Whether this kind can connect the two ranks at all.
+  bool (*can_reach)(const RankInfo& a, const RankInfo& b);
+  /// What can_reach requires, for messages ("any two ranks", "the same host").
+  std::string_view reach;
+};
+
+/// Every transport compiled in, in the default order of preference.
+std::span<const TransportKind> compiled_transports();
+
+/// The ordered list a BRAID_TRANSPORT value names ("tcp", "shm,tcp"); an empty
+/// value is every compiled transport in the default order. An unknown name,
+/// an empty item or a repeat is InvalidArgument naming the value and the
+/// transports this braid has.
+std::vector<const TransportKind*> transport_order(std::string_view requested);
+
+/// The first kind of `order` that reaches from a to b; InvalidArgument naming
+/// both ranks, their hosts and why each kind cannot, when none does.
+const TransportKind& transport_between(std::span<const TransportKind* const> order, const RankInfo& a,
+                                       const RankInfo& b, std::string_view requested);
+
+}  // namespace braid
