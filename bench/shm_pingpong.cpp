@@ -1,0 +1,266 @@
+// shm_pingpong: the shared-memory building blocks measured between two
+// processes on this host.
+//
+//   shm_pingpong latency    8-byte half round trip: spin-then-futex for a few
+//                           spin bounds, and futex-only (spin 0)
+//   shm_pingpong bandwidth  one-way bandwidth at 1, 16, 64 MiB: ring (memcpy
+//                           both sides), ring + nt_copy, and CMA
+//   shm_pingpong slots      ring bandwidth for several slot sizes and counts
+//   shm_pingpong copy       memcpy against nt_copy in one process
+//   shm_pingpong all        everything (the default)
+//
+// Each number is the median of --runs repetitions (default 5), measured in
+// one launch with the variants interleaved, because timings on this shared
+// machine drift through the day.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "transport/shm/cma.hpp"
+#include "transport/shm/nt_copy.hpp"
+#include "transport/shm/shm_ring.hpp"
+#include "transport/shm/shm_segment.hpp"
+
+using namespace braid;
+using Clock = std::chrono::steady_clock;
+using std::chrono::microseconds;
+using std::chrono::nanoseconds;
+
+namespace {
+
+constexpr auto kPatience = microseconds(20'000'000);
+int runs = 5;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Two rings in one segment: 0 parent -> child, 1 child -> parent.
+struct Pair {
+  RingGeometry geometry;
+  std::size_t ring_bytes;
+  ShmSegment segment;
+  explicit Pair(RingGeometry g) : geometry(g), ring_bytes(ShmRing::bytes_needed(g)) {
+    segment = ShmSegment::create(2 * ring_bytes);
+    ShmRing::format(region(segment, 0), g);
+    ShmRing::format(region(segment, 1), g);
+  }
+  std::span<std::byte> region(ShmSegment& s, int i) const { return s.bytes().subspan(i * ring_bytes, ring_bytes); }
+};
+
+struct Side {
+  ShmRingSender out;
+  ShmRingReceiver in;
+  nanoseconds spin;
+};
+
+void send(Side& side, std::uint64_t id, const std::byte* data, std::size_t bytes) {
+  OutgoingMessage m{Tag{id, {}}, ConstMemView{data, bytes}};
+  while (!side.out.try_push(m))
+    if (!side.out.wait_for_space(side.spin, kPatience)) throw std::runtime_error("send timed out");
+}
+
+void receive(Side& side, std::uint64_t id, std::byte* data, std::size_t bytes) {
+  IncomingMessage m{Tag{id, {}}, MemView{data, bytes}};
+  while (!side.in.try_pop(m))
+    if (!side.in.wait_for_data(side.spin, kPatience)) throw std::runtime_error("receive timed out");
+}
+
+// Forks; the child opens the segment by name and runs `child(side)`, the
+// parent runs `parent(side)`, which returns the measurement.
+template <typename Parent, typename Child>
+auto with_child(Pair& pair, nanoseconds spin, RingCopy send_copy, RingCopy receive_copy, Parent parent, Child child) {
+  std::fflush(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int status = 0;
+    try {
+      ShmSegment mine = ShmSegment::open(pair.segment.name());
+      Side side{ShmRingSender(pair.region(mine, 1), "child out", send_copy),
+                ShmRingReceiver(pair.region(mine, 0), "child in", receive_copy), spin};
+      child(side);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child: %s\n", e.what());
+      status = 1;
+    }
+    _exit(status);
+  }
+  Side side{ShmRingSender(pair.region(pair.segment, 0), "parent out", send_copy),
+            ShmRingReceiver(pair.region(pair.segment, 1), "parent in", receive_copy), spin};
+  auto result = parent(side);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw std::runtime_error("child failed");
+  return result;
+}
+
+// Half round trip of an 8-byte message, in microseconds.
+double latency(nanoseconds spin, int iterations) {
+  Pair pair(RingGeometry{});
+  auto rounds = [iterations](Side& side, bool first) {
+    std::uint64_t word = 0;
+    auto* p = reinterpret_cast<std::byte*>(&word);
+    auto start = Clock::now();
+    for (int i = 0; i < iterations; ++i) {
+      if (first) send(side, i, p, 8), receive(side, i, p, 8);
+      else receive(side, i, p, 8), send(side, i, p, 8);
+    }
+    return std::chrono::duration<double, std::micro>(Clock::now() - start).count() / iterations / 2;
+  };
+  return with_child(pair, spin, RingCopy::cached, RingCopy::cached, [&](Side& s) { return rounds(s, true); },
+                    [&](Side& s) { rounds(s, false); });
+}
+
+// One-way: the parent sends `reps` messages of `bytes`, the child receives
+// them into one buffer and answers 8 bytes at the end. GB/s.
+double ring_bandwidth(RingGeometry g, RingCopy send_copy, RingCopy receive_copy, std::size_t bytes, int reps) {
+  Pair pair(g);
+  std::vector<std::byte> buffer(bytes, std::byte{1});
+  return with_child(pair, microseconds(50), send_copy, receive_copy,
+      [&](Side& s) {
+        std::uint64_t ack = 0;
+        send(s, 0, buffer.data(), bytes);  // warm-up
+        receive(s, 0, reinterpret_cast<std::byte*>(&ack), 8);
+        auto start = Clock::now();
+        for (int i = 0; i < reps; ++i) send(s, i + 1, buffer.data(), bytes);
+        receive(s, 1, reinterpret_cast<std::byte*>(&ack), 8);
+        return bytes * double(reps) / std::chrono::duration<double>(Clock::now() - start).count() / 1e9;
+      },
+      [&](Side& s) {
+        std::uint64_t ack = 0;
+        receive(s, 0, buffer.data(), bytes);
+        send(s, 0, reinterpret_cast<std::byte*>(&ack), 8);
+        for (int i = 0; i < reps; ++i) receive(s, i + 1, buffer.data(), bytes);
+        send(s, 1, reinterpret_cast<std::byte*>(&ack), 8);
+      });
+}
+
+// One-way through CMA: per message the parent sends its buffer's address
+// through the ring, the child process_vm_readv's it and acknowledges.
+double cma_bandwidth(std::size_t bytes, int reps) {
+  Pair pair(RingGeometry{});
+  std::vector<std::byte> buffer(bytes, std::byte{2});
+  return with_child(pair, microseconds(50), RingCopy::cached, RingCopy::cached,
+      [&](Side& s) {
+        std::uint64_t address = reinterpret_cast<std::uint64_t>(buffer.data()), ack = 0;
+        auto* a = reinterpret_cast<std::byte*>(&address);
+        auto* k = reinterpret_cast<std::byte*>(&ack);
+        send(s, 0, a, 8), receive(s, 0, k, 8);  // warm-up
+        auto start = Clock::now();
+        for (int i = 0; i < reps; ++i) send(s, i + 1, a, 8), receive(s, i + 1, k, 8);
+        return bytes * double(reps) / std::chrono::duration<double>(Clock::now() - start).count() / 1e9;
+      },
+      [&](Side& s) {
+        pid_t parent = getppid();
+        std::uint64_t address = 0, ack = 0;
+        for (int i = 0; i <= reps; ++i) {
+          receive(s, i, reinterpret_cast<std::byte*>(&address), 8);
+          cma_read(parent, address, buffer);
+          send(s, i, reinterpret_cast<std::byte*>(&ack), 8);
+        }
+      });
+}
+
+std::string mib(std::size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+int reps_for(std::size_t bytes) { return bytes >= (64u << 20) ? 6 : bytes >= (16u << 20) ? 20 : 200; }
+
+void run_latency() {
+  std::printf("# 8-byte half round trip (us), median of %d launches of 20000 round trips\n", runs);
+  std::printf("%-22s %10s\n", "wait", "half-rtt");
+  std::vector<long> spins_ns = {0, 2000, 10000, 50000};
+  std::vector<std::vector<double>> results(spins_ns.size());
+  for (int r = 0; r < runs; ++r)
+    for (std::size_t i = 0; i < spins_ns.size(); ++i) results[i].push_back(latency(nanoseconds(spins_ns[i]), 20000));
+  for (std::size_t i = 0; i < spins_ns.size(); ++i) {
+    std::string name = spins_ns[i] == 0 ? "futex only" : "spin " + std::to_string(spins_ns[i] / 1000) + " us + futex";
+    std::printf("%-22s %10.2f\n", name.c_str(), median(results[i]));
+  }
+}
+
+void run_bandwidth() {
+  std::printf("# one-way bandwidth (GB/s), median of %d, 8 x 256 KiB slots\n", runs);
+  // ring: memcpy on both sides; nt-recv: the consumer streams into the
+  // destination; nt-both: both sides stream; by_size: what the ring does by
+  // default (streams when the message is at least kNtCopyMinBytes).
+  std::printf("%-8s %10s %10s %10s %10s %10s\n", "size", "ring", "nt-recv", "nt-both", "by_size", "cma");
+  using C = RingCopy;
+  for (std::size_t bytes : {std::size_t{1} << 20, std::size_t{16} << 20, std::size_t{64} << 20}) {
+    std::vector<double> ring, nt_recv, nt_both, by_size, cma;
+    int reps = reps_for(bytes);
+    for (int r = 0; r < runs; ++r) {
+      ring.push_back(ring_bandwidth(RingGeometry{}, C::cached, C::cached, bytes, reps));
+      nt_recv.push_back(ring_bandwidth(RingGeometry{}, C::cached, C::streaming, bytes, reps));
+      nt_both.push_back(ring_bandwidth(RingGeometry{}, C::streaming, C::streaming, bytes, reps));
+      by_size.push_back(ring_bandwidth(RingGeometry{}, C::by_size, C::by_size, bytes, reps));
+      cma.push_back(cma_bandwidth(bytes, reps));
+    }
+    std::printf("%-8s %10.2f %10.2f %10.2f %10.2f %10.2f\n", mib(bytes).c_str(), median(ring), median(nt_recv),
+                median(nt_both), median(by_size), median(cma));
+  }
+}
+
+void run_slots() {
+  std::printf("# ring bandwidth (GB/s) by geometry, median of %d, memcpy both sides\n", runs);
+  std::vector<RingGeometry> shapes = {{8, 64 << 10}, {16, 64 << 10}, {4, 256 << 10}, {8, 256 << 10},
+                                      {16, 256 << 10}, {8, 1 << 20}, {16, 1 << 20}};
+  std::printf("%-16s %10s %10s %10s\n", "slots", "1 MiB", "16 MiB", "64 MiB");
+  for (auto g : shapes) {
+    std::printf("%2u x %5zu KiB   ", g.slot_count, g.slot_bytes >> 10);
+    for (std::size_t bytes : {std::size_t{1} << 20, std::size_t{16} << 20, std::size_t{64} << 20}) {
+      std::vector<double> v;
+      for (int r = 0; r < runs; ++r) v.push_back(ring_bandwidth(g, RingCopy::cached, RingCopy::cached, bytes, reps_for(bytes)));
+      std::printf(" %10.2f", median(v));
+    }
+    std::printf("\n");
+  }
+}
+
+void run_copy() {
+  std::printf("# one-process copy (GB/s), median of %d: memcpy against nt_copy (%s)\n", runs,
+              std::string(nt_copy_kernel()).c_str());
+  std::printf("%-10s %10s %10s\n", "size", "memcpy", "nt_copy");
+  for (std::size_t bytes : {std::size_t{256} << 10, std::size_t{1} << 20, std::size_t{16} << 20,
+                            std::size_t{64} << 20}) {
+    std::vector<std::byte> src(bytes, std::byte{3}), dst(bytes, std::byte{4});
+    int reps = static_cast<int>(std::max<std::size_t>(4, (std::size_t{2} << 30) / bytes / 4));
+    auto time = [&](auto copy) {
+      auto start = Clock::now();
+      for (int i = 0; i < reps; ++i) copy(dst.data(), src.data(), bytes);
+      return bytes * double(reps) / std::chrono::duration<double>(Clock::now() - start).count() / 1e9;
+    };
+    std::vector<double> plain, nt;
+    for (int r = 0; r < runs; ++r) {
+      plain.push_back(time([](void* d, const void* s, std::size_t n) { std::memcpy(d, s, n); }));
+      nt.push_back(time([](void* d, const void* s, std::size_t n) { nt_copy(d, s, n); }));
+    }
+    std::string name = bytes < (1u << 20) ? std::to_string(bytes >> 10) + " KiB" : mib(bytes);
+    std::printf("%-10s %10.2f %10.2f\n", name.c_str(), median(plain), median(nt));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string what = argc > 1 ? argv[1] : "all";
+  for (int i = 2; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--runs") runs = std::max(1, std::atoi(argv[i + 1]));
+  try {
+    if (what == "copy" || what == "all") run_copy();
+    if (what == "latency" || what == "all") run_latency();
+    if (what == "bandwidth" || what == "all") run_bandwidth();
+    if (what == "slots" || what == "all") run_slots();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shm_pingpong: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
