@@ -43,6 +43,9 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
+double best(const std::vector<double>& v, bool lower_is_better) {
+  return lower_is_better ? *std::min_element(v.begin(), v.end()) : *std::max_element(v.begin(), v.end());
+}
 
 // Two rings in one segment: 0 parent -> child, 1 child -> parent.
 struct Pair {
@@ -174,15 +177,15 @@ std::string mib(std::size_t bytes) { return std::to_string(bytes >> 20) + " MiB"
 int reps_for(std::size_t bytes) { return bytes >= (64u << 20) ? 6 : bytes >= (16u << 20) ? 20 : 200; }
 
 void run_latency() {
-  std::printf("# 8-byte half round trip (us), median of %d launches of 20000 round trips\n", runs);
-  std::printf("%-22s %10s\n", "wait", "half-rtt");
-  std::vector<long> spins_ns = {0, 2000, 10000, 50000};
+  std::printf("# 8-byte half round trip (us), median of %d launches of 5000 round trips\n", runs);
+  std::printf("%-22s %10s %10s\n", "wait", "median", "best");
+  std::vector<long> spins_ns = {0, 1000, 5000, 20000, 100000, 1000000};
   std::vector<std::vector<double>> results(spins_ns.size());
   for (int r = 0; r < runs; ++r)
-    for (std::size_t i = 0; i < spins_ns.size(); ++i) results[i].push_back(latency(nanoseconds(spins_ns[i]), 20000));
+    for (std::size_t i = 0; i < spins_ns.size(); ++i) results[i].push_back(latency(nanoseconds(spins_ns[i]), 5000));
   for (std::size_t i = 0; i < spins_ns.size(); ++i) {
     std::string name = spins_ns[i] == 0 ? "futex only" : "spin " + std::to_string(spins_ns[i] / 1000) + " us + futex";
-    std::printf("%-22s %10.2f\n", name.c_str(), median(results[i]));
+    std::printf("%-22s %10.2f %10.2f\n", name.c_str(), median(results[i]), best(results[i], true));
   }
 }
 
@@ -228,8 +231,8 @@ void run_copy() {
   std::printf("# one-process copy (GB/s), median of %d: memcpy against nt_copy (%s)\n", runs,
               std::string(nt_copy_kernel()).c_str());
   std::printf("%-10s %10s %10s\n", "size", "memcpy", "nt_copy");
-  for (std::size_t bytes : {std::size_t{256} << 10, std::size_t{1} << 20, std::size_t{16} << 20,
-                            std::size_t{64} << 20}) {
+  for (std::size_t bytes : {std::size_t{256} << 10, std::size_t{1} << 20, std::size_t{4} << 20,
+                            std::size_t{8} << 20, std::size_t{16} << 20, std::size_t{64} << 20}) {
     std::vector<std::byte> src(bytes, std::byte{3}), dst(bytes, std::byte{4});
     int reps = static_cast<int>(std::max<std::size_t>(4, (std::size_t{2} << 30) / bytes / 4));
     auto time = [&](auto copy) {

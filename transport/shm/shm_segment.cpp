@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -57,7 +58,15 @@ std::string errno_name(int err) {
 }
 
 std::string hint_for(int err) {
-  if (err == ENOSPC) return "/dev/shm is full: free space there or make it larger (mount -o remount,size=...)";
+  if (err == ENOSPC) {
+    struct statvfs fs {};
+    std::string free_text = ::statvfs("/dev/shm", &fs) == 0
+                                ? cat(human_bytes(static_cast<std::size_t>(fs.f_bavail) * fs.f_frsize), " free of ",
+                                      human_bytes(static_cast<std::size_t>(fs.f_blocks) * fs.f_frsize))
+                                : std::string("its free space is unknown");
+    return cat("/dev/shm has ", free_text,
+               ": free space there or make it larger (mount -o remount,size=...), or use fewer ranks per host");
+  }
   if (err == ENOENT) return "is /dev/shm mounted (a tmpfs)?";
   if (err == EACCES) return "check the permissions of /dev/shm";
   return "";

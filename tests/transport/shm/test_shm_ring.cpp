@@ -9,6 +9,7 @@
 
 #include "tests/transport/shm/child_process.hpp"
 #include "tests/transport/shm/ring_fixture.hpp"
+#include "transport/shm/doorbell.hpp"
 
 using namespace braid;
 using namespace braid::test;
@@ -214,4 +215,40 @@ TEST_CASE("a ring refuses geometries it cannot hold and regions that were not fo
   ShmSegment segment = ShmSegment::create(1 << 20);
   CHECK_THROWS_AS(ShmRingReceiver(segment.bytes(), "unformatted"), ProtocolMismatch);
   CHECK_THROWS_AS(ShmRing::format(segment.bytes().subspan(0, 8192), RingGeometry{}), InvalidArgument);
+}
+
+TEST_CASE("one doorbell shared by several rings wakes the process for whichever ring got work", "[shm]") {
+  // The engine's use: every ring this process consumes rings one word, so
+  // one arm()/wait() covers all of them. Both rings carry child -> parent.
+  RingPair pair;
+  ShmSegment bells = ShmSegment::create(sizeof(DoorbellWord));
+  auto* word = reinterpret_cast<DoorbellWord*>(bells.data());
+  ChildProcess child([&] {
+    ShmSegment mine = ShmSegment::open(pair.name());
+    ShmSegment their_bells = ShmSegment::open(bells.name());
+    auto* peer_word = reinterpret_cast<DoorbellWord*>(their_bells.data());
+    ShmRingSender first(pair.region(mine, 0), "child to parent, ring 0", RingCopy::cached, nullptr, peer_word);
+    ShmRingSender second(pair.region(mine, 1), "child to parent, ring 1", RingCopy::cached, nullptr, peer_word);
+    (void)first;
+    std::this_thread::sleep_for(milliseconds(150));
+    std::vector<std::byte> bytes(64);
+    fill_pattern(bytes, 2);
+    send_one(second, tag_of(2), bytes);
+    return second.wakes_sent() >= 1 ? 0 : 3;
+  });
+  ShmRingReceiver first(pair.region(0), "parent from ring 0", RingCopy::cached, word, nullptr);
+  ShmRingReceiver second(pair.region(1), "parent from ring 1", RingCopy::cached, word, nullptr);
+  Doorbell bell(word);
+  auto start = Clock::now();
+  std::uint32_t ticket = bell.arm();
+  REQUIRE_FALSE(first.has_data());
+  REQUIRE_FALSE(second.has_data());
+  CHECK(bell.wait(ticket, std::chrono::seconds(10)));
+  CHECK(Clock::now() - start >= milliseconds(100));
+  CHECK_FALSE(first.has_data());
+  CHECK(second.has_data());
+  std::vector<std::byte> bytes(64);
+  receive_one(second, tag_of(2), bytes);
+  CHECK(has_pattern(bytes, 2));
+  CHECK(child.join() == 0);
 }
