@@ -64,18 +64,22 @@ struct Side {
   ShmRingSender out;
   ShmRingReceiver in;
   nanoseconds spin;
+  SpinBudget budget;
+  bool adaptive = false;
 };
 
 void send(Side& side, std::uint64_t id, const std::byte* data, std::size_t bytes) {
   OutgoingMessage m{Tag{id, {}}, ConstMemView{data, bytes}};
   while (!side.out.try_push(m))
-    if (!side.out.wait_for_space(side.spin, kPatience)) throw std::runtime_error("send timed out");
+    if (!(side.adaptive ? side.out.wait_for_space(side.budget, kPatience) : side.out.wait_for_space(side.spin, kPatience)))
+      throw std::runtime_error("send timed out");
 }
 
 void receive(Side& side, std::uint64_t id, std::byte* data, std::size_t bytes) {
   IncomingMessage m{Tag{id, {}}, MemView{data, bytes}};
   while (!side.in.try_pop(m))
-    if (!side.in.wait_for_data(side.spin, kPatience)) throw std::runtime_error("receive timed out");
+    if (!(side.adaptive ? side.in.wait_for_data(side.budget, kPatience) : side.in.wait_for_data(side.spin, kPatience)))
+      throw std::runtime_error("receive timed out");
 }
 
 // Forks; the child opens the segment by name and runs `child(side)`, the
@@ -89,7 +93,7 @@ auto with_child(Pair& pair, nanoseconds spin, RingCopy send_copy, RingCopy recei
     try {
       ShmSegment mine = ShmSegment::open(pair.segment.name());
       Side side{ShmRingSender(pair.region(mine, 1), "child out", send_copy),
-                ShmRingReceiver(pair.region(mine, 0), "child in", receive_copy), spin};
+                ShmRingReceiver(pair.region(mine, 0), "child in", receive_copy), spin, SpinBudget(), spin.count() < 0};
       child(side);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "child: %s\n", e.what());
@@ -98,7 +102,8 @@ auto with_child(Pair& pair, nanoseconds spin, RingCopy send_copy, RingCopy recei
     _exit(status);
   }
   Side side{ShmRingSender(pair.region(pair.segment, 0), "parent out", send_copy),
-            ShmRingReceiver(pair.region(pair.segment, 1), "parent in", receive_copy), spin};
+            ShmRingReceiver(pair.region(pair.segment, 1), "parent in", receive_copy), spin, SpinBudget(),
+            spin.count() < 0};
   auto result = parent(side);
   int status = 0;
   waitpid(pid, &status, 0);
@@ -128,7 +133,7 @@ double latency(nanoseconds spin, int iterations) {
 double ring_bandwidth(RingGeometry g, RingCopy send_copy, RingCopy receive_copy, std::size_t bytes, int reps) {
   Pair pair(g);
   std::vector<std::byte> buffer(bytes, std::byte{1});
-  return with_child(pair, microseconds(50), send_copy, receive_copy,
+  return with_child(pair, nanoseconds(-1), send_copy, receive_copy,
       [&](Side& s) {
         std::uint64_t ack = 0;
         send(s, 0, buffer.data(), bytes);  // warm-up
@@ -152,7 +157,7 @@ double ring_bandwidth(RingGeometry g, RingCopy send_copy, RingCopy receive_copy,
 double cma_bandwidth(std::size_t bytes, int reps) {
   Pair pair(RingGeometry{});
   std::vector<std::byte> buffer(bytes, std::byte{2});
-  return with_child(pair, microseconds(50), RingCopy::cached, RingCopy::cached,
+  return with_child(pair, nanoseconds(-1), RingCopy::cached, RingCopy::cached,
       [&](Side& s) {
         std::uint64_t address = reinterpret_cast<std::uint64_t>(buffer.data()), ack = 0;
         auto* a = reinterpret_cast<std::byte*>(&address);
@@ -179,12 +184,15 @@ int reps_for(std::size_t bytes) { return bytes >= (64u << 20) ? 6 : bytes >= (16
 void run_latency() {
   std::printf("# 8-byte half round trip (us), median of %d launches of 5000 round trips\n", runs);
   std::printf("%-22s %10s %10s\n", "wait", "median", "best");
-  std::vector<long> spins_ns = {0, 1000, 5000, 20000, 100000, 1000000};
+  // -1: SpinBudget (adaptive, 0.5-20 us)
+  std::vector<long> spins_ns = {0, 1000, 5000, 20000, 100000, -1};
   std::vector<std::vector<double>> results(spins_ns.size());
   for (int r = 0; r < runs; ++r)
     for (std::size_t i = 0; i < spins_ns.size(); ++i) results[i].push_back(latency(nanoseconds(spins_ns[i]), 5000));
   for (std::size_t i = 0; i < spins_ns.size(); ++i) {
-    std::string name = spins_ns[i] == 0 ? "futex only" : "spin " + std::to_string(spins_ns[i] / 1000) + " us + futex";
+    std::string name = spins_ns[i] == 0  ? "futex only"
+                       : spins_ns[i] < 0 ? "adaptive spin + futex"
+                                         : "spin " + std::to_string(spins_ns[i] / 1000) + " us + futex";
     std::printf("%-22s %10.2f %10.2f\n", name.c_str(), median(results[i]), best(results[i], true));
   }
 }

@@ -33,6 +33,7 @@
 // word, so one sleeping engine thread covers all its shared-memory links.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 
@@ -69,6 +70,31 @@ class Doorbell {
  private:
   DoorbellWord* word_ = nullptr;
   std::uint64_t wake_calls_ = 0;
+};
+
+/// How long to spin before sleeping, learnt from what spinning was worth.
+///
+/// Spinning pays when the peer runs on another core and answers within the
+/// spin: a futex sleep and wake costs 3-5 us of latency plus two system
+/// calls. It is pure loss when the peer shares this core (ranks outnumber
+/// cores): the peer cannot run until this process sleeps or its time slice
+/// ends, so every spin adds its whole length to the latency
+/// (bench/shm_pingpong latency). So the budget doubles (up to `max`) each
+/// time work came during the spin and halves (down to `min`, which keeps
+/// probing) each time the spin ran out and the process slept. One budget per
+/// engine, not per ring.
+class SpinBudget {
+ public:
+  static constexpr std::chrono::nanoseconds kDefaultMin{500};
+  static constexpr std::chrono::nanoseconds kDefaultMax{20000};
+  explicit SpinBudget(std::chrono::nanoseconds min = kDefaultMin, std::chrono::nanoseconds max = kDefaultMax)
+      : min_(min), max_(max), current_(max) {}
+  std::chrono::nanoseconds current() const { return current_; }
+  void found_while_spinning() { current_ = std::min(max_, current_ * 2); }
+  void had_to_sleep() { current_ = std::max(min_, current_ / 2); }
+
+ private:
+  std::chrono::nanoseconds min_, max_, current_;
 };
 
 /// Busy-waits (with the CPU's pause hint) until `ready()` or `spin` passes;

@@ -26,6 +26,30 @@ std::string tag_text(std::uint64_t id) {
   return cat("op #", (id >> 32) & 0x7fffffffu, (id >> 63) ? " (point-to-point)" : "", " step ", id & 0xffffffffu);
 }
 
+// Spins for `spin`, then arms and sleeps until `ready()` or the timeout.
+// `side` is a sender or a receiver (arm, wait, and its own bell to disarm).
+template <typename Side, typename Ready>
+bool spin_then_sleep(Side& side, Ready ready, std::chrono::nanoseconds spin, std::chrono::microseconds timeout,
+                     SpinBudget* budget) {
+  if (ready()) return true;  // not the spin's merit
+  if (spin_until(ready, spin)) {
+    if (budget != nullptr && spin.count() > 0) budget->found_while_spinning();
+    return true;
+  }
+  if (budget != nullptr) budget->had_to_sleep();
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (!side.arm()) return true;
+    auto left = std::chrono::ceil<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      side.own_bell().disarm();
+      return ready();
+    }
+    side.wait(left);
+    if (ready()) return true;
+  }
+}
+
 void copy_chunk(RingCopy how, void* dst, const void* src, std::size_t bytes, std::size_t message_bytes) {
   switch (how) {
     case RingCopy::cached: std::memcpy(dst, src, bytes); break;
@@ -170,19 +194,11 @@ bool ShmRingSender::arm() {
 bool ShmRingSender::wait(std::chrono::microseconds timeout) { return own_bell_.wait(ticket_, timeout); }
 
 bool ShmRingSender::wait_for_space(std::chrono::nanoseconds spin, std::chrono::microseconds timeout) {
-  auto ready = [&] { return has_space() || peer_closed(); };
-  if (spin_until(ready, spin)) return true;
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    if (!arm()) return true;
-    auto left = std::chrono::ceil<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      own_bell_.disarm();
-      return ready();
-    }
-    wait(left);
-    if (ready()) return true;
-  }
+  return spin_then_sleep(*this, [&] { return has_space() || peer_closed(); }, spin, timeout, nullptr);
+}
+
+bool ShmRingSender::wait_for_space(SpinBudget& budget, std::chrono::microseconds timeout) {
+  return spin_then_sleep(*this, [&] { return has_space() || peer_closed(); }, budget.current(), timeout, &budget);
 }
 
 // ---- consumer ----
@@ -258,19 +274,11 @@ bool ShmRingReceiver::arm() {
 bool ShmRingReceiver::wait(std::chrono::microseconds timeout) { return own_bell_.wait(ticket_, timeout); }
 
 bool ShmRingReceiver::wait_for_data(std::chrono::nanoseconds spin, std::chrono::microseconds timeout) {
-  auto ready = [&] { return has_data() || peer_closed(); };
-  if (spin_until(ready, spin)) return true;
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    if (!arm()) return true;
-    auto left = std::chrono::ceil<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      own_bell_.disarm();
-      return ready();
-    }
-    wait(left);
-    if (ready()) return true;
-  }
+  return spin_then_sleep(*this, [&] { return has_data() || peer_closed(); }, spin, timeout, nullptr);
+}
+
+bool ShmRingReceiver::wait_for_data(SpinBudget& budget, std::chrono::microseconds timeout) {
+  return spin_then_sleep(*this, [&] { return has_data() || peer_closed(); }, budget.current(), timeout, &budget);
 }
 
 }  // namespace braid

@@ -154,6 +154,9 @@ class ShmRingSender : public ShmRing {
   bool wait(std::chrono::microseconds timeout);
   /// Spins for `spin`, then sleeps, until a slot is free; false at the timeout.
   bool wait_for_space(std::chrono::nanoseconds spin, std::chrono::microseconds timeout);
+  /// The same, spinning for budget.current() and telling the budget whether
+  /// the spin found a slot.
+  bool wait_for_space(SpinBudget& budget, std::chrono::microseconds timeout);
 
  private:
   RingCopy copy_;
@@ -178,6 +181,9 @@ class ShmRingReceiver : public ShmRing {
   bool wait(std::chrono::microseconds timeout);
   /// Spins for `spin`, then sleeps, until a slot arrives; false at the timeout.
   bool wait_for_data(std::chrono::nanoseconds spin, std::chrono::microseconds timeout);
+  /// The same, spinning for budget.current() and telling the budget whether
+  /// the spin found data.
+  bool wait_for_data(SpinBudget& budget, std::chrono::microseconds timeout);
 
  private:
   void check_slot(const SlotHeader& slot, const IncomingMessage& message) const;
