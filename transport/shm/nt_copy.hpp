@@ -9,10 +9,18 @@
 // buffers: two transfers per line, and the cache keeps its contents. glibc
 // switches to them only above ~114 MiB on this machine (3/4 of its
 // non-temporal threshold times the core count), so between the L3 size and
-// that threshold memcpy pays the extra transfer: measured here (AMD EPYC,
-// 32 MiB L3, bench/shm_pingpong --copy) streaming stores are 1.5x faster at
-// 64 MiB, and slower below the L3 size because the consumer then reads the
-// data back from memory instead of from the cache.
+// that threshold memcpy pays the extra transfer. Measured here (AMD EPYC,
+// 32 MiB L3, one process, `shm_pingpong copy --runs 5`, GB/s, median):
+//
+//   size      256 KiB  1 MiB  4 MiB  8 MiB  16 MiB  64 MiB
+//   memcpy      19.8   29.8   23.2    9.4     5.6     4.6
+//   nt_copy     13.9   16.4   16.4   14.9     7.7     7.3
+//
+// Streaming loses while source and destination fit in the cache (the
+// destination line would have been a cache hit; now it is a memory write
+// and, for a reader on another core, a memory read) and wins from 8 MiB,
+// where source plus destination pass half the L3 that the other processes
+// leave us. Hence kNtCopyMinBytes.
 //
 // The kernel is chosen once at run time with __builtin_cpu_supports: AVX2
 // (32-byte stores), else SSE2 (16-byte), else plain memcpy. Loads are
@@ -28,8 +36,8 @@ namespace braid {
 
 /// Below this size copy_large() uses memcpy: a copy that fits in the last
 /// level cache is faster with ordinary stores, and the reader (another core
-/// on the same L3) finds it there.
-inline constexpr std::size_t kNtCopyMinBytes = 16u << 20;
+/// on the same L3) finds it there. The measured crossover (table above).
+inline constexpr std::size_t kNtCopyMinBytes = 8u << 20;
 
 /// Copies with streaming stores where the CPU has them (memcpy otherwise).
 /// No overlap allowed.
