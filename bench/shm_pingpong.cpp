@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "transport/shm/cma.hpp"
@@ -38,6 +39,21 @@ namespace {
 
 constexpr auto kPatience = microseconds(20'000'000);
 int runs = 5;
+
+// CPU seconds this process has used: with ranks outnumbering cores, the
+// wall clock measures the scheduler; bytes / max(CPU seconds of either side)
+// estimates what the path moves when each side has a core (spinning counts
+// as CPU, so it is a lower bound).
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+struct Rate {
+  double wall = 0;  // GB/s by the wall clock
+  double cpu = 0;   // GB/s by the busier side's CPU time
+};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -130,50 +146,66 @@ double latency(nanoseconds spin, int iterations) {
 
 // One-way: the parent sends `reps` messages of `bytes`, the child receives
 // them into one buffer and answers 8 bytes at the end. GB/s.
-double ring_bandwidth(RingGeometry g, RingCopy send_copy, RingCopy receive_copy, std::size_t bytes, int reps) {
+Rate ring_bandwidth(RingGeometry g, RingCopy send_copy, RingCopy receive_copy, std::size_t bytes, int reps) {
   Pair pair(g);
   std::vector<std::byte> buffer(bytes, std::byte{1});
   return with_child(pair, nanoseconds(-1), send_copy, receive_copy,
       [&](Side& s) {
-        std::uint64_t ack = 0;
+        double child_cpu = 0;
+        auto* ack = reinterpret_cast<std::byte*>(&child_cpu);
         send(s, 0, buffer.data(), bytes);  // warm-up
-        receive(s, 0, reinterpret_cast<std::byte*>(&ack), 8);
+        receive(s, 0, ack, 8);
         auto start = Clock::now();
+        double cpu = cpu_seconds();
         for (int i = 0; i < reps; ++i) send(s, i + 1, buffer.data(), bytes);
-        receive(s, 1, reinterpret_cast<std::byte*>(&ack), 8);
-        return bytes * double(reps) / std::chrono::duration<double>(Clock::now() - start).count() / 1e9;
+        cpu = cpu_seconds() - cpu;
+        receive(s, 1, ack, 8);
+        double moved = bytes * double(reps) / 1e9;
+        return Rate{moved / std::chrono::duration<double>(Clock::now() - start).count(),
+                    moved / std::max(cpu, child_cpu)};
       },
       [&](Side& s) {
-        std::uint64_t ack = 0;
+        double cpu = 0;
         receive(s, 0, buffer.data(), bytes);
-        send(s, 0, reinterpret_cast<std::byte*>(&ack), 8);
+        send(s, 0, reinterpret_cast<std::byte*>(&cpu), 8);
+        cpu = cpu_seconds();
         for (int i = 0; i < reps; ++i) receive(s, i + 1, buffer.data(), bytes);
-        send(s, 1, reinterpret_cast<std::byte*>(&ack), 8);
+        cpu = cpu_seconds() - cpu;
+        send(s, 1, reinterpret_cast<std::byte*>(&cpu), 8);
       });
 }
 
 // One-way through CMA: per message the parent sends its buffer's address
 // through the ring, the child process_vm_readv's it and acknowledges.
-double cma_bandwidth(std::size_t bytes, int reps) {
+Rate cma_bandwidth(std::size_t bytes, int reps) {
   Pair pair(RingGeometry{});
   std::vector<std::byte> buffer(bytes, std::byte{2});
   return with_child(pair, nanoseconds(-1), RingCopy::cached, RingCopy::cached,
       [&](Side& s) {
-        std::uint64_t address = reinterpret_cast<std::uint64_t>(buffer.data()), ack = 0;
+        std::uint64_t address = reinterpret_cast<std::uint64_t>(buffer.data());
+        double child_cpu = 0;
         auto* a = reinterpret_cast<std::byte*>(&address);
-        auto* k = reinterpret_cast<std::byte*>(&ack);
+        auto* k = reinterpret_cast<std::byte*>(&child_cpu);
         send(s, 0, a, 8), receive(s, 0, k, 8);  // warm-up
         auto start = Clock::now();
+        double cpu = cpu_seconds();
         for (int i = 0; i < reps; ++i) send(s, i + 1, a, 8), receive(s, i + 1, k, 8);
-        return bytes * double(reps) / std::chrono::duration<double>(Clock::now() - start).count() / 1e9;
+        cpu = cpu_seconds() - cpu;
+        double moved = bytes * double(reps) / 1e9;
+        return Rate{moved / std::chrono::duration<double>(Clock::now() - start).count(),
+                    moved / std::max(cpu, child_cpu)};
       },
       [&](Side& s) {
         pid_t parent = getppid();
-        std::uint64_t address = 0, ack = 0;
+        std::uint64_t address = 0;
+        double total = 0;
         for (int i = 0; i <= reps; ++i) {
           receive(s, i, reinterpret_cast<std::byte*>(&address), 8);
+          double cpu = cpu_seconds();
           cma_read(parent, address, buffer);
-          send(s, i, reinterpret_cast<std::byte*>(&ack), 8);
+          if (i > 0) total += cpu_seconds() - cpu;
+          double answer = i == reps ? total : 0;
+          send(s, i, reinterpret_cast<std::byte*>(&answer), 8);
         }
       });
 }
@@ -197,39 +229,54 @@ void run_latency() {
   }
 }
 
+void print_rates(const char* what, const std::vector<std::vector<Rate>>& rates, std::size_t bytes) {
+  std::printf("%-8s %-5s", mib(bytes).c_str(), what);
+  for (const auto& column : rates) {
+    std::vector<double> v;
+    for (const Rate& r : column) v.push_back(what[0] == 'w' ? r.wall : r.cpu);
+    std::printf(" %9.2f", median(v));
+  }
+  std::printf("\n");
+}
+
 void run_bandwidth() {
-  std::printf("# one-way bandwidth (GB/s), median of %d, 8 x 256 KiB slots\n", runs);
+  std::printf("# one-way bandwidth (GB/s), median of %d, 8 x 256 KiB slots; wall: by the clock, cpu: bytes over\n"
+              "# the busier side's CPU seconds (what the path does when each side has a core)\n", runs);
   // ring: memcpy on both sides; nt-recv: the consumer streams into the
   // destination; nt-both: both sides stream; by_size: what the ring does by
   // default (streams when the message is at least kNtCopyMinBytes).
-  std::printf("%-8s %10s %10s %10s %10s %10s\n", "size", "ring", "nt-recv", "nt-both", "by_size", "cma");
+  std::printf("%-14s %9s %9s %9s %9s %9s\n", "size", "ring", "nt-recv", "nt-both", "by_size", "cma");
   using C = RingCopy;
   for (std::size_t bytes : {std::size_t{1} << 20, std::size_t{16} << 20, std::size_t{64} << 20}) {
-    std::vector<double> ring, nt_recv, nt_both, by_size, cma;
+    std::vector<std::vector<Rate>> rates(5);
     int reps = reps_for(bytes);
     for (int r = 0; r < runs; ++r) {
-      ring.push_back(ring_bandwidth(RingGeometry{}, C::cached, C::cached, bytes, reps));
-      nt_recv.push_back(ring_bandwidth(RingGeometry{}, C::cached, C::streaming, bytes, reps));
-      nt_both.push_back(ring_bandwidth(RingGeometry{}, C::streaming, C::streaming, bytes, reps));
-      by_size.push_back(ring_bandwidth(RingGeometry{}, C::by_size, C::by_size, bytes, reps));
-      cma.push_back(cma_bandwidth(bytes, reps));
+      rates[0].push_back(ring_bandwidth(RingGeometry{}, C::cached, C::cached, bytes, reps));
+      rates[1].push_back(ring_bandwidth(RingGeometry{}, C::cached, C::streaming, bytes, reps));
+      rates[2].push_back(ring_bandwidth(RingGeometry{}, C::streaming, C::streaming, bytes, reps));
+      rates[3].push_back(ring_bandwidth(RingGeometry{}, C::by_size, C::by_size, bytes, reps));
+      rates[4].push_back(cma_bandwidth(bytes, reps));
     }
-    std::printf("%-8s %10.2f %10.2f %10.2f %10.2f %10.2f\n", mib(bytes).c_str(), median(ring), median(nt_recv),
-                median(nt_both), median(by_size), median(cma));
+    print_rates("wall", rates, bytes);
+    print_rates("cpu", rates, bytes);
   }
 }
 
 void run_slots() {
-  std::printf("# ring bandwidth (GB/s) by geometry, median of %d, memcpy both sides\n", runs);
+  std::printf("# ring bandwidth (GB/s, wall/cpu as in bandwidth) by geometry, median of %d, memcpy into\n"
+              "# the slot, copy_large out of it\n", runs);
   std::vector<RingGeometry> shapes = {{8, 64 << 10}, {16, 64 << 10}, {4, 256 << 10}, {8, 256 << 10},
                                       {16, 256 << 10}, {8, 1 << 20}, {16, 1 << 20}};
-  std::printf("%-16s %10s %10s %10s\n", "slots", "1 MiB", "16 MiB", "64 MiB");
+  std::printf("%-16s %11s %11s %11s\n", "slots", "1 MiB", "16 MiB", "64 MiB");
   for (auto g : shapes) {
     std::printf("%2u x %5zu KiB   ", g.slot_count, g.slot_bytes >> 10);
     for (std::size_t bytes : {std::size_t{1} << 20, std::size_t{16} << 20, std::size_t{64} << 20}) {
-      std::vector<double> v;
-      for (int r = 0; r < runs; ++r) v.push_back(ring_bandwidth(g, RingCopy::cached, RingCopy::cached, bytes, reps_for(bytes)));
-      std::printf(" %10.2f", median(v));
+      std::vector<double> wall, cpu;
+      for (int r = 0; r < runs; ++r) {
+        Rate rate = ring_bandwidth(g, RingCopy::cached, RingCopy::by_size, bytes, reps_for(bytes));
+        wall.push_back(rate.wall), cpu.push_back(rate.cpu);
+      }
+      std::printf(" %5.2f/%5.2f", median(wall), median(cpu));
     }
     std::printf("\n");
   }

@@ -83,6 +83,15 @@ class Doorbell {
 /// time work came during the spin and halves (down to `min`, which keeps
 /// probing) each time the spin ran out and the process slept. One budget per
 /// engine, not per ring.
+///
+/// Measured (8-byte half round trip, us, median of 5 launches, this 2-vCPU
+/// machine while two other engineers' builds kept its load at 11-13):
+///
+///   futex only  spin 1 us  spin 5 us  spin 20 us  spin 100 us  SpinBudget
+///     12.9        14.7       24.5        53.7        206.9        13.9
+///
+/// and in a quieter moment futex only 14.2, spin 5 us 1.8, spin 100 us 1.3,
+/// SpinBudget 7.6: a fixed spin is a bet on the load, the budget follows it.
 class SpinBudget {
  public:
   static constexpr std::chrono::nanoseconds kDefaultMin{500};

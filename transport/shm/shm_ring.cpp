@@ -172,7 +172,10 @@ bool ShmRingSender::try_push(OutgoingMessage& m) {
     slot.context = m.tag.context;
     slot.offset = m.pushed;
     slot.chunk_bytes = chunk;
-    if (chunk > 0) copy_chunk(copy_, slot_data(head_), m.src.data + m.pushed, chunk, m.src.bytes);
+    if (chunk > 0) {
+      RingCopy how = copy_ == RingCopy::streaming ? RingCopy::streaming : RingCopy::cached;
+      copy_chunk(how, slot_data(head_), m.src.data + m.pushed, chunk, m.src.bytes);
+    }
     ++head_;
     atomic(control_->head).store(head_, std::memory_order_release);
     m.pushed += chunk;

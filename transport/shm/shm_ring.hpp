@@ -29,18 +29,28 @@
 // the slot, dst[i] = local[i] op slot[i], with the kernels of core/reduce.hpp:
 // no intermediate buffer, and the chunk is read once.
 //
-// Sizes (bench/shm_pingpong --slots): 256 KiB slots, 8 of them (2 MiB per
-// direction). A slot must be large enough that the per-chunk costs (two
-// counter handoffs, a doorbell check, one cache miss on the counter line)
-// vanish next to the copy (at 256 KiB a chunk copies in ~15-25 us, the
-// handoff costs < 0.5 us), and small enough that the producer and consumer
-// overlap well and that a pair's ring fits comfortably in L2+L3 so the
-// consumer reads what the producer just wrote from the cache: 1 MiB slots
-// were no faster, and 8 slots x 256 KiB already hide one side's stalls.
-// With n ranks a process holds 2(n-1) rings, 4 MiB per peer.
+// Sizes: 8 slots of 256 KiB (2 MiB per direction, 4 MiB per peer pair).
+// `shm_pingpong slots` (GB/s per CPU second of the busier side, which the
+// load of this shared 2-core machine does not distort the way it does the
+// wall clock; median of 3, one launch):
+//
+//   slots         1 MiB  16 MiB  64 MiB
+//   8 x 64 KiB     6.7     7.9     8.3   per-chunk handoffs start to show
+//   4 x 256 KiB   14.6     9.0     9.4
+//   8 x 256 KiB   17.3     8.5     9.8   chosen
+//   16 x 256 KiB  16.5     9.6     9.8   no better, twice the memory
+//   8 x 1 MiB      9.5     7.5     7.0   the ring no longer stays in cache
+//   16 x 1 MiB     5.8     5.7     5.7
+//
+// A slot must be large enough that the per-chunk costs (two counter
+// handoffs, a doorbell check) vanish next to its copy, and small enough
+// that the ring stays in the cache, so the consumer reads what the producer
+// just wrote from L2/L3 instead of memory, and that producer and consumer
+// overlap within one message.
 //
 // Waiting: the engine first calls try_push/try_pop; when nothing moves it
-// may spin (spin_until) for a bounded time, then arm() + wait(). Both sides
+// spins for a SpinBudget (doorbell.hpp: 0.5-20 us, adapted to whether
+// spinning has been paying), then arm() + wait(). Both sides
 // ring the other's Doorbell after every publish; see doorbell.hpp for the
 // no-lost-wakeup argument. A side that closes (close()) sets its flag and
 // rings; the other side's calls then throw PeerLost once the ring is empty.
@@ -64,8 +74,12 @@ struct RingGeometry {
 };
 
 /// How the producer fills slots and the consumer empties them: `cached`
-/// (memcpy), `streaming` (nt_copy), or by the size of the whole message
-/// (copy_large: streaming from kNtCopyMinBytes).
+/// (memcpy), `streaming` (nt_copy), or `by_size`: the producer always
+/// memcpys into the slot (the ring is small and hot, and streaming stores
+/// would make the consumer read it back from memory), the consumer streams
+/// into a destination of at least kNtCopyMinBytes (copy_large). Measured with
+/// `shm_pingpong bandwidth` (GB/s per busier side's CPU second, 64 MiB):
+/// memcpy both sides 2.3, streaming out of the slot 9.4, streaming both 7.3.
 enum class RingCopy : std::uint8_t { cached, streaming, by_size };
 
 /// One message being sent; the ring advances `pushed` as chunks go in.
