@@ -216,7 +216,7 @@ int reps_for(std::size_t bytes) { return bytes >= (64u << 20) ? 6 : bytes >= (16
 void run_latency() {
   std::printf("# 8-byte half round trip (us), median of %d launches of 5000 round trips\n", runs);
   std::printf("%-22s %10s %10s\n", "wait", "median", "best");
-  // -1: SpinBudget (adaptive, 0.5-20 us)
+  // -1: SpinBudget (20 us while spinning pays, else 0.5 us and a probe)
   std::vector<long> spins_ns = {0, 1000, 5000, 20000, 100000, -1};
   std::vector<std::vector<double>> results(spins_ns.size());
   for (int r = 0; r < runs; ++r)

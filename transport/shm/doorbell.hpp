@@ -76,34 +76,54 @@ class Doorbell {
 ///
 /// Spinning pays when the peer runs on another core and answers within the
 /// spin: a futex sleep and wake costs 3-5 us of latency plus two system
-/// calls. It is pure loss when the peer shares this core (ranks outnumber
-/// cores): the peer cannot run until this process sleeps or its time slice
-/// ends, so every spin adds its whole length to the latency
-/// (bench/shm_pingpong latency). So the budget doubles (up to `max`) each
-/// time work came during the spin and halves (down to `min`, which keeps
-/// probing) each time the spin ran out and the process slept. One budget per
-/// engine, not per ring.
+/// calls, and tens of us when the idle vCPU has to be woken. It is pure loss
+/// when the peer shares this core (ranks outnumber cores): the peer cannot
+/// run until this process sleeps or its time slice ends, so every spin adds
+/// its whole length to the latency. So the budget keeps a score of recent
+/// full spins (`max`): +1 when work came during one, -1 when it ran out.
+/// While the score is at least half of kScoreLimit every wait spins `max`;
+/// below that waits spin only `min` (which still catches work that is about
+/// to land), and one wait in kProbeEvery spins `max` as a probe, so the
+/// budget notices when cores free up. Short spins do not move the score.
+/// One budget per engine, not per ring.
 ///
-/// Measured (8-byte half round trip, us, median of 5 launches, this 2-vCPU
-/// machine while two other engineers' builds kept its load at 11-13):
+/// Measured (bench/shm_pingpong latency, 8-byte half round trip in us,
+/// median of 5 runs per launch, variants interleaved; this 2-vCPU machine
+/// while two other engineers' builds kept its load at 7-8):
 ///
-///   futex only  spin 1 us  spin 5 us  spin 20 us  spin 100 us  SpinBudget
-///     12.9        14.7       24.5        53.7        206.9        13.9
+///   launch  futex only  spin 1 us  spin 5 us  spin 20 us  spin 100 us  SpinBudget
+///     1         6.0        8.9       14.5        36.3        158.9         9.6
+///     2         6.3        6.2        9.5        25.3        106.8         8.6
+///     3        24.0        0.9        0.4         0.4          0.3         0.8
 ///
-/// and in a quieter moment futex only 14.2, spin 5 us 1.8, spin 100 us 1.3,
-/// SpinBudget 7.6: a fixed spin is a bet on the load, the budget follows it.
+/// Every fixed choice is 4-60x off the best in one of the regimes; the
+/// budget stays within 1.5-3x of the best in each.
 class SpinBudget {
  public:
   static constexpr std::chrono::nanoseconds kDefaultMin{500};
   static constexpr std::chrono::nanoseconds kDefaultMax{20000};
+  static constexpr int kScoreLimit = 8;
+  static constexpr unsigned kProbeEvery = 16;
   explicit SpinBudget(std::chrono::nanoseconds min = kDefaultMin, std::chrono::nanoseconds max = kDefaultMax)
-      : min_(min), max_(max), current_(max) {}
-  std::chrono::nanoseconds current() const { return current_; }
-  void found_while_spinning() { current_ = std::min(max_, current_ * 2); }
-  void had_to_sleep() { current_ = std::max(min_, current_ / 2); }
+      : min_(min), max_(max) {}
+  /// The spin for the next wait (call once per wait).
+  std::chrono::nanoseconds next_spin() {
+    full_ = score_ * 2 >= kScoreLimit || ++waits_ % kProbeEvery == 0;
+    return full_ ? max_ : min_;
+  }
+  void found_while_spinning() {
+    if (full_) score_ = std::min(kScoreLimit, score_ + 1);
+  }
+  void had_to_sleep() {
+    if (full_) score_ = std::max(0, score_ - 1);
+  }
+  bool spinning() const { return score_ * 2 >= kScoreLimit; }
 
  private:
-  std::chrono::nanoseconds min_, max_, current_;
+  std::chrono::nanoseconds min_, max_;
+  int score_ = kScoreLimit / 2;  // start by spinning
+  unsigned waits_ = 0;
+  bool full_ = false;
 };
 
 /// Busy-waits (with the CPU's pause hint) until `ready()` or `spin` passes;

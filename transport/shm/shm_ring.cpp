@@ -201,7 +201,7 @@ bool ShmRingSender::wait_for_space(std::chrono::nanoseconds spin, std::chrono::m
 }
 
 bool ShmRingSender::wait_for_space(SpinBudget& budget, std::chrono::microseconds timeout) {
-  return spin_then_sleep(*this, [&] { return has_space() || peer_closed(); }, budget.current(), timeout, &budget);
+  return spin_then_sleep(*this, [&] { return has_space() || peer_closed(); }, budget.next_spin(), timeout, &budget);
 }
 
 // ---- consumer ----
@@ -281,7 +281,7 @@ bool ShmRingReceiver::wait_for_data(std::chrono::nanoseconds spin, std::chrono::
 }
 
 bool ShmRingReceiver::wait_for_data(SpinBudget& budget, std::chrono::microseconds timeout) {
-  return spin_then_sleep(*this, [&] { return has_data() || peer_closed(); }, budget.current(), timeout, &budget);
+  return spin_then_sleep(*this, [&] { return has_data() || peer_closed(); }, budget.next_spin(), timeout, &budget);
 }
 
 }  // namespace braid

@@ -49,8 +49,8 @@
 // overlap within one message.
 //
 // Waiting: the engine first calls try_push/try_pop; when nothing moves it
-// spins for a SpinBudget (doorbell.hpp: 0.5-20 us, adapted to whether
-// spinning has been paying), then arm() + wait(). Both sides
+// spins for a SpinBudget (doorbell.hpp: 20 us while spinning has been
+// paying, 0.5 us otherwise), then arm() + wait(). Both sides
 // ring the other's Doorbell after every publish; see doorbell.hpp for the
 // no-lost-wakeup argument. A side that closes (close()) sets its flag and
 // rings; the other side's calls then throw PeerLost once the ring is empty.
@@ -168,8 +168,8 @@ class ShmRingSender : public ShmRing {
   bool wait(std::chrono::microseconds timeout);
   /// Spins for `spin`, then sleeps, until a slot is free; false at the timeout.
   bool wait_for_space(std::chrono::nanoseconds spin, std::chrono::microseconds timeout);
-  /// The same, spinning for budget.current() and telling the budget whether
-  /// the spin found a slot.
+  /// The same, spinning for budget.next_spin() and telling the budget
+  /// whether the spin found a slot.
   bool wait_for_space(SpinBudget& budget, std::chrono::microseconds timeout);
 
  private:
@@ -195,8 +195,8 @@ class ShmRingReceiver : public ShmRing {
   bool wait(std::chrono::microseconds timeout);
   /// Spins for `spin`, then sleeps, until a slot arrives; false at the timeout.
   bool wait_for_data(std::chrono::nanoseconds spin, std::chrono::microseconds timeout);
-  /// The same, spinning for budget.current() and telling the budget whether
-  /// the spin found data.
+  /// The same, spinning for budget.next_spin() and telling the budget
+  /// whether the spin found data.
   bool wait_for_data(SpinBudget& budget, std::chrono::microseconds timeout);
 
  private:
