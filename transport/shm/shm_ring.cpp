@@ -1,0 +1,287 @@
+#include "transport/shm/shm_ring.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <utility>
+
+#include "core/reduce.hpp"
+#include "core/text.hpp"
+#include "transport/shm/nt_copy.hpp"
+
+namespace braid {
+namespace {
+
+constexpr std::uint64_t kRingMagic = 0x62726169645f7267ull;  // "braid_rg"
+constexpr std::size_t kPage = 4096;
+constexpr std::uint32_t kMaxSlots = 1024;
+
+template <typename T>
+std::atomic_ref<T> atomic(T& word) {
+  return std::atomic_ref<T>(word);
+}
+
+std::string tag_text(std::uint64_t id) {
+  return cat("op #", (id >> 32) & 0x7fffffffu, (id >> 63) ? " (point-to-point)" : "", " step ", id & 0xffffffffu);
+}
+
+// Spins for `spin`, then arms and sleeps until `ready()` or the timeout.
+// `side` is a sender or a receiver (arm, wait, and its own bell to disarm).
+template <typename Side, typename Ready>
+bool spin_then_sleep(Side& side, Ready ready, std::chrono::nanoseconds spin, std::chrono::microseconds timeout,
+                     SpinBudget* budget) {
+  if (ready()) return true;  // not the spin's merit
+  if (spin_until(ready, spin)) {
+    if (budget != nullptr && spin.count() > 0) budget->found_while_spinning();
+    return true;
+  }
+  if (budget != nullptr) budget->had_to_sleep();
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (!side.arm()) return true;
+    auto left = std::chrono::ceil<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      side.own_bell().disarm();
+      return ready();
+    }
+    side.wait(left);
+    if (ready()) return true;
+  }
+}
+
+void copy_chunk(RingCopy how, void* dst, const void* src, std::size_t bytes, std::size_t message_bytes) {
+  switch (how) {
+    case RingCopy::cached: std::memcpy(dst, src, bytes); break;
+    case RingCopy::streaming: nt_copy(dst, src, bytes); break;
+    case RingCopy::by_size: copy_large(dst, src, bytes, message_bytes); break;
+  }
+}
+
+}  // namespace
+
+// Every field the two sides write is on its own line: head (producer), tail
+// (consumer), each doorbell (its sleeper and its ringer), each closed flag.
+struct ShmRing::Control {
+  alignas(64) std::uint64_t magic;
+  std::uint32_t slot_count;
+  std::uint64_t slot_bytes;
+  alignas(64) std::uint64_t head;
+  alignas(64) std::uint64_t tail;
+  DoorbellWord consumer_bell;  // the consumer sleeps on it, the producer rings it
+  DoorbellWord producer_bell;  // the other way round (waiting for a free slot)
+  alignas(64) std::uint32_t producer_closed;
+  alignas(64) std::uint32_t consumer_closed;
+};
+
+struct alignas(64) ShmRing::SlotHeader {
+  std::uint64_t tag;
+  std::uint64_t message_bytes;
+  std::array<std::byte, 16> context;
+  std::uint64_t offset;  // of this chunk in the message
+  std::uint64_t chunk_bytes;
+};
+
+namespace {
+std::size_t control_bytes(std::uint32_t slots) {
+  std::size_t raw = sizeof(ShmRing::Control) + slots * sizeof(ShmRing::SlotHeader);
+  return (raw + kPage - 1) / kPage * kPage;
+}
+}  // namespace
+
+void ShmRing::check(RingGeometry g) {
+  if (g.slot_count < 2 || g.slot_count > kMaxSlots || g.slot_bytes == 0 || g.slot_bytes % kPage != 0)
+    throw InvalidArgument(cat("shm ring: ", g.slot_count, " slots of ", g.slot_bytes,
+                              " bytes: need 2-", kMaxSlots, " slots of a non-zero multiple of ", kPage, " bytes"));
+}
+
+std::size_t ShmRing::bytes_needed(RingGeometry g) {
+  check(g);
+  return control_bytes(g.slot_count) + g.slot_count * g.slot_bytes;
+}
+
+void ShmRing::format(std::span<std::byte> region, RingGeometry g) {
+  if (region.size() < bytes_needed(g) || reinterpret_cast<std::uintptr_t>(region.data()) % kPage != 0)
+    throw InvalidArgument(cat("shm ring: a region of ", region.size(), " bytes cannot hold a ring of ", g.slot_count,
+                              " x ", g.slot_bytes, " bytes (needs ", bytes_needed(g), ", page-aligned)"));
+  auto* control = reinterpret_cast<Control*>(region.data());
+  std::memset(static_cast<void*>(control), 0, control_bytes(g.slot_count));
+  control->slot_count = g.slot_count;
+  control->slot_bytes = g.slot_bytes;
+  atomic(control->magic).store(kRingMagic, std::memory_order_release);
+}
+
+ShmRing::ShmRing(std::span<std::byte> region, std::string description, bool producer, DoorbellWord* own,
+                 DoorbellWord* peer)
+    : control_(reinterpret_cast<Control*>(region.data())), description_(std::move(description)),
+      producer_(producer) {
+  if (region.size() < sizeof(Control) || atomic(control_->magic).load(std::memory_order_acquire) != kRingMagic)
+    throw ProtocolMismatch(cat(description_, ": the region holds no formatted ring"));
+  geometry_ = RingGeometry{control_->slot_count, control_->slot_bytes};
+  check(geometry_);
+  if (region.size() < bytes_needed(geometry_))
+    throw ProtocolMismatch(cat(description_, ": the ring's geometry (", geometry_.slot_count, " x ",
+                               geometry_.slot_bytes, " bytes) does not fit its region of ", region.size(), " bytes"));
+  slots_ = region.data() + control_bytes(geometry_.slot_count);
+  DoorbellWord* consumer_word = &control_->consumer_bell;
+  DoorbellWord* producer_word = &control_->producer_bell;
+  own_bell_ = Doorbell(own ? own : (producer ? producer_word : consumer_word));
+  peer_bell_ = Doorbell(peer ? peer : (producer ? consumer_word : producer_word));
+}
+
+ShmRing::SlotHeader& ShmRing::slot_header(std::uint64_t index) const {
+  auto* headers = reinterpret_cast<SlotHeader*>(reinterpret_cast<std::byte*>(control_) + sizeof(Control));
+  return headers[index % geometry_.slot_count];
+}
+
+std::byte* ShmRing::slot_data(std::uint64_t index) const {
+  return slots_ + (index % geometry_.slot_count) * geometry_.slot_bytes;
+}
+
+void ShmRing::close() {
+  atomic(producer_ ? control_->producer_closed : control_->consumer_closed).store(1, std::memory_order_release);
+  peer_bell_.ring();
+}
+
+bool ShmRing::peer_closed() const {
+  return atomic(producer_ ? control_->consumer_closed : control_->producer_closed).load(std::memory_order_acquire) != 0;
+}
+
+// ---- producer ----
+
+ShmRingSender::ShmRingSender(std::span<std::byte> region, std::string description, RingCopy copy, DoorbellWord* own,
+                             DoorbellWord* peer)
+    : ShmRing(region, std::move(description), true, own, peer), copy_(copy) {
+  head_ = atomic(control_->head).load(std::memory_order_acquire);
+  cached_tail_ = atomic(control_->tail).load(std::memory_order_acquire);
+}
+
+bool ShmRingSender::has_space() {
+  if (head_ - cached_tail_ < geometry_.slot_count) return true;
+  cached_tail_ = atomic(control_->tail).load(std::memory_order_acquire);
+  return head_ - cached_tail_ < geometry_.slot_count;
+}
+
+bool ShmRingSender::try_push(OutgoingMessage& m) {
+  if (peer_closed()) throw PeerLost(cat(description_, ": the receiving side closed the ring"));
+  while (!m.done() && has_space()) {
+    SlotHeader& slot = slot_header(head_);
+    std::size_t chunk = std::min(geometry_.slot_bytes, m.src.bytes - m.pushed);
+    slot.tag = m.tag.id;
+    slot.message_bytes = m.src.bytes;
+    slot.context = m.tag.context;
+    slot.offset = m.pushed;
+    slot.chunk_bytes = chunk;
+    if (chunk > 0) {
+      RingCopy how = copy_ == RingCopy::streaming ? RingCopy::streaming : RingCopy::cached;
+      copy_chunk(how, slot_data(head_), m.src.data + m.pushed, chunk, m.src.bytes);
+    }
+    ++head_;
+    atomic(control_->head).store(head_, std::memory_order_release);
+    m.pushed += chunk;
+    m.started = true;
+    peer_bell_.ring();
+  }
+  return m.done();
+}
+
+bool ShmRingSender::arm() {
+  ticket_ = own_bell_.arm();
+  if (has_space() || peer_closed()) {
+    own_bell_.disarm();
+    return false;
+  }
+  return true;
+}
+
+bool ShmRingSender::wait(std::chrono::microseconds timeout) { return own_bell_.wait(ticket_, timeout); }
+
+bool ShmRingSender::wait_for_space(std::chrono::nanoseconds spin, std::chrono::microseconds timeout) {
+  return spin_then_sleep(*this, [&] { return has_space() || peer_closed(); }, spin, timeout, nullptr);
+}
+
+bool ShmRingSender::wait_for_space(SpinBudget& budget, std::chrono::microseconds timeout) {
+  return spin_then_sleep(*this, [&] { return has_space() || peer_closed(); }, budget.next_spin(), timeout, &budget);
+}
+
+// ---- consumer ----
+
+ShmRingReceiver::ShmRingReceiver(std::span<std::byte> region, std::string description, RingCopy copy,
+                                 DoorbellWord* own, DoorbellWord* peer)
+    : ShmRing(region, std::move(description), false, own, peer), copy_(copy) {
+  tail_ = atomic(control_->tail).load(std::memory_order_acquire);
+  cached_head_ = atomic(control_->head).load(std::memory_order_acquire);
+}
+
+bool ShmRingReceiver::has_data() {
+  if (cached_head_ != tail_) return true;
+  cached_head_ = atomic(control_->head).load(std::memory_order_acquire);
+  return cached_head_ != tail_;
+}
+
+void ShmRingReceiver::check_slot(const SlotHeader& slot, const IncomingMessage& m) const {
+  Tag received{slot.tag, slot.context};
+  if (received != m.tag || slot.message_bytes != m.dst.bytes)
+    throw TagMismatch(cat(description_, ": received a message ", tag_text(slot.tag), " of ", slot.message_bytes,
+                          " bytes while expecting ", tag_text(m.tag.id), " of ", m.dst.bytes,
+                          " bytes: the ranks are running different operations"),
+                      m.tag, m.dst.bytes, received, slot.message_bytes);
+  if (slot.offset != m.received || slot.chunk_bytes > geometry_.slot_bytes ||
+      slot.chunk_bytes > m.dst.bytes - m.received || (slot.chunk_bytes == 0 && m.dst.bytes != 0))
+    throw ProtocolMismatch(cat(description_, ": a chunk of ", slot.chunk_bytes, " bytes at offset ", slot.offset,
+                               " of ", tag_text(slot.tag), " does not continue the ", m.received,
+                               " bytes received so far: the ring is corrupt"));
+}
+
+bool ShmRingReceiver::try_pop(IncomingMessage& m) {
+  if (!m.started && m.local != nullptr && m.dst.bytes % size_of(m.type) != 0)
+    throw InvalidArgument(cat(description_, ": a reduce of ", m.dst.bytes, " bytes is not a whole number of ",
+                              name_of(m.type), " elements"));
+  while (!m.done()) {
+    if (!has_data()) {
+      // The producer sets its flag after its last publish: look at the flag,
+      // then once more at head, so a final message is never cut off.
+      if (peer_closed() && !has_data())
+        throw PeerLost(cat(description_, ": the sending side closed the ring before ", tag_text(m.tag.id),
+                           " arrived (", m.received, " of ", m.dst.bytes, " bytes received)"));
+      if (!has_data()) break;
+    }
+    const SlotHeader& slot = slot_header(tail_);
+    check_slot(slot, m);
+    const std::byte* data = slot_data(tail_);
+    std::size_t chunk = slot.chunk_bytes;
+    if (chunk > 0) {
+      if (m.local == nullptr)
+        copy_chunk(copy_, m.dst.data + m.received, data, chunk, m.dst.bytes);
+      else
+        reduce(m.type, m.op, m.dst.data + m.received, m.local + m.received, data, chunk / size_of(m.type));
+    }
+    m.received += chunk;
+    m.started = true;
+    ++tail_;
+    atomic(control_->tail).store(tail_, std::memory_order_release);
+    peer_bell_.ring();
+  }
+  return m.done();
+}
+
+bool ShmRingReceiver::arm() {
+  ticket_ = own_bell_.arm();
+  if (has_data() || peer_closed()) {
+    own_bell_.disarm();
+    return false;
+  }
+  return true;
+}
+
+bool ShmRingReceiver::wait(std::chrono::microseconds timeout) { return own_bell_.wait(ticket_, timeout); }
+
+bool ShmRingReceiver::wait_for_data(std::chrono::nanoseconds spin, std::chrono::microseconds timeout) {
+  return spin_then_sleep(*this, [&] { return has_data() || peer_closed(); }, spin, timeout, nullptr);
+}
+
+bool ShmRingReceiver::wait_for_data(SpinBudget& budget, std::chrono::microseconds timeout) {
+  return spin_then_sleep(*this, [&] { return has_data() || peer_closed(); }, budget.next_spin(), timeout, &budget);
+}
+
+}  // namespace braid

@@ -1,0 +1,213 @@
+// ShmRing: a single-producer single-consumer ring of fixed-size slots in
+// shared memory, carrying braid messages from one process to another.
+//
+// Layout (one region of a ShmSegment, page-aligned):
+//
+//   page 0    Control: geometry, then `head` (slots published, written
+//             only by the producer), `tail` (slots consumed, written only by
+//             the consumer), two DoorbellWords and the closed flags, each on
+//             its own 64-byte line so the two sides never write one line.
+//             Then one 64-byte SlotHeader per slot.
+//   page 1..  the slots' payloads, slot_bytes each, page-aligned.
+//
+// A message is braid's header (u64 tag id, u64 size, 16-byte context) and
+// its payload cut into slot-sized chunks; every slot's header repeats the
+// message header with the chunk's offset and length (as every TCP part does),
+// so a slot can be checked on its own and a message of 0 bytes is one slot
+// of 0 bytes. The producer fills slot head % count, then publishes it with a
+// release store of head + 1; the consumer reads head with acquire, uses the
+// slot, then frees it with a release store of tail + 1. Each side caches the
+// other's counter and reads the shared line only when the cache says full
+// (or empty), so a stream of chunks does not bounce the counter lines.
+// While the consumer works on chunk k the producer fills chunk k+1: the two
+// copies of a ring transfer overlap.
+//
+// The consumer serves one receive at a time: it checks the first slot's tag
+// and size against the receive before it writes a byte of the destination
+// and throws TagMismatch otherwise (the slot stays in the ring; the link is
+// broken anyway). It either copies the chunk out, or reduces straight from
+// the slot, dst[i] = local[i] op slot[i], with the kernels of core/reduce.hpp:
+// no intermediate buffer, and the chunk is read once.
+//
+// Sizes: 8 slots of 256 KiB (2 MiB per direction, 4 MiB per peer pair).
+// `shm_pingpong slots` (GB/s per CPU second of the busier side, which the
+// load of this shared 2-core machine does not distort the way it does the
+// wall clock; median of 3, one launch):
+//
+//   slots         1 MiB  16 MiB  64 MiB
+//   8 x 64 KiB     6.7     7.9     8.3   per-chunk handoffs start to show
+//   4 x 256 KiB   14.6     9.0     9.4
+//   8 x 256 KiB   17.3     8.5     9.8   chosen
+//   16 x 256 KiB  16.5     9.6     9.8   no better, twice the memory
+//   8 x 1 MiB      9.5     7.5     7.0   the ring no longer stays in cache
+//   16 x 1 MiB     5.8     5.7     5.7
+//
+// A second launch (median of 5) ranked them the same at 1 MiB and put every
+// 8-slot ring within 10% of each other at 64 MiB (6.8-7.2), 16 x 1 MiB last.
+// A slot must be large enough that the per-chunk costs (two counter
+// handoffs, a doorbell check) vanish next to its copy, and small enough
+// that the ring stays in the cache, so the consumer reads what the producer
+// just wrote from L2/L3 instead of memory, and that producer and consumer
+// overlap within one message.
+//
+// Waiting: the engine first calls try_push/try_pop; when nothing moves it
+// spins for a SpinBudget (doorbell.hpp: 20 us while spinning has been
+// paying, 0.5 us otherwise), then arm() + wait(). Both sides
+// ring the other's Doorbell after every publish; see doorbell.hpp for the
+// no-lost-wakeup argument. A side that closes (close()) sets its flag and
+// rings; the other side's calls then throw PeerLost once the ring is empty.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "braid/types.hpp"
+#include "transport/shm/doorbell.hpp"
+#include "transport/transport.hpp"
+
+namespace braid {
+
+struct RingGeometry {
+  std::uint32_t slot_count = 8;
+  std::size_t slot_bytes = 256 * 1024;  // a multiple of 4096
+};
+
+/// How the producer fills slots and the consumer empties them: `cached`
+/// (memcpy), `streaming` (nt_copy), or `by_size`: the producer always
+/// memcpys into the slot (the ring is small and hot, and streaming stores
+/// would make the consumer read it back from memory), the consumer streams
+/// into a destination of at least kNtCopyMinBytes (copy_large). Measured with
+/// `shm_pingpong bandwidth` (GB/s per busier side's CPU second, 64 MiB):
+/// memcpy both sides 2.3, streaming out of the slot 9.4, streaming both 7.3.
+enum class RingCopy : std::uint8_t { cached, streaming, by_size };
+
+/// One message being sent; the ring advances `pushed` as chunks go in.
+struct OutgoingMessage {
+  Tag tag;
+  ConstMemView src;
+  std::size_t pushed = 0;
+  bool started = false;  // the first chunk (carrying the header) is in
+  bool done() const { return started && pushed == src.bytes; }
+};
+
+/// One receive being served: copy into dst (local == nullptr) or reduce
+/// dst = local op incoming. `received` advances as chunks come out.
+struct IncomingMessage {
+  Tag tag;
+  MemView dst;
+  const std::byte* local = nullptr;
+  DataType type = DataType::u8;
+  ReduceOp op = ReduceOp::sum;
+  std::size_t received = 0;
+  bool started = false;  // the first chunk's header was checked
+  bool done() const { return started && received == dst.bytes; }
+};
+
+class ShmRing {
+ public:
+  /// Bytes a ring of this geometry needs (a multiple of 4096).
+  static std::size_t bytes_needed(RingGeometry geometry);
+  /// Writes an empty ring into `region` (zero-filled, page-aligned, at least
+  /// bytes_needed). Done once by the segment's creator before it publishes
+  /// the segment's name.
+  static void format(std::span<std::byte> region, RingGeometry geometry);
+  /// Throws InvalidArgument for a geometry that is not usable.
+  static void check(RingGeometry geometry);
+
+  ShmRing(const ShmRing&) = delete;
+  ShmRing& operator=(const ShmRing&) = delete;
+
+  RingGeometry geometry() const { return geometry_; }
+  /// Marks this side closed and wakes the other; the peer's later calls
+  /// throw PeerLost once the ring is empty. Idempotent.
+  void close();
+  /// True once the other side called close().
+  bool peer_closed() const;
+  /// The doorbell this side sleeps on (to share with other rings).
+  Doorbell& own_bell() { return own_bell_; }
+  /// FUTEX_WAKE calls this side made (tests, benchmarks).
+  std::uint64_t wakes_sent() const { return peer_bell_.wake_calls(); }
+
+  /// The shared layout (defined in shm_ring.cpp): the control page and
+  /// the per-slot headers.
+  struct Control;
+  struct SlotHeader;
+
+ protected:
+  // `own`/`peer`: the doorbells this side sleeps on and rings; null means
+  // the ones inside the ring (the consumer's and producer's words).
+  ShmRing(std::span<std::byte> region, std::string description, bool producer, DoorbellWord* own, DoorbellWord* peer);
+  SlotHeader& slot_header(std::uint64_t index) const;
+  std::byte* slot_data(std::uint64_t index) const;
+
+  Control* control_;
+  std::byte* slots_;
+  RingGeometry geometry_;
+  std::string description_;  // "shm ring /braid-...: to rank 1", for errors
+  bool producer_;
+  Doorbell own_bell_;
+  Doorbell peer_bell_;
+};
+
+class ShmRingSender : public ShmRing {
+ public:
+  ShmRingSender(std::span<std::byte> region, std::string description, RingCopy copy = RingCopy::by_size,
+                DoorbellWord* own = nullptr, DoorbellWord* peer = nullptr);
+  /// Puts as many chunks of `message` into free slots as there are; true
+  /// once all of it is in the ring (src may then be reused). Throws PeerLost
+  /// if the consumer closed.
+  bool try_push(OutgoingMessage& message);
+  /// True if a slot is free.
+  bool has_space();
+  /// Sleep protocol (doorbell.hpp): false if a slot freed meanwhile or the
+  /// peer closed (do not wait then); true means wait() may sleep.
+  bool arm();
+  /// After arm() returned true: sleeps until the consumer frees a slot or
+  /// `timeout`; false on timeout.
+  bool wait(std::chrono::microseconds timeout);
+  /// Spins for `spin`, then sleeps, until a slot is free; false at the timeout.
+  bool wait_for_space(std::chrono::nanoseconds spin, std::chrono::microseconds timeout);
+  /// The same, spinning for budget.next_spin() and telling the budget
+  /// whether the spin found a slot.
+  bool wait_for_space(SpinBudget& budget, std::chrono::microseconds timeout);
+
+ private:
+  RingCopy copy_;
+  std::uint64_t head_ = 0;         // our counter (authoritative copy in control_)
+  std::uint64_t cached_tail_ = 0;  // the consumer's, as last read
+  std::uint32_t ticket_ = 0;
+};
+
+class ShmRingReceiver : public ShmRing {
+ public:
+  ShmRingReceiver(std::span<std::byte> region, std::string description, RingCopy copy = RingCopy::by_size,
+                  DoorbellWord* own = nullptr, DoorbellWord* peer = nullptr);
+  /// Takes as many chunks of the message `message` serves as have arrived,
+  /// copying or reducing each into message.dst; true once complete. Throws
+  /// TagMismatch (dst untouched) if the next message's tag or size differs,
+  /// PeerLost if the producer closed and nothing is left, InvalidArgument for
+  /// a reduce whose size is not a multiple of the element.
+  bool try_pop(IncomingMessage& message);
+  /// True if a published slot waits.
+  bool has_data();
+  bool arm();
+  bool wait(std::chrono::microseconds timeout);
+  /// Spins for `spin`, then sleeps, until a slot arrives; false at the timeout.
+  bool wait_for_data(std::chrono::nanoseconds spin, std::chrono::microseconds timeout);
+  /// The same, spinning for budget.next_spin() and telling the budget
+  /// whether the spin found data.
+  bool wait_for_data(SpinBudget& budget, std::chrono::microseconds timeout);
+
+ private:
+  void check_slot(const SlotHeader& slot, const IncomingMessage& message) const;
+
+  RingCopy copy_;
+  std::uint64_t tail_ = 0;
+  std::uint64_t cached_head_ = 0;
+  std::uint32_t ticket_ = 0;
+};
+
+}  // namespace braid
