@@ -584,13 +584,17 @@ def run_case(name, worker, keep_logs):
     return run_in_job(name, CASES[name], lambda logdir: Job(worker, logdir), keep_logs)
 
 
-def on_signal(signum, frame):
-    raise SystemExit(f"fault_matrix: stopped by signal {signal.Signals(signum).name}; cleaning up")
+def stop_cleanly_on_signals(program):
+    """SIGTERM and SIGINT end the driver through its finally blocks (ranks
+    killed, namespaces deleted) instead of leaving them behind."""
+    def on_signal(signum, frame):
+        raise SystemExit(f"{program}: stopped by signal {signal.Signals(signum).name}; cleaning up")
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
 
 
 def main():
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop_cleanly_on_signals("fault_matrix")
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", required=True)
     ap.add_argument("--case", required=True, choices=sorted(CASES) + ["all"])

@@ -49,7 +49,7 @@ from pathlib import Path
 sys.dont_write_bytecode = True
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fault_matrix import (CaseFailed, Job, Rank, expect_error, finish, free_port, listening_ports,  # noqa: E402
-                          run_in_job, span, tail)
+                          run_in_job, span, stop_cleanly_on_signals, tail)
 
 OP_TIME = re.compile(r"\(op ([0-9.]+) s\)")
 
@@ -299,13 +299,8 @@ class LifecycleJob(Job):
             time.sleep(0.01)
 
 
-def on_signal(signum, frame):
-    raise SystemExit(f"lifecycle_matrix: stopped by signal {signal.Signals(signum).name}; cleaning up")
-
-
 def main():
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop_cleanly_on_signals("lifecycle_matrix")
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", required=True)
     ap.add_argument("--case", required=True, choices=sorted(CASES) + ["all"])
