@@ -300,6 +300,10 @@ std::unique_ptr<Store> connect_tcp_store(const HostPort& where, Deadline connect
   // may take over the address as soon as it goes (a loop that re-creates its
   // communicator), so retry until the deadline, saying so once.
   auto pause = std::chrono::milliseconds(2);
+  auto back_off = [&] {
+    std::this_thread::sleep_for(std::min<Clock::duration>(pause, connect_deadline.remaining()));
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  };
   std::string too_late;  // the last "sealed" refusal, for the message at the deadline
   while (true) {
     Socket socket;
@@ -311,16 +315,14 @@ std::unique_ptr<Store> connect_tcp_store(const HostPort& where, Deadline connect
       if (too_late.empty()) log_info(e.what(), "; retrying until the timeout in case a new store takes over the address");
       too_late = e.what();
       if (connect_deadline.expired()) throw Timeout(cat(too_late, " (retried until the timeout)"));
-      std::this_thread::sleep_for(std::min<Clock::duration>(pause, connect_deadline.remaining()));
-      pause = std::min(pause * 2, std::chrono::milliseconds(50));
+      back_off();
       continue;
     } catch (const PeerLost& e) {
       // A store that closes as this client arrives (the previous
       // communicator's, going away): the next one may be up in a moment.
       if (connect_deadline.expired()) throw;
       log_trace(e.what(), "; retrying");
-      std::this_thread::sleep_for(std::min<Clock::duration>(pause, connect_deadline.remaining()));
-      pause = std::min(pause * 2, std::chrono::milliseconds(50));
+      back_off();
       continue;
     } catch (const Timeout& e) {
       if (!too_late.empty()) throw Timeout(cat(too_late, " (retried until the timeout)"));

@@ -100,20 +100,19 @@ void CommImpl::wait_for_keys(Store& store, const std::vector<std::string>& keys,
       if (!store.check(std::span(&keys[i], 1))) missing.push_back(static_cast<int>(i));
     return missing;
   };
-  auto give_up = [&](const std::string& why, ErrorCode code) { fail_join(store, code, why); };
-  // Looked at before and after every wait, so a rank whose keys are all
-  // there still hears of a failure (a duplicate claim) before it goes on.
-  auto check_abort = [&] { check_join_failure(store); };
+  // A failure another rank published is looked for before and after every
+  // wait, so a rank whose keys are all there still hears of it (a duplicate
+  // claim) before it goes on.
   try {
-    check_abort();
+    check_join_failure(store);
     while (true) {
       try {
         store.wait(keys, std::chrono::duration_cast<Millis>(std::min<Clock::duration>(deadline.remaining(), kJoinPoll)));
-        check_abort();
+        check_join_failure(store);
         return;
       } catch (const Timeout&) {
       }
-      check_abort();
+      check_join_failure(store);
       // A rank the store refused (another key) will not come: say so now.
       std::int64_t refusals = store.add(scope_ + "refusals", 0);
       if (refusals > refusals_seen) {
@@ -124,13 +123,13 @@ void CommImpl::wait_for_keys(Store& store, const std::vector<std::string>& keys,
           std::sscanf(entry.c_str(), "rank %d:", &claimed);
           if (keys.size() == static_cast<std::size_t>(size_) &&
               std::binary_search(missing.begin(), missing.end(), claimed))
-            give_up(cat("rank ", claimed, " of ", size_, " cannot join: ", entry.substr(entry.find(':') + 2)),
-                    ErrorCode::protocol);
+            fail_join(store, ErrorCode::protocol,
+                      cat("rank ", claimed, " of ", size_, " cannot join: ", entry.substr(entry.find(':') + 2)));
         }
         refusals_seen = refusals;
       }
       if (!deadline.expired()) continue;
-      give_up(late(missing_of()), ErrorCode::timeout);
+      fail_join(store, ErrorCode::timeout, late(missing_of()));
     }
   } catch (const PeerLost& e) {
     throw PeerLost(cat("rank ", rank_, ": lost the braid store at ", store_name_,
@@ -180,7 +179,6 @@ void CommImpl::join(Rendezvous rendezvous) {
   store_ = rendezvous.store;
   scope_ = rendezvous.scope;
   store_host_ = rendezvous.store_host;
-  comm_scope_ = cat(scope_, "comm:", comm_id_.to_hex(), "/");
   transport_ = std::make_unique<TcpTransport>(tcp_options(settings_, rank_, size_, comm_id_, advertise_));
 
   Store& store = *store_;
@@ -306,7 +304,7 @@ void CommImpl::check_peer_failure(int peer) {
                        std::string_view(reinterpret_cast<const char*>(why->data()), why->size())));
 }
 
-std::string CommImpl::failure_key(int rank) const { return cat(comm_scope_, "failed/", rank); }
+std::string CommImpl::failure_key(int rank) const { return cat(scope_, "comm:", comm_id_.to_hex(), "/failed/", rank); }
 
 std::string CommImpl::describe() const {
   return cat("rank ", rank_, " of ", size_, " on ", infos_.empty() ? "?" : infos_[rank_].hostname, "; ",
@@ -641,7 +639,6 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
   child->advertise_ = advertise_;
   child->store_ = store_;
   child->scope_ = scope_;
-  child->comm_scope_ = cat(scope_, "comm:", child->comm_id_.to_hex(), "/");
   for (std::size_t i = 0; i < group.size(); ++i)
     if (group[i].parent_rank == store_host_) child->store_host_ = static_cast<int>(i);
   child->store_name_ = cat(store_name_, " (split ", split_index, ", color ", color, ")");

@@ -171,7 +171,6 @@ class CommImpl {
   std::shared_ptr<TcpStoreServer> store_server_;  // on the rank that hosts the store
   std::shared_ptr<Store> store_;                  // kept for failure notices (shared with split children)
   std::string scope_;                             // the job's key prefix
-  std::string comm_scope_;                        // this communicator's key prefix
   int store_host_ = -1;                           // the rank whose process hosts the store, if one does
   bool store_lost_ = false;                       // the store stopped answering (touched by the driver only)
   std::string store_name_;

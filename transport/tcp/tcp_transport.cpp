@@ -20,8 +20,6 @@ namespace {
 // is gone: the socket then fails instead of stalling until the operation's
 // own timeout (a downed link never fails a plain TCP connection).
 constexpr Millis kLivenessBound{10000};
-// Once talking, the rest of a handshake is quick.
-constexpr Millis kHelloWait{5000};
 // Liveness of a peer being waited for: a local process is looked up every
 // kLocalLivenessPoll; a remote listener is knocked on after
 // kFirstLivenessCheck, then at doubling intervals up to kMaxLivenessInterval.
@@ -226,7 +224,7 @@ void TcpTransport::dial_handshake(Socket& socket, const Hello& hello, Deadline d
   // The first answer comes when the peer gets round to accepting, which may
   // be late; once it is talking to us, the rest is quick.
   HelloReply reply = read_reply(deadline);
-  const Deadline quick = min_deadline(deadline, kHelloWait);
+  const Deadline quick = min_deadline(deadline, TcpAcceptor::kHelloWait);
   if (reply.status == HelloStatus::challenge) {
     if (!keyed)
       refuse("the peer sent an authentication challenge but this rank has no key "
