@@ -2,7 +2,7 @@
 """bench/compare.py: braid against Open MPI and Gloo, in one run, on this machine.
 
     bench/compare.py [--ranks 2,4] [--collectives all_reduce,broadcast] [-b 8 -e 64M -f 2]
-                  [--rounds 3] [--out DIR] [--build DIR] [--no-install] [--no-plots] [--smoke]
+                  [--rounds 3] [--variants braid/shm,openmpi/vader] [--out DIR] [--build DIR] [--no-install] [--no-plots] [--smoke]
 
 Runs the same sweep (float32, sum, out of place; iterations scaled to the size
 as braid-perf -n 0 does) with every variant in VARIANTS that this machine can
@@ -178,6 +178,8 @@ def main():
     p.add_argument("-n", dest="iters", default=0, type=int,
                    help="timed iterations per size; 0 (default): scaled to the size, as braid-perf -n 0")
     p.add_argument("--rounds", default=3, type=int)
+    p.add_argument("--variants", default=None,
+                   help="only these variants, comma-separated (e.g. braid/shm,openmpi/vader; default: all)")
     p.add_argument("--table-sizes", default="8,1M,16M,64M", help="sizes of the printed tables (those in the sweep)")
     p.add_argument("--out", default=None, help="output directory (default BUILD/bench-results)")
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -203,6 +205,13 @@ def main():
     variants, missing = find_variants(args, build)
     for m in missing:
         print(f"compare: skipping {m}", file=sys.stderr)
+    if args.variants:
+        wanted = args.variants.split(",")
+        unknown = [w for w in wanted if w not in {v.name for v in variants}]
+        if unknown:
+            sys.exit(f"compare: --variants names {', '.join(unknown)}; this machine can run "
+                     f"{', '.join(v.name for v in variants)}")
+        variants = [v for v in variants if v.name in wanted]
     if not any(v.library == "braid" for v in variants):
         sys.exit("compare: braid-perf did not run; build braid first (scripts/build.sh)")
     rank_counts = [int(r) for r in args.ranks.split(",")]

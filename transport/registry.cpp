@@ -5,16 +5,36 @@
 
 #include "braid/types.hpp"
 #include "core/text.hpp"
+#include "transport/shm/shm_transport.hpp"
+#include "transport/tcp/tcp_transport.hpp"
 
 namespace braid {
 namespace {
 
 bool anywhere(const RankInfo&, const RankInfo&) { return true; }
+bool same_host(const RankInfo& a, const RankInfo& b) { return a.host_id == b.host_id; }
 
-// In order of preference. The shared-memory, UCX and CUDA IPC transports join
-// here, each behind its build option.
+std::unique_ptr<Transport> make_tcp(const TransportSetup& s) {
+  return std::make_unique<TcpTransport>(TcpOptions{.rank = s.rank,
+                                                   .world_size = s.world_size,
+                                                   .comm_id = s.comm_id,
+                                                   .streams = s.settings->tcp_streams,
+                                                   .buffer_bytes = s.settings->tcp_buffer_bytes,
+                                                   .timeout = s.settings->timeout,
+                                                   .listen_address = s.advertise,
+                                                   .auth_key = s.settings->auth_key,
+                                                   .tls = s.settings->tls});
+}
+
+std::unique_ptr<Transport> make_shm(const TransportSetup& s) {
+  return std::make_unique<ShmTransport>(s.rank, s.comm_id);
+}
+
+// In order of preference: the first that reaches a pair connects it. UCX and
+// CUDA IPC join here, each behind its build option.
 constexpr std::array kCompiled = {
-    TransportKind{"tcp", anywhere, "any two ranks that can reach each other's address"},
+    TransportKind{"shm", make_shm, same_host, "both ranks on one host"},
+    TransportKind{"tcp", make_tcp, anywhere, "any two ranks that can reach each other's address"},
 };
 
 std::string known_names() {

@@ -5,17 +5,34 @@
 // the build) and nothing in the comm layer or collectives.
 #pragma once
 
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/comm_id.hpp"
 #include "core/rank_info.hpp"
+#include "core/settings.hpp"
+#include "core/socket.hpp"
+#include "transport/transport.hpp"
 
 namespace braid {
 
+/// Who a communicator's transport speaks for, and the settings all share.
+struct TransportSetup {
+  int rank = 0;
+  int world_size = 1;
+  CommId comm_id;
+  const Settings* settings = nullptr;
+  SockAddr advertise;  // the IP this rank's listeners advertise
+};
+
 struct TransportKind {
   std::string_view name;
+  /// A transport of this kind for one communicator (its per-process context
+  /// is made on first use and shared).
+  std::unique_ptr<Transport> (*make)(const TransportSetup& setup);
   /// Whether this kind can connect the two ranks at all.
   bool (*can_reach)(const RankInfo& a, const RankInfo& b);
   /// What can_reach requires, for messages ("any two ranks", "the same host").

@@ -15,9 +15,11 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "braid/types.hpp"
+#include "core/comm_id.hpp"
 #include "core/deadline.hpp"
 #include "core/rank_info.hpp"
 
@@ -140,17 +143,63 @@ class Link {
   virtual std::string describe_peer() const = 0;
 };
 
-/// One kind of connection (tcp, shm, ucx, cuda_ipc); one per communicator.
+/// A peer to connect to: who it is and the address its transport published.
+struct PeerRef {
+  const RankInfo* info;
+  std::span<const std::byte> address;
+};
+
+/// Called while connecting to `peer`, about every 10 ms, and with urgent set
+/// when the transport learnt the peer is probably gone (so a reason it
+/// published can be read now): throws to give up (Aborted, or PeerLost
+/// carrying the reason).
+using PeerWatch = std::function<void(int peer, bool urgent)>;
+
+/// One kind of connection (tcp, shm, ucx, cuda_ipc) for one communicator: it
+/// publishes this rank's address and connects Links. What a kind shares
+/// across the communicators of a process (shm's doorbell, a UCX worker) is
+/// its per-process context, which each Transport of that kind holds.
+///
+/// Sleeping (the progress engine, DESIGN.md): when nothing moved, the engine
+/// calls arm() on every transport with a busy link; arm() returns false when
+/// news already waits (then nobody sleeps). When all armed, the engine
+/// sleeps on its Poller if every armed transport wakes_poller() (its links
+/// registered fds through Link::attach), or on the one transport that does
+/// not (wait()), or, when both kinds are armed, in short alternating naps on
+/// each, never longer than kMixedNap on either. Any thread may call wake().
 class Transport {
  public:
   virtual ~Transport() = default;
   virtual std::string_view name() const = 0;
-  virtual bool can_reach(const RankInfo& self, const RankInfo& peer) const = 0;
   /// What peers need to connect to this rank; published through the store.
   virtual std::vector<std::byte> local_address() const = 0;
-  /// Establishes the link to `peer` (both ranks call this for each other).
-  virtual std::unique_ptr<Link> connect(const RankInfo& peer, std::span<const std::byte> peer_address,
-                                        Deadline deadline) = 0;
+  /// Connects to every peer of `peers` (each calls this for this rank too),
+  /// in an order that cannot deadlock. Throws naming the peer it could not
+  /// reach; `watch` lets the caller give up early.
+  virtual std::vector<std::unique_ptr<Link>> connect_all(std::span<const PeerRef> peers, Deadline deadline,
+                                                         const PeerWatch& watch) = 0;
+  /// Sets who this transport speaks for, before any connection: a split
+  /// communicator makes its transports before it knows its rank there.
+  virtual void set_identity(int rank, int world_size, const CommId& comm_id) = 0;
+  /// "tcp (2 streams)": for the communicator's description.
+  virtual std::string describe() const { return std::string(name()); }
+  /// After a failure: refuse new connections, so a peer that tries learns
+  /// at once that this rank is gone.
+  virtual void stop_accepting() {}
+  /// Work of the transport itself, outside any link (liveness of peers);
+  /// true if it changed anything. Called by the engine when nothing moved.
+  virtual bool progress() { return false; }
+
+  static constexpr std::chrono::microseconds kMixedNap{200};
+  /// Whether news on this transport's links wakes the engine's Poller.
+  virtual bool wakes_poller() const { return true; }
+  virtual bool arm() { return true; }
+  virtual void disarm() {}
+  /// After arm() returned true (transports that do not wake the poller):
+  /// sleeps until news, wake() or the timeout.
+  virtual void wait(std::chrono::microseconds timeout) { (void)timeout; }
+  /// Ends a wait() now; safe from any thread.
+  virtual void wake() {}
 };
 
 }  // namespace braid

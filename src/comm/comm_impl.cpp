@@ -13,24 +13,6 @@
 #include "core/wire.hpp"
 
 namespace braid {
-namespace {
-
-// The TCP transport of a communicator: who it speaks for, where it listens,
-// and the socket, timeout and security settings every rank shares.
-TcpOptions tcp_options(const Settings& settings, int rank, int world_size, const CommId& comm_id,
-                       const SockAddr& listen_address) {
-  return TcpOptions{.rank = rank,
-                    .world_size = world_size,
-                    .comm_id = comm_id,
-                    .streams = settings.tcp_streams,
-                    .buffer_bytes = settings.tcp_buffer_bytes,
-                    .timeout = settings.timeout,
-                    .listen_address = listen_address,
-                    .auth_key = settings.auth_key,
-                    .tls = settings.tls};
-}
-
-}  // namespace
 
 std::string CommImpl::rank_key(std::string_view what, int rank) const { return cat(scope_, what, "/", rank); }
 
@@ -179,21 +161,26 @@ void CommImpl::join(Rendezvous rendezvous) {
   store_ = rendezvous.store;
   scope_ = rendezvous.scope;
   store_host_ = rendezvous.store_host;
-  transport_ = std::make_unique<TcpTransport>(tcp_options(settings_, rank_, size_, comm_id_, advertise_));
+  kinds_ = transport_order(settings_.transport);
+  transports_ = make_transports(kinds_, TransportSetup{rank_, size_, comm_id_, &settings_, advertise_});
 
   Store& store = *store_;
   claim_rank(store);
+  // Each transport publishes its own address; the rank info comes last, so
+  // a rank that sees it finds the addresses too.
+  for (std::size_t k = 0; k < kinds_.size(); ++k)
+    store.set(rank_key(cat("address/", kinds_[k]->name), rank_), transports_[k]->local_address());
   store.set(rank_key("info", rank_), RankInfo::local(rank_).encode());
-  store.set(rank_key("tcp", rank_), transport_->local_address());
 
-  wait_for_ranks(store, "tcp", deadline);
+  wait_for_ranks(store, "info", deadline);
   std::vector<RankInfo> infos(static_cast<std::size_t>(size_));
-  std::vector<std::vector<std::byte>> addresses(static_cast<std::size_t>(size_));
+  Addresses addresses(kinds_.size(), std::vector<std::vector<std::byte>>(static_cast<std::size_t>(size_)));
   for (int r = 0; r < size_; ++r) {
     infos[r] = RankInfo::decode(store.get(rank_key("info", r), settings_.timeout));
     if (infos[r].rank != r)
       throw ProtocolMismatch(cat("rank ", rank_, ": the store holds rank info for rank ", infos[r].rank, " under rank ", r));
-    addresses[r] = store.get(rank_key("tcp", r), settings_.timeout);
+    for (std::size_t k = 0; k < kinds_.size(); ++k)
+      addresses[k][r] = store.get(rank_key(cat("address/", kinds_[k]->name), r), settings_.timeout);
   }
   // Nobody (in particular not the rank hosting the store) leaves start-up
   // before every rank has read what it needs from the store.
@@ -218,25 +205,39 @@ void CommImpl::join(Rendezvous rendezvous) {
   start(std::move(infos), std::move(addresses));
 }
 
-void CommImpl::start(std::vector<RankInfo> infos, std::vector<std::vector<std::byte>> addresses) {
+std::vector<std::unique_ptr<Transport>> CommImpl::make_transports(std::span<const TransportKind* const> kinds,
+                                                                   const TransportSetup& setup) {
+  std::vector<std::unique_ptr<Transport>> out;
+  for (const TransportKind* kind : kinds) out.push_back(kind->make(setup));
+  return out;
+}
+
+void CommImpl::start(std::vector<RankInfo> infos, Addresses addresses) {
   infos_ = std::move(infos);
   addresses_ = std::move(addresses);
   plan_ = make_plan(infos_, settings_);
-  // Every pair must be reachable by a transport of the order, and TCP is the
-  // only one this build's comm layer connects yet.
+  // Every pair is reached by the first transport of the order that can
+  // (InvalidArgument naming the pair when none can).
+  link_kind_.assign(static_cast<std::size_t>(size_), -1);
   for (int p = 0; p < size_; ++p)
     if (p != rank_) {
       std::string_view kind = plan_.transport_between(infos_[rank_], infos_[p]);
-      BRAID_CHECK(kind == "tcp", "rank ", rank_, ": the plan chose transport ", kind, " for rank ", p);
+      auto it = std::find_if(kinds_.begin(), kinds_.end(), [&](const TransportKind* k) { return k->name == kind; });
+      BRAID_CHECK(it != kinds_.end(), "rank ", rank_, ": the plan chose transport ", kind, " for rank ", p,
+                  ", which this communicator did not make");
+      link_kind_[p] = static_cast<int>(it - kinds_.begin());
     }
   int local = static_cast<int>(std::count_if(infos_.begin(), infos_.end(),
                                              [&](const RankInfo& i) { return i.host_id == infos_[rank_].host_id; }));
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  // Busy-polling pays only where each rank owns a core. On this project's
-  // 2-vCPU machines it lengthened an 8-byte all-reduce from 13 us to 100 us
-  // (the two vCPUs are not independent), so auto spins only with 4 or more
-  // cores per local rank.
-  spin_us_ = settings_.spin_us.value_or(static_cast<unsigned>(local) * 4 <= cores ? 20 : 0);
+  // Spinning pays only while each local rank has a core: then a waiting
+  // rank spins for a SpinBudget (up to 20 us, shorter while spins keep
+  // failing), which brings an 8-byte shared-memory all-reduce on 2 ranks
+  // from the futex's wake-up time down to the copy's. With more ranks than
+  // cores a spinning rank holds the core its peer needs, so it sleeps at
+  // once. BRAID_SPIN_US fixes the spin instead.
+  adaptive_spin_ = !settings_.spin_us && static_cast<unsigned>(local) <= cores;
+  spin_us_ = settings_.spin_us.value_or(0);
 
   links_.resize(static_cast<std::size_t>(size_));
   link_ptrs_.assign(static_cast<std::size_t>(size_), nullptr);
@@ -248,13 +249,20 @@ void CommImpl::start(std::vector<RankInfo> infos, std::vector<std::vector<std::b
 }
 
 void CommImpl::connect_peers(const std::vector<int>& peers) {
-  std::vector<TcpTransport::PeerRef> wanted;
-  for (int p : peers) {
-    if (p == rank_ || link_ptrs_[p] != nullptr) continue;
-    if (std::any_of(wanted.begin(), wanted.end(), [&](const auto& w) { return w.info->rank == p; })) continue;
-    wanted.push_back({&infos_[p], addresses_[p]});
+  // Every rank connects its kinds in the order of kinds_, so two ranks never
+  // wait on each other in different transports.
+  for (std::size_t k = 0; k < kinds_.size(); ++k) {
+    std::vector<PeerRef> wanted;
+    for (int p : peers) {
+      if (p == rank_ || link_ptrs_[p] != nullptr || link_kind_[p] != static_cast<int>(k)) continue;
+      if (std::any_of(wanted.begin(), wanted.end(), [&](const auto& w) { return w.info->rank == p; })) continue;
+      wanted.push_back({&infos_[p], addresses_[k][p]});
+    }
+    if (!wanted.empty()) connect_with(*transports_[k], wanted);
   }
-  if (wanted.empty()) return;
+}
+
+void CommImpl::connect_with(Transport& transport, std::span<const PeerRef> wanted) {
   Clock::time_point next_look{};
   auto watch = [&](int peer, bool urgent) {
     if (aborted_.load(std::memory_order_relaxed))
@@ -271,7 +279,7 @@ void CommImpl::connect_peers(const std::vector<int>& peers) {
     next_look = now + kFailureLook;
     check_peer_failure(peer);
   };
-  auto links = transport_->connect_all(wanted, Deadline::after(settings_.timeout), watch);
+  auto links = transport.connect_all(wanted, Deadline::after(settings_.timeout), watch);
   for (auto& link : links) {
     int p = link->peer();
     link->attach(poller_);
@@ -306,10 +314,31 @@ void CommImpl::check_peer_failure(int peer) {
 
 std::string CommImpl::failure_key(int rank) const { return cat(scope_, "comm:", comm_id_.to_hex(), "/failed/", rank); }
 
+std::string CommImpl::describe_transports() const {
+  if (size_ == 1 || kinds_.empty()) return "no peers";
+  std::vector<std::vector<std::string>> pairs(kinds_.size());
+  for (int a = 0; a < size_; ++a)
+    for (int b = a + 1; b < size_; ++b) {
+      std::string_view kind = plan_.transport_between(infos_[a], infos_[b]);
+      for (std::size_t k = 0; k < kinds_.size(); ++k)
+        if (kinds_[k]->name == kind) pairs[k].push_back(cat(a, "-", b));
+    }
+  const std::size_t all = static_cast<std::size_t>(size_) * static_cast<std::size_t>(size_ - 1) / 2;
+  std::string out;
+  for (std::size_t k = 0; k < kinds_.size(); ++k) {
+    if (pairs[k].empty()) continue;
+    if (pairs[k].size() == all) return cat(transports_[k]->describe(), " between all ranks");
+    out += cat(out.empty() ? "" : "; ", transports_[k]->describe(), ": ");
+    for (std::size_t i = 0; i < pairs[k].size() && i < 16; ++i) out += cat(i ? " " : "", pairs[k][i]);
+    if (pairs[k].size() > 16) out += cat(" and ", pairs[k].size() - 16, " more pairs");
+  }
+  return out;
+}
+
 std::string CommImpl::describe() const {
   return cat("rank ", rank_, " of ", size_, " on ", infos_.empty() ? "?" : infos_[rank_].hostname, "; ",
-             plan_.describe(), "; ", transport_->streams(), " TCP stream(s), slice ", human_bytes(settings_.slice_bytes),
-             ", spin ", spin_us_, " us, timeout ", seconds_of(settings_.timeout), " s, tls ",
+             plan_.describe(), "; ", describe_transports(), "; slice ", human_bytes(settings_.slice_bytes),
+             ", spin ", adaptive_spin_ ? std::string("adaptive") : cat(spin_us_, " us"), ", timeout ", seconds_of(settings_.timeout), " s, tls ",
              settings_.tls.enabled() ? "on" : "off");
 }
 
@@ -575,20 +604,32 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
   // or kNoColor, so the others never wait for it; the error comes after.
   // Every rank counts every split, so all derive the same child ids.
   const std::uint32_t split_index = ++splits_;
-  // A member's new communicator listens on a port of its own (speaking for
-  // this rank of the parent until set_identity() below), then every rank
-  // learns every other's color, key and address through an all_gather here.
-  // A rank with kNoColor joins nothing and opens no port.
+  // The child's id differs from the parent's and from its siblings', and
+  // every member derives the same one.
+  CommId child_id = comm_id_;
+  for (int b = 0; b < 4; ++b) {
+    child_id.bytes[b] ^= static_cast<std::byte>((split_index >> (8 * b)) & 0xff);
+    child_id.bytes[4 + b] ^= static_cast<std::byte>((static_cast<std::uint32_t>(color) >> (8 * b)) & 0xff);
+  }
+  child_id.bytes[8] ^= std::byte{0x5b};
+  // A member makes its new communicator's transports (a TCP listener of its
+  // own, speaking for this rank of the parent until set_identity() below),
+  // then every rank learns every other's color, key and transport addresses
+  // through an all_gather here. A rank with kNoColor makes nothing.
   const bool member = color >= 0;
-  std::unique_ptr<TcpTransport> transport;
-  if (member) transport = std::make_unique<TcpTransport>(tcp_options(settings_, rank_, size_, comm_id_, advertise_));
-  constexpr std::size_t kRecord = 128;
+  std::vector<std::unique_ptr<Transport>> transports;
+  constexpr std::size_t kRecord = 512;
   WireWriter w;
   w.u32(static_cast<std::uint32_t>(color));
   w.u32(static_cast<std::uint32_t>(key));
-  auto address = member ? transport->local_address() : std::vector<std::byte>{};
-  w.u32(static_cast<std::uint32_t>(address.size()));
-  w.bytes(address);
+  if (member) {
+    transports = make_transports(kinds_, TransportSetup{rank_, size_, child_id, &settings_, advertise_});
+    for (auto& t : transports) {
+      auto address = t->local_address();
+      w.u32(static_cast<std::uint32_t>(address.size()));
+      w.bytes(address);
+    }
+  }
   std::vector<std::byte> mine = w.take();
   if (mine.size() > kRecord) throw Error(ErrorCode::internal, "split: address record too long");
   mine.resize(kRecord);
@@ -603,16 +644,21 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
                               Comm::kNoColor, ")"));
   struct Member {
     int parent_rank, key;
-    std::vector<std::byte> address;
+    std::vector<std::vector<std::byte>> addresses;  // by kind
   };
   std::vector<Member> group;
   for (int r = 0; r < size_; ++r) {
     WireReader rd(std::span<const std::byte>(all).subspan(kRecord * static_cast<std::size_t>(r), kRecord), "split record");
     int c = static_cast<int>(rd.u32());
     int k = static_cast<int>(rd.u32());
-    auto len = rd.u32();
-    auto addr = rd.bytes(len);
-    if (c == color) group.push_back({r, k, {addr.begin(), addr.end()}});
+    if (c != color) continue;
+    Member m{r, k, {}};
+    for (std::size_t kind = 0; kind < kinds_.size(); ++kind) {
+      auto len = rd.u32();
+      auto addr = rd.bytes(len);
+      m.addresses.emplace_back(addr.begin(), addr.end());
+    }
+    group.push_back(std::move(m));
   }
   // A color no other rank uses makes a communicator of one, as in MPI and NCCL.
   std::stable_sort(group.begin(), group.end(), [](const Member& a, const Member& b) { return a.key < b.key; });
@@ -620,30 +666,24 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
   const int child_rank = static_cast<int>(
       std::find_if(group.begin(), group.end(), [&](const Member& m) { return m.parent_rank == rank_; }) - group.begin());
   auto child = std::unique_ptr<CommImpl>(new CommImpl(child_rank, static_cast<int>(group.size()), settings_));
+  child->kinds_ = kinds_;
+  child->transports_ = std::move(transports);
   std::vector<RankInfo> infos;
-  std::vector<std::vector<std::byte>> addresses;
+  Addresses addresses(kinds_.size());
   for (std::size_t i = 0; i < group.size(); ++i) {
     RankInfo info = infos_[group[i].parent_rank];
     info.rank = static_cast<int>(i);
     infos.push_back(info);
-    addresses.push_back(group[i].address);
+    for (std::size_t kind = 0; kind < kinds_.size(); ++kind) addresses[kind].push_back(group[i].addresses[kind]);
   }
-  // The child's id differs from the parent's and from its siblings', and
-  // every member derives the same one.
-  child->comm_id_ = comm_id_;
-  for (int b = 0; b < 4; ++b) {
-    child->comm_id_.bytes[b] ^= static_cast<std::byte>((split_index >> (8 * b)) & 0xff);
-    child->comm_id_.bytes[4 + b] ^= static_cast<std::byte>((static_cast<std::uint32_t>(color) >> (8 * b)) & 0xff);
-  }
-  child->comm_id_.bytes[8] ^= std::byte{0x5b};
+  child->comm_id_ = child_id;
   child->advertise_ = advertise_;
   child->store_ = store_;
   child->scope_ = scope_;
   for (std::size_t i = 0; i < group.size(); ++i)
     if (group[i].parent_rank == store_host_) child->store_host_ = static_cast<int>(i);
   child->store_name_ = cat(store_name_, " (split ", split_index, ", color ", color, ")");
-  transport->set_identity(child->rank_, child->size_, child->comm_id_);
-  child->transport_ = std::move(transport);
+  for (auto& t : child->transports_) t->set_identity(child->rank_, child->size_, child->comm_id_);
   child->start(std::move(infos), std::move(addresses));
   return child;
 }

@@ -1,5 +1,6 @@
-// CommImpl: one communicator. It owns the transport, one Link per connected
-// peer, and the queue of operations.
+// CommImpl: one communicator. It owns one Transport per kind of its order
+// (BRAID_TRANSPORT), one Link per connected peer (made by the transport the
+// plan chose for that pair), and the queue of operations.
 //
 // Progress: operations run one at a time, in the order they were submitted
 // (so every rank posts messages on a link in the same order). Whoever waits
@@ -29,10 +30,11 @@
 #include "core/poller.hpp"
 #include "core/rank_info.hpp"
 #include "core/settings.hpp"
+#include "core/spin.hpp"
 #include "flight_recorder.hpp"
 #include "rendezvous.hpp"
 #include "topology/plan.hpp"
-#include "transport/tcp/tcp_transport.hpp"
+#include "transport/registry.hpp"
 
 namespace braid {
 
@@ -142,9 +144,18 @@ class CommImpl {
   static constexpr std::size_t kMinSlice = 32 * 1024;
   static constexpr std::size_t kSlicesPerShare = 16;
   static constexpr Millis kJoinFailureGrace{1000};
+  /// Every transport's address, by kind (index of kinds_) and rank.
+  using Addresses = std::vector<std::vector<std::vector<std::byte>>>;
+  /// One transport per kind, speaking for `setup`.
+  static std::vector<std::unique_ptr<Transport>> make_transports(std::span<const TransportKind* const> kinds,
+                                                                 const TransportSetup& setup);
   /// Everything after the addresses are known: plan, spin policy, ring links.
-  void start(std::vector<RankInfo> infos, std::vector<std::vector<std::byte>> addresses);
+  void start(std::vector<RankInfo> infos, Addresses addresses);
   void connect_peers(const std::vector<int>& peers);
+  void connect_with(Transport& transport, std::span<const PeerRef> wanted);
+  /// "shm (8 x 256 KiB slots per direction) between all ranks", or per kind
+  /// the pairs it connects ("shm: 0-1 2-3; tcp: 0-2 0-3 1-2 1-3").
+  std::string describe_transports() const;
 
   std::shared_ptr<Operation> make_op(Schedule schedule, Buffers buffers, std::string what, std::uint32_t sequence,
                                      OpDescriptor descriptor);
@@ -163,11 +174,15 @@ class CommImpl {
   void fail_queue(std::exception_ptr error);
   void progress_loop(std::stop_token stop);
   void drain();
+  /// Nothing moved: sleeps until a transport has news, `nap` passes or
+  /// wake(), following the transports' arm protocol (transport.hpp).
+  void sleep_for_news(std::chrono::microseconds nap);
 
   Settings settings_;
   int rank_;
   int size_;
-  int spin_us_ = 0;
+  bool adaptive_spin_ = false;  // spin by SpinBudget (BRAID_SPIN_US unset, ranks fit on the cores)
+  int spin_us_ = 0;             // the fixed spin otherwise
   std::shared_ptr<TcpStoreServer> store_server_;  // on the rank that hosts the store
   std::shared_ptr<Store> store_;                  // kept for failure notices (shared with split children)
   std::string scope_;                             // the job's key prefix
@@ -176,11 +191,14 @@ class CommImpl {
   std::string store_name_;
   CommId comm_id_;
   SockAddr advertise_;
-  std::unique_ptr<TcpTransport> transport_;
+  std::vector<const TransportKind*> kinds_;             // BRAID_TRANSPORT's order
+  std::vector<std::unique_ptr<Transport>> transports_;  // by kind
   std::vector<RankInfo> infos_;
-  std::vector<std::vector<std::byte>> addresses_;
+  Addresses addresses_;
+  std::vector<int> link_kind_;  // by rank: which transport connects it (-1: none, self)
   Plan plan_;
   Poller poller_;
+  SpinBudget spin_budget_;
   ScratchPool scratch_;  // the running operation's scratch (operations run one at a time)
   std::vector<std::unique_ptr<Link>> links_;  // by rank
   std::vector<Link*> link_ptrs_;              // by rank, null where none

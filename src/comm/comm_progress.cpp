@@ -106,14 +106,17 @@ void CommImpl::announce_failure(const std::string& why) {
     if (!store_->try_set(failure_key(rank_), bytes, kFailureLook))
       log_info("rank ", rank_, ": could not leave the failure notice in the braid store at ", store_name_);
   }
-  if (transport_) transport_->stop_listening();
+  for (auto& transport : transports_) transport->stop_accepting();
 }
 
 // Runs queued operations in order until `target` (or, when null, the whole
 // queue) is done, or `until` passes. The caller holds driving_.
 void CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until) {
-  const auto spin = std::chrono::microseconds(spin_us_);
-  auto spin_until = Clock::now() + spin;
+  // Once nothing moves, spin until spin_until, then sleep; adaptive spins
+  // take their length from the budget and tell it whether it paid.
+  auto next_spin = [&] { return adaptive_spin_ ? spin_budget_.next_spin() : std::chrono::microseconds(spin_us_); };
+  bool spinning = false;  // nothing moved since spin_until was set
+  Clock::time_point spin_until{};
   auto last_note = Clock::now();
   while (true) {
     std::shared_ptr<Operation> head;
@@ -138,11 +141,19 @@ void CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until) {
         continue;
       }
       if (head->executor->moved()) {
-        spin_until = Clock::now() + spin;
+        if (spinning && adaptive_spin_) spin_budget_.found_while_spinning();
+        spinning = false;
         continue;
       }
       auto now = Clock::now();
-      if (now < spin_until) continue;
+      if (!spinning) {
+        spinning = true;
+        spin_until = now + next_spin();
+      }
+      if (now < spin_until) {
+        cpu_relax();
+        continue;
+      }
       if (now >= head->deadline.at()) {
         recorder_.waiting(head->record, head->executor->describe_pending());
         log_warn("rank ", rank_, ": timed out; the flight recorder:\n", recorder_.dump());
@@ -157,14 +168,54 @@ void CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until) {
         last_note = now;
       }
       if (until.expired()) return;
+      bool news = false;
+      for (auto& transport : transports_) news |= transport->progress();
+      if (news) continue;
+      if (adaptive_spin_) spin_budget_.had_to_sleep();
+      spinning = false;
       auto nap = std::min<Clock::duration>({head->deadline.remaining(), until.remaining(), std::chrono::milliseconds(50)});
-      poller_.wait(std::chrono::duration_cast<std::chrono::microseconds>(nap));
+      sleep_for_news(std::chrono::duration_cast<std::chrono::microseconds>(nap));
     } catch (const Error& e) {
       if (e.code() == ErrorCode::internal) log_warn(e.what());
       fail_queue(std::current_exception());
       return;
     }
   }
+}
+
+void CommImpl::sleep_for_news(std::chrono::microseconds nap) {
+  // Only transports with a busy link can bring news for the operation.
+  std::vector<bool> active(transports_.size(), false);
+  for (int p = 0; p < size_; ++p)
+    if (link_kind_.size() > static_cast<std::size_t>(p) && link_kind_[p] >= 0 && links_[p] && links_[p]->busy())
+      active[static_cast<std::size_t>(link_kind_[p])] = true;
+  std::vector<Transport*> armed;
+  Transport* fdless = nullptr;
+  bool fds = false;
+  for (std::size_t k = 0; k < transports_.size(); ++k) {
+    if (!active[k]) continue;
+    Transport* t = transports_[k].get();
+    if (!t->arm()) {
+      for (Transport* a : armed) a->disarm();
+      return;  // news arrived while arming: no sleep
+    }
+    armed.push_back(t);
+    if (t->wakes_poller()) fds = true;
+    else if (fdless == nullptr) fdless = t;
+    else nap = std::min(nap, Transport::kMixedNap);  // two fd-less transports: short naps on the first
+  }
+  if (fdless == nullptr) {
+    poller_.wait(nap);
+  } else if (!fds) {
+    fdless->wait(nap);
+  } else {
+    // An fd-less transport and sockets: neither sleep sees the other's news,
+    // so nap briefly on the fd-less one, then look at the sockets.
+    fdless->wait(std::min(nap, Transport::kMixedNap));
+    poller_.wait(std::chrono::microseconds(0));
+  }
+  for (Transport* a : armed)
+    if (a != fdless) a->disarm();
 }
 
 void CommImpl::progress_loop(std::stop_token stop) {
@@ -193,6 +244,7 @@ void CommImpl::progress_loop(std::stop_token stop) {
 void CommImpl::abort() {
   aborted_.store(true);
   poller_.wake();
+  for (auto& transport : transports_) transport->wake();
   std::unique_lock lock(mutex_);
   // A driving thread sees the flag within one turn of its loop, or within
   // InterruptScope::kInterruptPoll while it connects, and fails the queue

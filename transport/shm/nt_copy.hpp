@@ -43,7 +43,14 @@ inline constexpr std::size_t kNtCopyMinBytes = 8u << 20;
 /// No overlap allowed.
 void nt_copy(void* dst, const void* src, std::size_t bytes);
 
-/// memcpy below `threshold` bytes, nt_copy at or above it. `threshold` is
+/// A vector copy through the cache (AVX2 where the CPU has it, memcpy
+/// otherwise). Into and out of ring slots it beats glibc's memcpy, whose
+/// `rep movsb` on this AMD EPYC moved lines another core had just written at
+/// about a fifth of the speed: a 1 MiB all-reduce on 2 ranks took 540 us
+/// with memcpy and 180 us with this loop.
+void cached_copy(void* dst, const void* src, std::size_t bytes);
+
+/// cached_copy below `threshold` bytes, nt_copy at or above it. `threshold` is
 /// the size of the whole transfer the copy is part of (a 256 KiB chunk of a
 /// 64 MiB message streams), since that decides whether the data stays in
 /// the cache.

@@ -52,7 +52,7 @@ bool spin_then_sleep(Side& side, Ready ready, std::chrono::nanoseconds spin, std
 
 void copy_chunk(RingCopy how, void* dst, const void* src, std::size_t bytes, std::size_t message_bytes) {
   switch (how) {
-    case RingCopy::cached: std::memcpy(dst, src, bytes); break;
+    case RingCopy::cached: cached_copy(dst, src, bytes); break;
     case RingCopy::streaming: nt_copy(dst, src, bytes); break;
     case RingCopy::by_size: copy_large(dst, src, bytes, message_bytes); break;
   }

@@ -75,7 +75,7 @@ std::string hint_for(int err) {
 // The inode of this process's PID namespace: part of every name, so that
 // remove_orphans() judges only names whose pid means what it thinks (a
 // container sharing /dev/shm with another PID namespace has other pids).
-std::string pid_namespace() {
+std::string pid_namespace_inode() {
   struct stat st {};
   if (::stat("/proc/self/ns/pid", &st) != 0) return "0";
   return cat(st.st_ino);
@@ -86,8 +86,7 @@ std::string unique_name() {
   std::uint64_t random = 0;
   if (getrandom(&random, sizeof(random), 0) != sizeof(random))
     random = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  return cat("/", ShmSegment::kNamePrefix, getpid(), "-", pid_namespace(), "-", counter.fetch_add(1), "-",
-             to_hex(std::as_bytes(std::span(&random, 1))));
+  return ShmSegment::name_for(getpid(), cat(counter.fetch_add(1), "-", to_hex(std::as_bytes(std::span(&random, 1)))));
 }
 
 SegmentHeader* header_of(std::byte* base) { return reinterpret_cast<SegmentHeader*>(base); }
@@ -122,8 +121,19 @@ void ShmSegment::release() noexcept {
   base_ = nullptr;
 }
 
-ShmSegment ShmSegment::create(std::size_t bytes) {
-  std::string name = unique_name();
+std::string ShmSegment::pid_namespace() { return pid_namespace_inode(); }
+
+std::string ShmSegment::name_for(int pid, std::string_view label) {
+  return cat("/", kNamePrefix, pid, "-", pid_namespace_inode(), "-", label);
+}
+
+ShmSegment ShmSegment::create(std::size_t bytes) { return create_as(unique_name(), bytes); }
+
+ShmSegment ShmSegment::create(std::size_t bytes, std::string_view label) {
+  return create_as(name_for(getpid(), label), bytes);
+}
+
+ShmSegment ShmSegment::create_as(std::string name, std::size_t bytes) {
   int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
     int err = errno;
@@ -213,7 +223,7 @@ int ShmSegment::remove_orphans() {
   if (dir == nullptr) return 0;
   int removed = 0;
   std::string prefix = kNamePrefix;
-  std::string ns = pid_namespace();
+  std::string ns = pid_namespace_inode();
   while (dirent* entry = ::readdir(dir)) {
     std::string file = entry->d_name;
     if (file.rfind(prefix, 0) != 0) continue;

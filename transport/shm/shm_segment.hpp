@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace braid {
 
@@ -52,6 +53,14 @@ class ShmSegment {
   /// it. Throws SystemError naming /dev/shm/<name> and the errno (ENOSPC when
   /// /dev/shm is full, ENOENT when it is missing, ...).
   static ShmSegment create(std::size_t bytes);
+  /// The same under a name a peer can derive: name_for(getpid(), label).
+  /// EEXIST (a SystemError) if that name exists.
+  static ShmSegment create(std::size_t bytes, std::string_view label);
+  /// "/braid-<pid>-<pid namespace>-<label>": the name create(bytes, label)
+  /// gives in process `pid` of this PID namespace.
+  static std::string name_for(int pid, std::string_view label);
+  /// This process's PID namespace (the inode of /proc/self/ns/pid), as in names.
+  static std::string pid_namespace();
   /// Maps the segment another process created and counts this process as
   /// attached. Throws SystemError (name, errno) if it cannot be opened, or
   /// ProtocolMismatch if it is not a braid segment.
@@ -83,6 +92,7 @@ class ShmSegment {
 
  private:
   ShmSegment(std::string name, std::byte* base, std::size_t size, bool owner);
+  static ShmSegment create_as(std::string name, std::size_t bytes);
   void release() noexcept;
 
   std::string name_;

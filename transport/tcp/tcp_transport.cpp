@@ -61,8 +61,12 @@ std::vector<std::byte> TcpTransport::local_address() const {
 std::unique_ptr<Link> TcpTransport::connect(const RankInfo& peer, std::span<const std::byte> peer_address,
                                             Deadline deadline) {
   PeerRef ref{&peer, peer_address};
-  auto links = connect_all(std::span(&ref, 1), deadline);
+  auto links = connect_all(std::span(&ref, 1), deadline, {});
   return std::move(links.front());
+}
+
+std::string TcpTransport::describe() const {
+  return cat("tcp (", options_.streams, options_.streams == 1 ? " stream" : " streams", ")");
 }
 
 std::vector<std::unique_ptr<Link>> TcpTransport::connect_all(std::span<const PeerRef> peers, Deadline deadline,
@@ -252,9 +256,9 @@ void TcpTransport::dial_handshake(Socket& socket, const Hello& hello, Deadline d
            "so it is not a braid rank holding the shared key");
   }
   if (reply.status == HelloStatus::wrong_version)
-    refuse(cat("the peer refused the connection: ", describe(reply.status), " (it speaks version ", reply.version,
+    refuse(cat("the peer refused the connection: ", braid::describe(reply.status), " (it speaks version ", reply.version,
                ", this rank ", kTcpProtocolVersion, ")"));
-  if (reply.status != HelloStatus::accepted) refuse(cat("the peer refused the connection: ", describe(reply.status)));
+  if (reply.status != HelloStatus::accepted) refuse(cat("the peer refused the connection: ", braid::describe(reply.status)));
 }
 
 }  // namespace braid

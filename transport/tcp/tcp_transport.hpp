@@ -30,41 +30,27 @@
 
 namespace braid {
 
-/// Called while connecting to `peer`, about every 10 ms, and with urgent set
-/// when the peer's listener refused (so a reason it published can be read
-/// now): throws to give up (Aborted, or PeerLost carrying the reason).
-using PeerWatch = std::function<void(int peer, bool urgent)>;
-
 class TcpTransport final : public Transport {
  public:
   explicit TcpTransport(TcpOptions options);
 
   std::string_view name() const override { return "tcp"; }
-  bool can_reach(const RankInfo&, const RankInfo&) const override { return true; }
   std::vector<std::byte> local_address() const override;
-  std::unique_ptr<Link> connect(const RankInfo& peer, std::span<const std::byte> peer_address,
-                                Deadline deadline) override;
-
-  struct PeerRef {
-    const RankInfo* info;
-    std::span<const std::byte> address;
-  };
+  /// Establishes the link to one peer (both ranks call this for each other).
+  std::unique_ptr<Link> connect(const RankInfo& peer, std::span<const std::byte> peer_address, Deadline deadline);
   /// Connects to several peers in the deadlock-free order described above.
   std::vector<std::unique_ptr<Link>> connect_all(std::span<const PeerRef> peers, Deadline deadline,
-                                                 const PeerWatch& watch = {});
+                                                 const PeerWatch& watch) override;
+  std::string describe() const override;
+  void stop_accepting() override { acceptor_.close(); }
 
   SockAddr listening() const { return acceptor_.address(); }
-  /// Sets who this transport speaks for, before any connection: a split
-  /// communicator opens its listener before it knows its rank there.
-  void set_identity(int rank, int world_size, const CommId& comm_id) {
+  void set_identity(int rank, int world_size, const CommId& comm_id) override {
     options_.rank = rank;
     options_.world_size = world_size;
     options_.comm_id = comm_id;
   }
   int streams() const { return options_.streams; }
-  /// Stops accepting: a rank that dials this one from now on is refused by
-  /// the kernel at once (and so learns that this rank is gone).
-  void stop_listening() { acceptor_.close(); }
 
  private:
   // When the next liveness check of a peer is due, and the gap after it.
