@@ -138,6 +138,8 @@ class Job:
 
     def env(self, rank, size, store, timeout, extra=None):
         env = {k: v for k, v in os.environ.items() if not k.startswith("BRAID_")}
+        if TRANSPORT:
+            env["BRAID_TRANSPORT"] = TRANSPORT
         env.update({
             "BRAID_RANK": str(rank),
             "BRAID_WORLD_SIZE": str(size),
@@ -578,10 +580,22 @@ def run_in_job(name, case, make_job, keep_logs, label=""):
     return status
 
 
+# --transport: the BRAID_TRANSPORT of every rank (unset: braid's default
+# order). Cases about TCP sockets (data ports that receive garbage, links set
+# down between network namespaces, which share one host and so would pick
+# shared memory) always run over tcp.
+TRANSPORT = None
+TCP_CASES = {"linkdown", "garbage"}
+
+
 def run_case(name, worker, keep_logs):
+    global TRANSPORT
+    if name in TCP_CASES:
+        TRANSPORT = "tcp"
     if name == "linkdown" and os.geteuid() != 0 and not os.environ.get("BRAID_FAULTS_IN_USERNS"):
         return linkdown_in_user_namespace(worker, keep_logs)
-    return run_in_job(name, CASES[name], lambda logdir: Job(worker, logdir), keep_logs)
+    return run_in_job(name, CASES[name], lambda logdir: Job(worker, logdir), keep_logs,
+                      f" (transport {TRANSPORT})" if TRANSPORT else "")
 
 
 def stop_cleanly_on_signals(program):
@@ -599,7 +613,10 @@ def main():
     ap.add_argument("--worker", required=True)
     ap.add_argument("--case", required=True, choices=sorted(CASES) + ["all"])
     ap.add_argument("--keep-logs", action="store_true")
+    ap.add_argument("--transport", help="BRAID_TRANSPORT for every rank (default: braid's own choice)")
     args = ap.parse_args()
+    global TRANSPORT
+    TRANSPORT = args.transport
     worker = os.path.abspath(args.worker)
     names = list(CASES) if args.case == "all" else [args.case]
     statuses = [run_case(n, worker, args.keep_logs) for n in names]

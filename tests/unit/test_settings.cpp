@@ -124,15 +124,23 @@ TEST_CASE("BRAID_TRANSPORT is an ordered list of transports this braid has") {
     for (const TransportKind* k : transport_order(setting)) out += std::string(out.empty() ? "" : ",") + std::string(k->name);
     return out;
   };
-  CHECK(names("") == "tcp");
+  CHECK(names("") == "shm,tcp");
+  CHECK(names("tcp,shm") == "tcp,shm");
   CHECK(names("tcp") == "tcp");
   CHECK(names(" tcp ") == "tcp");
   CHECK_THROWS_WITH(transport_order("carrier-pigeon"),
-                    Catch::Contains("BRAID_TRANSPORT='carrier-pigeon'") && Catch::Contains("it has: tcp"));
+                    Catch::Contains("BRAID_TRANSPORT='carrier-pigeon'") && Catch::Contains("it has: shm, tcp"));
   CHECK_THROWS_WITH(transport_order("tcp,tcp"), Catch::Contains("names 'tcp' twice"));
   CHECK_THROWS_WITH(transport_order("tcp,"), Catch::Contains("empty entry"));
   RankInfo a{.rank = 0, .hostname = "a", .host_id = 1, .pid = 10};
   RankInfo b{.rank = 1, .hostname = "b", .host_id = 2, .pid = 11};
   auto order = transport_order("tcp");
   CHECK(transport_between(order, a, b, "tcp").name == "tcp");
+  // Shared memory reaches ranks of one host only; the default order falls
+  // back to tcp across hosts, and shm alone names the pair and the rule.
+  RankInfo a2{.rank = 2, .hostname = "a", .host_id = 1, .pid = 12};
+  CHECK(transport_between(transport_order(""), a, a2, "").name == "shm");
+  CHECK(transport_between(transport_order(""), a, b, "").name == "tcp");
+  CHECK_THROWS_WITH(transport_between(transport_order("shm"), a, b, "shm"),
+                    Catch::Contains("reaches rank 1 (b) from rank 0 (a)") && Catch::Contains("shm needs both ranks on one host"));
 }

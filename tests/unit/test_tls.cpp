@@ -434,7 +434,7 @@ TEST_CASE("tls: a communicator of 3 ranks runs collectives over TLS", "[tls][com
   // One certificate serves every rank; the threads share the environment.
   EnvVar on("BRAID_TLS", "1"), cert("BRAID_TLS_CERT", certs.path("rank0.pem")),
       key("BRAID_TLS_KEY", certs.path("rank0.key")), ca("BRAID_TLS_CA", certs.path("ca.pem")),
-      streams("BRAID_TCP_STREAMS", "2"), debug("BRAID_DEBUG", "INFO");
+      streams("BRAID_TCP_STREAMS", "2"), debug("BRAID_DEBUG", "INFO"), transport("BRAID_TRANSPORT", "tcp");
   LogCapture log;
   const int n = 3;
   std::string addr = free_store_addr();

@@ -127,16 +127,17 @@ std::string ShmSegment::name_for(int pid, std::string_view label) {
   return cat("/", kNamePrefix, pid, "-", pid_namespace_inode(), "-", label);
 }
 
-ShmSegment ShmSegment::create(std::size_t bytes) { return create_as(unique_name(), bytes); }
+ShmSegment ShmSegment::create(std::size_t bytes) { return *create_as(unique_name(), bytes, false); }
 
-ShmSegment ShmSegment::create(std::size_t bytes, std::string_view label) {
-  return create_as(name_for(getpid(), label), bytes);
+std::optional<ShmSegment> ShmSegment::try_create(const std::string& name, std::size_t bytes) {
+  return create_as(name, bytes, true);
 }
 
-ShmSegment ShmSegment::create_as(std::string name, std::size_t bytes) {
+std::optional<ShmSegment> ShmSegment::create_as(std::string name, std::size_t bytes, bool may_exist) {
   int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
     int err = errno;
+    if (err == EEXIST && may_exist) return std::nullopt;
     fail("create", name, err, hint_for(err));
   }
   std::size_t total = kHeaderBytes + bytes;

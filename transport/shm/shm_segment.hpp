@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -53,9 +54,9 @@ class ShmSegment {
   /// it. Throws SystemError naming /dev/shm/<name> and the errno (ENOSPC when
   /// /dev/shm is full, ENOENT when it is missing, ...).
   static ShmSegment create(std::size_t bytes);
-  /// The same under a name a peer can derive: name_for(getpid(), label).
-  /// EEXIST (a SystemError) if that name exists.
-  static ShmSegment create(std::size_t bytes, std::string_view label);
+  /// The same under `name`, which a peer can derive (name_for): nullopt if
+  /// that name exists already (the peer created it first).
+  static std::optional<ShmSegment> try_create(const std::string& name, std::size_t bytes);
   /// "/braid-<pid>-<pid namespace>-<label>": the name create(bytes, label)
   /// gives in process `pid` of this PID namespace.
   static std::string name_for(int pid, std::string_view label);
@@ -92,7 +93,7 @@ class ShmSegment {
 
  private:
   ShmSegment(std::string name, std::byte* base, std::size_t size, bool owner);
-  static ShmSegment create_as(std::string name, std::size_t bytes);
+  static std::optional<ShmSegment> create_as(std::string name, std::size_t bytes, bool may_exist);
   void release() noexcept;
 
   std::string name_;

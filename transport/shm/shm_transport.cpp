@@ -228,7 +228,7 @@ class ShmLink final : public Link {
         recvs_.pop_front();
         moved = true;
       }
-      if (!moved && busy()) check_alive();
+      if (!moved && busy() && !peer_alive()) return true;
     } catch (const TagMismatch&) {
       fail(std::current_exception());
       return true;
@@ -305,16 +305,19 @@ class ShmLink final : public Link {
     return cat(ring_text, " (", peer_name_, " destroyed its communicator, failed or exited)");
   }
 
-  void check_alive() {
+  // Looks (every kLivenessEvery) whether the peer's process still runs;
+  // when it does not, fails every request and returns false.
+  bool peer_alive() {
     auto now = Clock::now();
-    if (now < next_look_) return;
+    if (now < next_look_) return true;
     next_look_ = now + ShmTransport::kLivenessEvery;
-    if (process_->alive()) return;
-    // It may have closed properly just before it exited: take that reason.
-    if (sender_.peer_closed() || receiver_.peer_closed()) return;
-    throw PeerLost(cat("rank ", self_, ": lost ", peer_name_, ": its process exited or was killed while ",
-                       !recvs_.empty() ? describe_tag(recvs_.front().message.tag) : describe_tag(sends_.front().message.tag),
-                       " was in flight"));
+    if (process_->alive()) return true;
+    // It may have closed properly just before it exited: the rings say so.
+    if (sender_.peer_closed() || receiver_.peer_closed()) return true;
+    const Tag& tag = !recvs_.empty() ? recvs_.front().message.tag : sends_.front().message.tag;
+    fail(std::make_exception_ptr(PeerLost(cat("rank ", self_, ": lost the connection to ", peer_name_, " (", describe_tag(tag),
+                                              "): its process exited or was killed"))));
+    return false;
   }
 
   void fail(std::exception_ptr error) {
@@ -391,96 +394,88 @@ ShmAddress parse_address(std::span<const std::byte> bytes, std::string_view who)
 
 std::vector<std::unique_ptr<Link>> ShmTransport::connect_all(std::span<const PeerRef> peers, Deadline deadline,
                                                              const PeerWatch& watch) {
-  struct Pending {
-    const RankInfo* info;
-    ShmAddress address;
-    std::shared_ptr<ShmPeerProcess> process;
-    std::shared_ptr<ShmSegment> segment;
-  };
-  std::vector<Pending> pending;
+  std::vector<std::unique_ptr<Link>> links;
   const std::string own_ns = ShmSegment::pid_namespace();
-  // 1. Learn each peer's process and create the segments this rank owns.
   for (const PeerRef& p : peers) {
-    const std::string who = cat("rank ", p.info->rank, " (", p.info->hostname, ")");
+    const int peer = p.info->rank;
+    const std::string who = cat("rank ", peer, " (", p.info->hostname, ")");
     ShmAddress a = parse_address(p.address, who);
     if (a.pid_namespace != own_ns)
       throw InvalidArgument(cat("rank ", rank_, ": shm cannot reach ", who, ": it runs in another PID namespace "
                                 "(a container?) on this host; set BRAID_TRANSPORT=tcp"));
-    Pending item{p.info, a, context_->peer(a.pid, a.bell_fd, who), nullptr};
-    if (rank_ < p.info->rank) {
-      auto segment = std::make_shared<ShmSegment>(
-          ShmSegment::create(pair_bytes(geometry_), pair_label(comm_id_, rank_, p.info->rank)));
-      auto* bytes = segment->data();
-      ShmRing::format(segment->bytes().subspan(3 * kPage, ShmRing::bytes_needed(geometry_)), geometry_);
-      ShmRing::format(segment->bytes().subspan(3 * kPage + ShmRing::bytes_needed(geometry_),
-                                               ShmRing::bytes_needed(geometry_)),
-                      geometry_);
-      auto* header = reinterpret_cast<PairHeader*>(bytes);
-      header->low_rank = rank_;
-      header->high_rank = p.info->rank;
+    auto process = context_->peer(a.pid, a.bell_fd, who);
+    const int low = std::min(rank_, peer), high = std::max(rank_, peer);
+    const int low_pid = rank_ == low ? context_->pid() : a.pid;
+    // Whichever of the two comes first creates the pair's segment and goes
+    // on at once (a peer may connect much later: a point-to-point message);
+    // the second opens it and removes the name, which nobody needs from then
+    // on. The name carries the lower rank's pid, so remove_orphans() clears
+    // it once that process is gone if the second never came.
+    const std::string name = ShmSegment::name_for(low_pid, pair_label(comm_id_, low, high));
+    std::shared_ptr<ShmSegment> segment;
+    if (auto created = ShmSegment::try_create(name, pair_bytes(geometry_))) {
+      segment = std::make_shared<ShmSegment>(std::move(*created));
+      const std::size_t ring = ShmRing::bytes_needed(geometry_);
+      ShmRing::format(segment->bytes().subspan(3 * kPage, ring), geometry_);
+      ShmRing::format(segment->bytes().subspan(3 * kPage + ring, ring), geometry_);
+      auto* header = reinterpret_cast<PairHeader*>(segment->data());
+      header->low_rank = low;
+      header->high_rank = high;
       header->comm_id = comm_id_.bytes;
       std::atomic_ref<std::uint64_t>(header->magic).store(kPairMagic, std::memory_order_release);
-      item.segment = std::move(segment);
+    } else {
+      segment = open_pair(name, low, high, *p.info, *process, deadline, watch);
+      segment->unlink();
     }
-    pending.push_back(std::move(item));
+    links.push_back(std::make_unique<ShmLink>(rank_, *p.info, std::move(segment), geometry_, context_->own_word(),
+                                              std::move(process), links_));
   }
-  // 2. Open the segments the lower peers create, and wait until the higher
-  //    peers opened this rank's; then remove their names.
-  auto look_after = [&](const Pending& item, Clock::time_point& next_watch) {
-    const int peer = item.info->rank;
-    if (!item.process->alive())
-      throw PeerLost(cat("rank ", rank_, ": rank ", peer, " (", item.info->hostname, ", pid ", item.address.pid,
-                         ") exited before the shared-memory link to it was made"));
+  return links;
+}
+
+std::shared_ptr<ShmSegment> ShmTransport::open_pair(const std::string& name, int low, int high, const RankInfo& peer,
+                                                    const ShmPeerProcess& process, Deadline deadline,
+                                                    const PeerWatch& watch) {
+  // The peer created the name a moment ago: it may still be sizing the
+  // segment or formatting the rings (microseconds).
+  Clock::time_point next_watch{};
+  std::string last_error;
+  while (true) {
+    try {
+      auto segment = std::make_shared<ShmSegment>(ShmSegment::open(name));
+      if (segment->size() != pair_bytes(geometry_))
+        throw ProtocolMismatch(cat("rank ", rank_, ": the shared-memory segment of rank ", peer.rank, " (",
+                                   segment->path(), ") holds ", segment->size(), " bytes, not ",
+                                   pair_bytes(geometry_), ": the ranks run different braid builds"));
+      auto* header = reinterpret_cast<PairHeader*>(segment->data());
+      if (std::atomic_ref<std::uint64_t>(header->magic).load(std::memory_order_acquire) == kPairMagic) {
+        if (header->low_rank != low || header->high_rank != high || header->comm_id != comm_id_.bytes)
+          throw ProtocolMismatch(cat("rank ", rank_, ": the shared-memory segment ", segment->path(),
+                                     " belongs to another pair of ranks or another communicator"));
+        return segment;
+      }
+      last_error = "its rings were not formatted yet";
+    } catch (const SystemError& e) {
+      last_error = e.what();  // not there: its creator may have died and the name been cleared
+    } catch (const ProtocolMismatch& e) {
+      if (std::string_view(e.what()).find("not initialised yet") == std::string_view::npos &&
+          std::string_view(e.what()).find("less than a braid segment header") == std::string_view::npos)
+        throw;
+      last_error = e.what();
+    }
+    if (!process.alive())
+      throw PeerLost(cat("rank ", rank_, ": rank ", peer.rank, " (", peer.hostname, ", pid ", process.pid(),
+                         ") exited while it made the shared-memory link to this rank"));
     if (deadline.expired())
-      throw Timeout(cat("rank ", rank_, ": rank ", peer, " (", item.info->hostname, ") did not connect through ",
-                        "shared memory in time"));
+      throw Timeout(cat("rank ", rank_, ": the shared-memory segment of rank ", peer.rank, " (", peer.hostname,
+                        ") was not ready in time: ", last_error));
     auto now = Clock::now();
     if (now >= next_watch) {
       next_watch = now + std::chrono::milliseconds(10);
-      if (watch) watch(peer, false);
+      if (watch) watch(peer.rank, false);
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  };
-  Clock::time_point next_watch{};
-  for (auto& item : pending) {
-    if (item.segment) continue;
-    const int peer = item.info->rank;
-    const std::string name = ShmSegment::name_for(item.address.pid, pair_label(comm_id_, peer, rank_));
-    while (true) {
-      try {
-        auto segment = std::make_shared<ShmSegment>(ShmSegment::open(name));
-        if (segment->size() != pair_bytes(geometry_))
-          throw ProtocolMismatch(cat("rank ", rank_, ": the shared-memory segment of rank ", peer, " (",
-                                     segment->path(), ") holds ", segment->size(), " bytes, not ",
-                                     pair_bytes(geometry_), ": the ranks run different braid builds"));
-        auto* header = reinterpret_cast<const PairHeader*>(segment->data());
-        if (std::atomic_ref<std::uint64_t>(const_cast<std::uint64_t&>(header->magic)).load(std::memory_order_acquire) == kPairMagic) {
-          if (header->low_rank != peer || header->high_rank != rank_ || header->comm_id != comm_id_.bytes)
-            throw ProtocolMismatch(cat("rank ", rank_, ": the shared-memory segment ", segment->path(),
-                                       " belongs to another pair or communicator"));
-          item.segment = std::move(segment);
-          break;
-        }
-      } catch (const SystemError&) {
-        // Not created yet (ENOENT): look again.
-      } catch (const ProtocolMismatch& e) {
-        if (std::string_view(e.what()).find("not initialised yet") == std::string_view::npos &&
-            std::string_view(e.what()).find("less than a braid segment header") == std::string_view::npos)
-          throw;
-      }
-      look_after(item, next_watch);
-    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
-  for (auto& item : pending) {
-    if (rank_ > item.info->rank) continue;
-    while (item.segment->attached() < 1) look_after(item, next_watch);
-    item.segment->unlink();
-  }
-  std::vector<std::unique_ptr<Link>> links;
-  for (auto& item : pending)
-    links.push_back(std::make_unique<ShmLink>(rank_, *item.info, item.segment, geometry_, context_->own_word(),
-                                              item.process, links_));
-  return links;
 }
 
 bool ShmTransport::arm() {

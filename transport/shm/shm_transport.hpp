@@ -8,16 +8,17 @@
 // by opening /proc/<pid>/fd/<fd> (allowed to processes of the same user; no
 // name in /dev/shm, so nothing is left behind by a crash).
 //
-// Per pair of ranks, one segment (ShmSegment) created by the lower rank
-// under a name both derive (/braid-<creator pid>-<pid ns>-<comm id>-<lo>-<hi>):
+// Per pair of ranks, one segment (ShmSegment) under a name both derive
+// (/braid-<lower rank's pid>-<pid ns>-<comm id>-<lo>-<hi>), created by
+// whichever of the two connects first:
 //
 //   page 0   pair header: magic (published last), the two ranks, comm id
 //   page 1   the lower rank's abort notice, page 2 the higher rank's
 //   then     the ring lower -> higher, then the ring higher -> lower
 //
-// The higher rank opens it by name and counts itself attached; the creator
-// then unlinks the name (so a kill -9 from then on leaves nothing in
-// /dev/shm). Both sides publish into the ring they produce and ring the
+// The creator goes on at once (its peer may connect much later, for a
+// point-to-point message); the other opens the segment by name and removes
+// the name, so from then on a kill -9 leaves nothing in /dev/shm. Both sides publish into the ring they produce and ring the
 // other process's doorbell; the receiver reduces straight from the slot.
 //
 // Failures: an abort writes the reason into the rank's notice page and
@@ -116,6 +117,9 @@ class ShmTransport final : public Transport {
   struct LinkSet;
 
  private:
+  std::shared_ptr<ShmSegment> open_pair(const std::string& name, int low, int high, const RankInfo& peer,
+                                        const ShmPeerProcess& process, Deadline deadline, const PeerWatch& watch);
+
   int rank_;
   CommId comm_id_;
   RingGeometry geometry_;

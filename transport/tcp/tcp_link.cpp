@@ -419,8 +419,14 @@ bool TcpLink::progress_recvs(Stream& s) {
     if (part.header_got < kHeaderBytes)
       iov[count++] = {reinterpret_cast<char*>(&part.header) + part.header_got, kHeaderBytes - part.header_got};
     std::size_t pending = part.bytes - part.done - s.bounce_fill;  // payload not yet read
+    // Until its header is checked, a message's payload lands in the bounce
+    // buffer, never in dst: a message of another operation must not touch
+    // the receiver's buffer.
+    const bool staged = part.local == nullptr && part.header_got < kHeaderBytes;
     if (pending > 0) {
-      if (part.local == nullptr)
+      if (staged)
+        iov[count++] = {s.bounce.data(), std::min(pending, s.bounce.size())};
+      else if (part.local == nullptr)
         iov[count++] = {part.dst + part.done, pending};
       else
         iov[count++] = {s.bounce.data() + s.bounce_fill, std::min(pending, s.bounce.size() - s.bounce_fill)};
@@ -455,7 +461,12 @@ bool TcpLink::progress_recvs(Stream& s) {
           read_abort_notice(s, part, std::span(static_cast<const std::byte*>(iov[count - 1].iov_base), got - to_header));
         check_match(part.header, part.tag, part.bytes, where("received from", part.tag));
       }
-      if (got > to_header) absorb_payload(s, part, got - to_header);
+      if (got > to_header && staged) {
+        std::memcpy(part.dst + part.done, s.bounce.data(), got - to_header);
+        part.done += got - to_header;
+      } else if (got > to_header) {
+        absorb_payload(s, part, got - to_header);
+      }
       if (part.done < part.bytes && got < requested) break;  // drained for now
     }
     if (part.header_got == kHeaderBytes && part.done == part.bytes) {
