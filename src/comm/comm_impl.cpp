@@ -308,7 +308,7 @@ void CommImpl::check_peer_failure(int peer) {
   }
   if (why)
     throw PeerLost(cat("rank ", rank_, ": rank ", peer, " (", infos_[peer].hostname,
-                       ") left the communicator before this rank could connect to it: ",
+                       ") left the communicator: ",
                        std::string_view(reinterpret_cast<const char*>(why->data()), why->size())));
 }
 

@@ -118,6 +118,7 @@ void CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until) {
   bool spinning = false;  // nothing moved since spin_until was set
   Clock::time_point spin_until{};
   auto last_note = Clock::now();
+  Clock::time_point last_failure_look{};
   while (true) {
     std::shared_ptr<Operation> head;
     {
@@ -159,6 +160,14 @@ void CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until) {
         log_warn("rank ", rank_, ": timed out; the flight recorder:\n", recorder_.dump());
         throw Timeout(cat("rank ", rank_, ": ", head->what, " (op #", head->sequence & 0x7fffffffu, ") timed out after ",
                           seconds_of(settings_.timeout), " s; ", head->executor->describe_pending()));
+      }
+      // A peer this operation waits on may have given up without a word on
+      // the link (it failed before it ever used the link: a shared-memory
+      // link made by this rank alone): its notice in the store says so.
+      if (now - head->started >= kFailureLook && now - last_failure_look >= kFailureLook) {
+        last_failure_look = now;
+        for (int p = 0; p < size_; ++p)
+          if (links_[p] && links_[p]->busy()) check_peer_failure(p);
       }
       // What the operation waits on, for dumps; refreshed at most every
       // 100 ms so the fast path never builds this text.

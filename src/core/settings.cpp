@@ -42,14 +42,15 @@ constexpr std::array kTable = {
     SettingInfo{"BRAID_SLICE_BYTES", "512K",
                 "Pipeline slice: collectives move and reduce buffers in pieces of this size."},
     SettingInfo{"BRAID_SPIN_US", "(auto)",
-                "Microseconds to busy-poll before sleeping in the kernel; auto spins 20 us "
-                "when there are 4 or more cores per local rank, else 0."},
+                "Microseconds to busy-poll before sleeping in the kernel; auto spins while every local "
+                "rank has a core (up to 20 us, shorter while spins keep failing), else 0."},
     SettingInfo{"BRAID_ALGO", "(auto)",
                 "Force algorithms: a name (ring) for every collective that has it, or per collective "
                 "(all_reduce:tree,broadcast:binomial). See the algorithm table."},
     SettingInfo{"BRAID_TRANSPORT", "(auto)",
-                "Transports to use, in order of preference, as a name or a list (tcp); each pair of ranks uses the "
-                "first that reaches it. Unknown names are refused with the list this braid has."},
+                "Transports to use, in order of preference, as a name or a list (shm,tcp: shared memory between "
+                "ranks of one host, TCP otherwise); each pair of ranks uses the first that reaches it. Unknown "
+                "names are refused with the list this braid has."},
     SettingInfo{"BRAID_DUMP_ON_SIGNAL", "(none)",
                 "On this signal (USR1, USR2, ...) every communicator of the process prints its flight "
                 "recorder (recent operations, who waits on whom) to stderr."},

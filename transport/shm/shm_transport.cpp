@@ -77,6 +77,8 @@ ShmPeerProcess::ShmPeerProcess(int pid, int bell_fd, std::string_view who, Doorb
   int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) {
     int err = errno;
+    // Its fd table is gone: the process exited or is exiting.
+    if (err == ENOENT) throw PeerLost(cat("shm: ", who, " (pid ", pid, ") exited"));
     throw SystemError(cat("shm: cannot open the doorbell of ", who, " (", path, "): ", errno_text(err),
                           "; the ranks must run as the same user in the same PID namespace for shared memory "
                           "(set BRAID_TRANSPORT=tcp otherwise)"));
@@ -396,14 +398,32 @@ std::vector<std::unique_ptr<Link>> ShmTransport::connect_all(std::span<const Pee
                                                              const PeerWatch& watch) {
   std::vector<std::unique_ptr<Link>> links;
   const std::string own_ns = ShmSegment::pid_namespace();
-  for (const PeerRef& p : peers) {
+  try {
+    for (const PeerRef& p : peers) connect_one(p, own_ns, deadline, watch, links);
+  } catch (const std::exception& e) {
+    // The peers already linked learn why this rank gives up, instead of
+    // finding the rings closed without a word.
+    for (auto& link : links) link->abort(cat("rank ", rank_, " gave up: ", e.what()));
+    throw;
+  }
+  return links;
+}
+
+void ShmTransport::connect_one(const PeerRef& p, const std::string& own_ns, Deadline deadline,
+                               const PeerWatch& watch, std::vector<std::unique_ptr<Link>>& links) {
+  {
     const int peer = p.info->rank;
     const std::string who = cat("rank ", peer, " (", p.info->hostname, ")");
     ShmAddress a = parse_address(p.address, who);
     if (a.pid_namespace != own_ns)
       throw InvalidArgument(cat("rank ", rank_, ": shm cannot reach ", who, ": it runs in another PID namespace "
                                 "(a container?) on this host; set BRAID_TRANSPORT=tcp"));
-    auto process = context_->peer(a.pid, a.bell_fd, who);
+    std::shared_ptr<ShmPeerProcess> process;
+    try {
+      process = context_->peer(a.pid, a.bell_fd, who);
+    } catch (const PeerLost&) {
+      gone(*p.info, a.pid, watch);
+    }
     const int low = std::min(rank_, peer), high = std::max(rank_, peer);
     const int low_pid = rank_ == low ? context_->pid() : a.pid;
     // Whichever of the two comes first creates the pair's segment and goes
@@ -430,7 +450,6 @@ std::vector<std::unique_ptr<Link>> ShmTransport::connect_all(std::span<const Pee
     links.push_back(std::make_unique<ShmLink>(rank_, *p.info, std::move(segment), geometry_, context_->own_word(),
                                               std::move(process), links_));
   }
-  return links;
 }
 
 std::shared_ptr<ShmSegment> ShmTransport::open_pair(const std::string& name, int low, int high, const RankInfo& peer,
@@ -463,9 +482,7 @@ std::shared_ptr<ShmSegment> ShmTransport::open_pair(const std::string& name, int
         throw;
       last_error = e.what();
     }
-    if (!process.alive())
-      throw PeerLost(cat("rank ", rank_, ": rank ", peer.rank, " (", peer.hostname, ", pid ", process.pid(),
-                         ") exited while it made the shared-memory link to this rank"));
+    if (!process.alive()) gone(peer, process.pid(), watch);
     if (deadline.expired())
       throw Timeout(cat("rank ", rank_, ": the shared-memory segment of rank ", peer.rank, " (", peer.hostname,
                         ") was not ready in time: ", last_error));
@@ -476,6 +493,13 @@ std::shared_ptr<ShmSegment> ShmTransport::open_pair(const std::string& name, int
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
+}
+
+void ShmTransport::gone(const RankInfo& peer, int pid, const PeerWatch& watch) {
+  // The reason it published, if any, says more than its absence.
+  if (watch) watch(peer.rank, true);
+  throw PeerLost(cat("rank ", rank_, ": rank ", peer.rank, " (", peer.hostname, ", pid ", pid,
+                     ") exited before the shared-memory link to it was made"));
 }
 
 bool ShmTransport::arm() {
