@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The test suite under the sanitizers: everything (unit, schedules,
-# multi-process, launcher, mirrored) with AddressSanitizer +
+# The test suite under the sanitizers: everything (unit, schedules, the
+# transport conformance suite, multi-process, launcher, mirrored) with AddressSanitizer +
 # UndefinedBehaviorSanitizer, and the threaded parts (the communicator's
 # progress engine, the store, the mirrored layer's replica threads and
 # parameter-server threads) with ThreadSanitizer. Any report fails the run.
@@ -16,14 +16,14 @@ fi
 ninja -C build-asan >/dev/null || exit 1
 # The fault matrix measures times to error; it runs in the plain build only.
 meson test -C build-asan --num-processes 2 --timeout-multiplier 4 --print-errorlogs \
-  --suite unit --suite collectives --suite multiprocess --suite launcher --suite mirrored || status=1
+  --suite unit --suite collectives --suite transport --suite multiprocess --suite launcher --suite mirrored || status=1
 
 if [ ! -f build-tsan/build.ninja ]; then
   meson setup build-tsan --buildtype=debugoptimized -Db_sanitize=thread -Db_lundef=false >/dev/null || exit 1
 fi
 ninja -C build-tsan tests/unit/unit_comm tests/unit/unit_store tests/unit/unit_store_jobs tests/unit/unit_auth tools/braid-run \
-  tests/mirrored/mirrored_check >/dev/null || exit 1
+  tests/mirrored/mirrored_check tests/transport/transport_conformance >/dev/null || exit 1
 meson test -C build-tsan --no-rebuild --num-processes 1 --timeout-multiplier 4 --print-errorlogs \
   unit/comm unit/store unit/store_jobs unit/auth mirrored/mirrored_1x3_replicas mirrored/mirrored_2x2_replicas \
-  mirrored/parameter_server_2_workers_2_servers || status=1
+  mirrored/parameter_server_2_workers_2_servers transport/conformance_shm || status=1
 exit $status
