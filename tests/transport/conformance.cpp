@@ -16,6 +16,7 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <numeric>
 #include <string>
@@ -57,7 +58,17 @@ struct Side {
   std::unique_ptr<Transport> transport;
   std::unique_ptr<Link> link;
   Poller poller;
+  int peer_pid = 0;
 };
+
+// True once process `pid` is gone or a zombie.
+bool exited(int pid) {
+  std::ifstream stat(cat("/proc/", pid, "/stat"));
+  std::string text;
+  if (!std::getline(stat, text)) return true;
+  auto close = text.rfind(')');
+  return close == std::string::npos || text.substr(close + 2, 1) == "Z";
+}
 
 void send_blob(int fd, const std::vector<std::byte>& b) {
   std::uint32_t n = static_cast<std::uint32_t>(b.size());
@@ -85,6 +96,7 @@ std::unique_ptr<Side> connect_side(int rank, int fd, const CommId& id, int strea
   send_blob(fd, me.encode());
   send_blob(fd, side->transport->local_address());
   RankInfo peer = RankInfo::decode(recv_blob(fd));
+  side->peer_pid = peer.pid;
   std::vector<std::byte> address = recv_blob(fd);
   PeerRef ref{&peer, address};
   auto links = side->transport->connect_all(std::span(&ref, 1), Deadline::after(Millis(10000)), {});
@@ -316,13 +328,15 @@ TEST_CASE("conformance: a peer killed mid-message fails the pending requests") {
         const std::size_t bytes = 64u << 20;
         if (s.rank == 1) {
           // Send part of a large message, then die without a word.
-          // Rank 0 does not receive yet, so the buffers fill and stay full.
+          // Rank 0 receives only once this rank is dead, so the buffers fill
+          // and stay full.
           auto out = pattern(bytes, 1);
           std::vector<Request> r = {s.link->send(ConstMemView{out.data(), bytes}, tag_of(8, 0))};
           for (auto until = Clock::now() + std::chrono::milliseconds(100); Clock::now() < until;) s.link->progress();
           ::kill(::getpid(), SIGKILL);
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        for (auto until = Clock::now() + std::chrono::seconds(20); !exited(s.peer_pid) && Clock::now() < until;)
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
         std::vector<std::byte> in(bytes);
         std::vector<std::byte> other(16);
         std::vector<Request> r = {s.link->recv(MemView{in.data(), bytes}, tag_of(8, 0)),
