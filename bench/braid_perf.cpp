@@ -258,13 +258,35 @@ Placement gather_placement(braid::Comm& comm) {
   return p;
 }
 
+// The transports the plan picks for the pairs of ranks that include `rank`
+// (every pair when -1), comma-separated: "shm", or "shm,tcp" across hosts.
+// Ranks are told apart by host name, as the communicator tells hosts apart.
+std::string transports_used(const braid::Plan& plan, const Placement& where, int rank = -1) {
+  const int n = static_cast<int>(where.hosts.size());
+  std::vector<braid::RankInfo> infos(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r)
+    infos[r] = braid::RankInfo{r, where.hosts[r], std::hash<std::string>{}(where.hosts[r]), where.pids[r]};
+  std::vector<std::string> kinds;
+  for (int a = 0; a < n; ++a)
+    for (int b = a + 1; b < n; ++b) {
+      if (rank >= 0 && a != rank && b != rank) continue;
+      std::string kind(plan.transport_between(infos[a], infos[b]));
+      if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) kinds.push_back(kind);
+    }
+  if (kinds.empty()) return "none";
+  std::string out;
+  for (const auto& k : kinds) out += (out.empty() ? "" : ",") + k;
+  return out;
+}
+
 void print_header(const Options& o, const braid::Comm& comm, const Placement& where, const braid::Plan& plan) {
   const int n = comm.size();
   std::string per_host;
   for (const auto& [host, ranks] : where.ranks_per_host)
     per_host += (per_host.empty() ? "" : ", ") + host + ": " + std::to_string(ranks);
-  std::printf("# braid-perf %s: %d ranks on %zu host(s) (ranks per host: %s); transport %s between every pair\n",
-              o.collective->name, n, where.ranks_per_host.size(), per_host.c_str(), plan.transport_names().c_str());
+  std::printf("# braid-perf %s: %d ranks on %zu host(s) (ranks per host: %s); transports %s (order %s)\n",
+              o.collective->name, n, where.ranks_per_host.size(), per_host.c_str(), transports_used(plan, where).c_str(),
+              plan.transport_names().c_str());
   std::printf("# nThread 1 nGpus 0 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: 1 "
               "validation: %d graph: 0\n",
               o.min_bytes, o.max_bytes, o.factor >= 2 ? o.factor : o.step, o.factor >= 2 ? "factor" : "bytes", o.warmup,
@@ -273,7 +295,7 @@ void print_header(const Options& o, const braid::Comm& comm, const Placement& wh
               static_cast<int>(o.average), o.blocking ? "blocking" : "asynchronous");
   for (int r = 0; r < n; ++r)
     std::printf("#  Rank %2d Group  0 Pid %6d on %10s device cpu [%s]\n", r, where.pids[r], where.hosts[r].c_str(),
-                plan.transport_names().c_str());
+                transports_used(plan, where, r).c_str());
   std::printf("#\n# %s\n", comm.describe().c_str());
 }
 
@@ -393,7 +415,7 @@ int main(int argc, char** argv) {
             Row row;
             row.collective = o.collective->name;
             row.algorithm = algorithm_at(out_of_place, plan, probe.count_bytes(), n);
-            row.transport = plan.transport_names();
+            row.transport = transports_used(plan, where);
             row.ranks = n;
             row.hosts = static_cast<int>(where.ranks_per_host.size());
             row.size = probe.size_bytes();

@@ -73,7 +73,7 @@ def main():
     objects = [json.loads(line) for line in lines]
     check(len(objects) == 2 * len(sizes), f"{len(objects)} JSON objects")
     check(all(list(o) == FIELDS for o in objects), f"JSON fields {list(objects[0])}")
-    check(all(o["transport"] == "tcp" and o["hosts"] == 1 and isinstance(o["size"], int) for o in objects), "JSON values")
+    check(all(o["transport"] == "shm" and o["hosts"] == 1 and isinstance(o["size"], int) for o in objects), "JSON values")
     print("braid-perf's table, CSV and JSON read as expected")
 
 
