@@ -139,6 +139,11 @@ class Link {
   /// blocking; nullopt otherwise. Lets a rank that waits for another peer (a
   /// connection being made) learn at once that this one gave up.
   virtual std::optional<std::string> departed() { return std::nullopt; }
+  /// True while the peer has not made its side of this link yet (shm: it has
+  /// not opened the pair's segment), so it could not tell this rank through
+  /// the link that it gave up; the engine then looks for its notice in the
+  /// store.
+  virtual bool one_sided() { return false; }
   /// "rank 1 (host-a, 10.0.0.2:40123)": names the peer in errors.
   virtual std::string describe_peer() const = 0;
 };

@@ -220,13 +220,7 @@ void CommImpl::start(std::vector<RankInfo> infos, Addresses addresses) {
   // (InvalidArgument naming the pair when none can).
   link_kind_.assign(static_cast<std::size_t>(size_), -1);
   for (int p = 0; p < size_; ++p)
-    if (p != rank_) {
-      std::string_view kind = plan_.transport_between(infos_[rank_], infos_[p]);
-      auto it = std::find_if(kinds_.begin(), kinds_.end(), [&](const TransportKind* k) { return k->name == kind; });
-      BRAID_CHECK(it != kinds_.end(), "rank ", rank_, ": the plan chose transport ", kind, " for rank ", p,
-                  ", which this communicator did not make");
-      link_kind_[p] = static_cast<int>(it - kinds_.begin());
-    }
+    if (p != rank_) link_kind_[p] = kind_between(rank_, p);
   int local = static_cast<int>(std::count_if(infos_.begin(), infos_.end(),
                                              [&](const RankInfo& i) { return i.host_id == infos_[rank_].host_id; }));
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -314,15 +308,19 @@ void CommImpl::check_peer_failure(int peer) {
 
 std::string CommImpl::failure_key(int rank) const { return cat(scope_, "comm:", comm_id_.to_hex(), "/failed/", rank); }
 
+int CommImpl::kind_between(int a, int b) const {
+  std::string_view kind = plan_.transport_between(infos_[a], infos_[b]);
+  auto it = std::find_if(kinds_.begin(), kinds_.end(), [&](const TransportKind* k) { return k->name == kind; });
+  BRAID_CHECK(it != kinds_.end(), "rank ", rank_, ": the plan chose transport ", kind, " between ranks ", a, " and ",
+              b, ", which this communicator did not make");
+  return static_cast<int>(it - kinds_.begin());
+}
+
 std::string CommImpl::describe_transports() const {
   if (size_ == 1 || kinds_.empty()) return "no peers";
   std::vector<std::vector<std::string>> pairs(kinds_.size());
   for (int a = 0; a < size_; ++a)
-    for (int b = a + 1; b < size_; ++b) {
-      std::string_view kind = plan_.transport_between(infos_[a], infos_[b]);
-      for (std::size_t k = 0; k < kinds_.size(); ++k)
-        if (kinds_[k]->name == kind) pairs[k].push_back(cat(a, "-", b));
-    }
+    for (int b = a + 1; b < size_; ++b) pairs[static_cast<std::size_t>(kind_between(a, b))].push_back(cat(a, "-", b));
   const std::size_t all = static_cast<std::size_t>(size_) * static_cast<std::size_t>(size_ - 1) / 2;
   std::string out;
   for (std::size_t k = 0; k < kinds_.size(); ++k) {
@@ -338,8 +336,8 @@ std::string CommImpl::describe_transports() const {
 std::string CommImpl::describe() const {
   return cat("rank ", rank_, " of ", size_, " on ", infos_.empty() ? "?" : infos_[rank_].hostname, "; ",
              plan_.describe(), "; ", describe_transports(), "; slice ", human_bytes(settings_.slice_bytes),
-             ", spin ", adaptive_spin_ ? std::string("adaptive") : cat(spin_us_, " us"), ", timeout ", seconds_of(settings_.timeout), " s, tls ",
-             settings_.tls.enabled() ? "on" : "off");
+             ", spin ", adaptive_spin_ ? std::string("adaptive") : cat(spin_us_, " us"), ", timeout ",
+             seconds_of(settings_.timeout), " s, tls ", settings_.tls.enabled() ? "on" : "off");
 }
 
 CollectiveShape CommImpl::shape(std::size_t count, DataType type, ReduceOp op, int root) const {

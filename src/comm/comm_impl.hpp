@@ -153,6 +153,8 @@ class CommImpl {
   void start(std::vector<RankInfo> infos, Addresses addresses);
   void connect_peers(const std::vector<int>& peers);
   void connect_with(Transport& transport, std::span<const PeerRef> wanted);
+  /// The index in kinds_ of the transport the plan picks for ranks a and b.
+  int kind_between(int a, int b) const;
   /// "shm (8 x 256 KiB slots per direction) between all ranks", or per kind
   /// the pairs it connects ("shm: 0-1 2-3; tcp: 0-2 0-3 1-2 1-3").
   std::string describe_transports() const;

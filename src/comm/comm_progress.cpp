@@ -161,13 +161,13 @@ void CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until) {
         throw Timeout(cat("rank ", rank_, ": ", head->what, " (op #", head->sequence & 0x7fffffffu, ") timed out after ",
                           seconds_of(settings_.timeout), " s; ", head->executor->describe_pending()));
       }
-      // A peer this operation waits on may have given up without a word on
-      // the link (it failed before it ever used the link: a shared-memory
-      // link made by this rank alone): its notice in the store says so.
+      // A peer this operation waits on through a link it has not made its
+      // side of (Link::one_sided) cannot say on the link that it gave up:
+      // its notice in the store says so.
       if (now - head->started >= kFailureLook && now - last_failure_look >= kFailureLook) {
         last_failure_look = now;
         for (int p = 0; p < size_; ++p)
-          if (links_[p] && links_[p]->busy()) check_peer_failure(p);
+          if (links_[p] && links_[p]->busy() && links_[p]->one_sided()) check_peer_failure(p);
       }
       // What the operation waits on, for dumps; refreshed at most every
       // 100 ms so the fast path never builds this text.
@@ -196,8 +196,7 @@ void CommImpl::sleep_for_news(std::chrono::microseconds nap) {
   // Only transports with a busy link can bring news for the operation.
   std::vector<bool> active(transports_.size(), false);
   for (int p = 0; p < size_; ++p)
-    if (link_kind_.size() > static_cast<std::size_t>(p) && link_kind_[p] >= 0 && links_[p] && links_[p]->busy())
-      active[static_cast<std::size_t>(link_kind_[p])] = true;
+    if (links_[p] && links_[p]->busy()) active[static_cast<std::size_t>(link_kind_[p])] = true;
   std::vector<Transport*> armed;
   Transport* fdless = nullptr;
   bool fds = false;

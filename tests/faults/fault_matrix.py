@@ -131,15 +131,16 @@ class Rank:
 
 
 class Job:
-    def __init__(self, worker, logdir):
+    def __init__(self, worker, logdir, transport=None):
         self.worker = worker
         self.logdir = logdir
+        self.transport = transport  # BRAID_TRANSPORT of every rank; None: braid's own choice
         self.ranks = []
 
     def env(self, rank, size, store, timeout, extra=None):
         env = {k: v for k, v in os.environ.items() if not k.startswith("BRAID_")}
-        if TRANSPORT:
-            env["BRAID_TRANSPORT"] = TRANSPORT
+        if self.transport:
+            env["BRAID_TRANSPORT"] = self.transport
         env.update({
             "BRAID_RANK": str(rank),
             "BRAID_WORLD_SIZE": str(size),
@@ -580,22 +581,19 @@ def run_in_job(name, case, make_job, keep_logs, label=""):
     return status
 
 
-# --transport: the BRAID_TRANSPORT of every rank (unset: braid's default
-# order). Cases about TCP sockets (data ports that receive garbage, links set
-# down between network namespaces, which share one host and so would pick
-# shared memory) always run over tcp.
-TRANSPORT = None
+# Cases about TCP sockets (data ports that receive garbage, links set down
+# between network namespaces, which share one host and so would pick shared
+# memory) always run over tcp, whatever --transport says.
 TCP_CASES = {"linkdown", "garbage"}
 
 
-def run_case(name, worker, keep_logs):
-    global TRANSPORT
+def run_case(name, worker, keep_logs, transport=None):
     if name in TCP_CASES:
-        TRANSPORT = "tcp"
+        transport = "tcp"
     if name == "linkdown" and os.geteuid() != 0 and not os.environ.get("BRAID_FAULTS_IN_USERNS"):
         return linkdown_in_user_namespace(worker, keep_logs)
-    return run_in_job(name, CASES[name], lambda logdir: Job(worker, logdir), keep_logs,
-                      f" (transport {TRANSPORT})" if TRANSPORT else "")
+    return run_in_job(name, CASES[name], lambda logdir: Job(worker, logdir, transport), keep_logs,
+                      f" (transport {transport})" if transport else "")
 
 
 def stop_cleanly_on_signals(program):
@@ -615,11 +613,9 @@ def main():
     ap.add_argument("--keep-logs", action="store_true")
     ap.add_argument("--transport", help="BRAID_TRANSPORT for every rank (default: braid's own choice)")
     args = ap.parse_args()
-    global TRANSPORT
-    TRANSPORT = args.transport
     worker = os.path.abspath(args.worker)
     names = list(CASES) if args.case == "all" else [args.case]
-    statuses = [run_case(n, worker, args.keep_logs) for n in names]
+    statuses = [run_case(n, worker, args.keep_logs, args.transport) for n in names]
     if any(s == 1 for s in statuses):
         return 1
     if all(s == SKIP for s in statuses):

@@ -163,10 +163,15 @@ std::optional<ShmSegment> ShmSegment::create_as(std::string name, std::size_t by
   return ShmSegment(std::move(name), static_cast<std::byte*>(base), bytes, true);
 }
 
-ShmSegment ShmSegment::open(const std::string& name) {
+ShmSegment ShmSegment::open(const std::string& name) { return *open_as(name, false); }
+
+std::optional<ShmSegment> ShmSegment::try_open(const std::string& name) { return open_as(name, true); }
+
+std::optional<ShmSegment> ShmSegment::open_as(const std::string& name, bool may_be_unready) {
   int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
   if (fd < 0) {
     int err = errno;
+    if (err == ENOENT && may_be_unready) return std::nullopt;
     fail("open", name, err,
          err == ENOENT ? "the creator unlinked it already, exited, or /dev/shm is not mounted" : hint_for(err));
   }
@@ -179,6 +184,7 @@ ShmSegment ShmSegment::open(const std::string& name) {
   auto total = static_cast<std::size_t>(st.st_size);
   if (total < kHeaderBytes) {
     ::close(fd);
+    if (may_be_unready) return std::nullopt;  // its creator has not sized it yet
     throw ProtocolMismatch(cat("shared memory: ", path_of(name), " holds ", total,
                                " bytes, less than a braid segment header: not a braid segment"));
   }
@@ -190,6 +196,7 @@ ShmSegment ShmSegment::open(const std::string& name) {
   std::uint64_t magic = std::atomic_ref<std::uint64_t>(header->magic).load(std::memory_order_acquire);
   if (magic != kMagic || header->bytes != total - kHeaderBytes) {
     ::munmap(base, total);
+    if (may_be_unready && magic == 0) return std::nullopt;  // its creator has not published the header yet
     throw ProtocolMismatch(cat("shared memory: ", path_of(name), " is not a braid segment (or not initialised yet)"));
   }
   std::atomic_ref<std::int32_t>(header->attached).fetch_add(1, std::memory_order_acq_rel);

@@ -66,6 +66,10 @@ class ShmSegment {
   /// attached. Throws SystemError (name, errno) if it cannot be opened, or
   /// ProtocolMismatch if it is not a braid segment.
   static ShmSegment open(const std::string& name);
+  /// The same, but nullopt while the segment is not there or not ready yet
+  /// (its creator has not sized it or published its header): for a peer that
+  /// polls for a segment being created now.
+  static std::optional<ShmSegment> try_open(const std::string& name);
 
   /// Removes the name from /dev/shm (mappings stay valid). Idempotent; an
   /// already-missing name is not an error.
@@ -94,6 +98,7 @@ class ShmSegment {
  private:
   ShmSegment(std::string name, std::byte* base, std::size_t size, bool owner);
   static std::optional<ShmSegment> create_as(std::string name, std::size_t bytes, bool may_exist);
+  static std::optional<ShmSegment> open_as(const std::string& name, bool may_be_unready);
   void release() noexcept;
 
   std::string name_;

@@ -156,10 +156,12 @@ struct ShmTransport::LinkSet {
 
 class ShmLink final : public Link {
  public:
-  ShmLink(int self, const RankInfo& peer, std::shared_ptr<ShmSegment> segment, RingGeometry geometry,
+  /// `created`: this rank created the pair's segment, and the peer may not
+  /// have opened it yet.
+  ShmLink(int self, const RankInfo& peer, std::shared_ptr<ShmSegment> segment, bool created, RingGeometry geometry,
           DoorbellWord* own_word, std::shared_ptr<ShmPeerProcess> process, std::shared_ptr<ShmTransport::LinkSet> set)
       : self_(self), peer_(peer.rank), process_(std::move(process)), set_(std::move(set)),
-        segment_(std::move(segment)),
+        segment_(std::move(segment)), peer_opened_(!created),
         peer_name_(cat("rank ", peer.rank, " (", peer.hostname, ", shm pid ", peer.pid, ")")),
         sender_(ring_region(self < peer.rank ? 0 : 1, geometry), cat("rank ", self, ": shm ring to ", peer_name_),
                 RingCopy::by_size, own_word, process_->word()),
@@ -182,23 +184,10 @@ class ShmLink final : public Link {
   int peer() const override { return peer_; }
   std::string describe_peer() const override { return peer_name_; }
 
-  Request send(ConstMemView src, Tag tag) override {
-    auto request = std::make_shared<RequestState>();
-    if (broken_) request->fail(broken_);
-    else sends_.push_back({OutgoingMessage{tag, src}, request});
-    return request;
-  }
-  Request recv(MemView dst, Tag tag) override {
-    auto request = std::make_shared<RequestState>();
-    if (broken_) request->fail(broken_);
-    else recvs_.push_back({IncomingMessage{tag, dst}, request});
-    return request;
-  }
+  Request send(ConstMemView src, Tag tag) override { return post(sends_, OutgoingMessage{tag, src}); }
+  Request recv(MemView dst, Tag tag) override { return post(recvs_, IncomingMessage{tag, dst}); }
   Request recv_reduce(MemView dst, ConstMemView local, DataType type, ReduceOp op, Tag tag) override {
-    auto request = std::make_shared<RequestState>();
-    if (broken_) request->fail(broken_);
-    else recvs_.push_back({IncomingMessage{tag, dst, local.data, type, op}, request});
-    return request;
+    return post(recvs_, IncomingMessage{tag, dst, local.data, type, op});
   }
   bool can_reduce() const override { return true; }
 
@@ -231,9 +220,6 @@ class ShmLink final : public Link {
         moved = true;
       }
       if (!moved && busy() && !peer_alive()) return true;
-    } catch (const TagMismatch&) {
-      fail(std::current_exception());
-      return true;
     } catch (const PeerLost& e) {
       fail(std::make_exception_ptr(PeerLost(explain_loss(e.what()))));
       return true;
@@ -271,6 +257,11 @@ class ShmLink final : public Link {
     return std::nullopt;
   }
 
+  bool one_sided() override {
+    if (!peer_opened_) peer_opened_ = segment_->attached() > 0;
+    return !peer_opened_;
+  }
+
   /// Whether progress() would move something now (the sleep protocol).
   bool has_news() {
     if (broken_) return false;
@@ -288,6 +279,16 @@ class ShmLink final : public Link {
     IncomingMessage message;
     Request request;
   };
+
+  // Queues `message` behind the others of its direction; on a broken link
+  // the request fails at once with the link's error.
+  template <typename Pending, typename Message>
+  Request post(std::deque<Pending>& queue, Message message) {
+    auto request = std::make_shared<RequestState>();
+    if (broken_) request->fail(broken_);
+    else queue.push_back({std::move(message), request});
+    return request;
+  }
 
   std::span<std::byte> ring_region(int which, RingGeometry g) const {
     const std::size_t ring = ShmRing::bytes_needed(g);
@@ -335,6 +336,7 @@ class ShmLink final : public Link {
   std::shared_ptr<ShmPeerProcess> process_;
   std::shared_ptr<ShmTransport::LinkSet> set_;
   std::shared_ptr<ShmSegment> segment_;
+  bool peer_opened_;  // the peer mapped the segment (it opened it, or created it)
   std::string peer_name_;
   ShmRingSender sender_;
   ShmRingReceiver receiver_;
@@ -399,7 +401,7 @@ std::vector<std::unique_ptr<Link>> ShmTransport::connect_all(std::span<const Pee
   std::vector<std::unique_ptr<Link>> links;
   const std::string own_ns = ShmSegment::pid_namespace();
   try {
-    for (const PeerRef& p : peers) connect_one(p, own_ns, deadline, watch, links);
+    for (const PeerRef& p : peers) links.push_back(connect_one(p, own_ns, deadline, watch));
   } catch (const std::exception& e) {
     // The peers already linked learn why this rank gives up, instead of
     // finding the rings closed without a word.
@@ -409,47 +411,46 @@ std::vector<std::unique_ptr<Link>> ShmTransport::connect_all(std::span<const Pee
   return links;
 }
 
-void ShmTransport::connect_one(const PeerRef& p, const std::string& own_ns, Deadline deadline,
-                               const PeerWatch& watch, std::vector<std::unique_ptr<Link>>& links) {
-  {
-    const int peer = p.info->rank;
-    const std::string who = cat("rank ", peer, " (", p.info->hostname, ")");
-    ShmAddress a = parse_address(p.address, who);
-    if (a.pid_namespace != own_ns)
-      throw InvalidArgument(cat("rank ", rank_, ": shm cannot reach ", who, ": it runs in another PID namespace "
-                                "(a container?) on this host; set BRAID_TRANSPORT=tcp"));
-    std::shared_ptr<ShmPeerProcess> process;
-    try {
-      process = context_->peer(a.pid, a.bell_fd, who);
-    } catch (const PeerLost&) {
-      gone(*p.info, a.pid, watch);
-    }
-    const int low = std::min(rank_, peer), high = std::max(rank_, peer);
-    const int low_pid = rank_ == low ? context_->pid() : a.pid;
-    // Whichever of the two comes first creates the pair's segment and goes
-    // on at once (a peer may connect much later: a point-to-point message);
-    // the second opens it and removes the name, which nobody needs from then
-    // on. The name carries the lower rank's pid, so remove_orphans() clears
-    // it once that process is gone if the second never came.
-    const std::string name = ShmSegment::name_for(low_pid, pair_label(comm_id_, low, high));
-    std::shared_ptr<ShmSegment> segment;
-    if (auto created = ShmSegment::try_create(name, pair_bytes(geometry_))) {
-      segment = std::make_shared<ShmSegment>(std::move(*created));
-      const std::size_t ring = ShmRing::bytes_needed(geometry_);
-      ShmRing::format(segment->bytes().subspan(3 * kPage, ring), geometry_);
-      ShmRing::format(segment->bytes().subspan(3 * kPage + ring, ring), geometry_);
-      auto* header = reinterpret_cast<PairHeader*>(segment->data());
-      header->low_rank = low;
-      header->high_rank = high;
-      header->comm_id = comm_id_.bytes;
-      std::atomic_ref<std::uint64_t>(header->magic).store(kPairMagic, std::memory_order_release);
-    } else {
-      segment = open_pair(name, low, high, *p.info, *process, deadline, watch);
-      segment->unlink();
-    }
-    links.push_back(std::make_unique<ShmLink>(rank_, *p.info, std::move(segment), geometry_, context_->own_word(),
-                                              std::move(process), links_));
+std::unique_ptr<Link> ShmTransport::connect_one(const PeerRef& p, const std::string& own_ns, Deadline deadline,
+                                                const PeerWatch& watch) {
+  const int peer = p.info->rank;
+  const std::string who = cat("rank ", peer, " (", p.info->hostname, ")");
+  ShmAddress a = parse_address(p.address, who);
+  if (a.pid_namespace != own_ns)
+    throw InvalidArgument(cat("rank ", rank_, ": shm cannot reach ", who, ": it runs in another PID namespace "
+                              "(a container?) on this host; set BRAID_TRANSPORT=tcp"));
+  std::shared_ptr<ShmPeerProcess> process;
+  try {
+    process = context_->peer(a.pid, a.bell_fd, who);
+  } catch (const PeerLost&) {
+    gone(*p.info, a.pid, watch);
   }
+  const int low = std::min(rank_, peer), high = std::max(rank_, peer);
+  const int low_pid = rank_ == low ? context_->pid() : a.pid;
+  // Whichever of the two comes first creates the pair's segment and goes
+  // on at once (a peer may connect much later: a point-to-point message);
+  // the second opens it and removes the name, which nobody needs from then
+  // on. The name carries the lower rank's pid, so remove_orphans() clears
+  // it once that process is gone if the second never came.
+  const std::string name = ShmSegment::name_for(low_pid, pair_label(comm_id_, low, high));
+  std::shared_ptr<ShmSegment> segment;
+  auto created = ShmSegment::try_create(name, pair_bytes(geometry_));
+  if (created) {
+    segment = std::make_shared<ShmSegment>(std::move(*created));
+    const std::size_t ring = ShmRing::bytes_needed(geometry_);
+    ShmRing::format(segment->bytes().subspan(3 * kPage, ring), geometry_);
+    ShmRing::format(segment->bytes().subspan(3 * kPage + ring, ring), geometry_);
+    auto* header = reinterpret_cast<PairHeader*>(segment->data());
+    header->low_rank = low;
+    header->high_rank = high;
+    header->comm_id = comm_id_.bytes;
+    std::atomic_ref<std::uint64_t>(header->magic).store(kPairMagic, std::memory_order_release);
+  } else {
+    segment = open_pair(name, low, high, *p.info, *process, deadline, watch);
+    segment->unlink();
+  }
+  return std::make_unique<ShmLink>(rank_, *p.info, std::move(segment), created.has_value(), geometry_,
+                                   context_->own_word(), std::move(process), links_);
 }
 
 std::shared_ptr<ShmSegment> ShmTransport::open_pair(const std::string& name, int low, int high, const RankInfo& peer,
@@ -458,10 +459,10 @@ std::shared_ptr<ShmSegment> ShmTransport::open_pair(const std::string& name, int
   // The peer created the name a moment ago: it may still be sizing the
   // segment or formatting the rings (microseconds).
   Clock::time_point next_watch{};
-  std::string last_error;
+  std::string waiting_for = cat("/dev/shm", name, " did not appear");
   while (true) {
-    try {
-      auto segment = std::make_shared<ShmSegment>(ShmSegment::open(name));
+    if (auto opened = ShmSegment::try_open(name)) {
+      auto segment = std::make_shared<ShmSegment>(std::move(*opened));
       if (segment->size() != pair_bytes(geometry_))
         throw ProtocolMismatch(cat("rank ", rank_, ": the shared-memory segment of rank ", peer.rank, " (",
                                    segment->path(), ") holds ", segment->size(), " bytes, not ",
@@ -473,19 +474,12 @@ std::shared_ptr<ShmSegment> ShmTransport::open_pair(const std::string& name, int
                                      " belongs to another pair of ranks or another communicator"));
         return segment;
       }
-      last_error = "its rings were not formatted yet";
-    } catch (const SystemError& e) {
-      last_error = e.what();  // not there: its creator may have died and the name been cleared
-    } catch (const ProtocolMismatch& e) {
-      if (std::string_view(e.what()).find("not initialised yet") == std::string_view::npos &&
-          std::string_view(e.what()).find("less than a braid segment header") == std::string_view::npos)
-        throw;
-      last_error = e.what();
+      waiting_for = cat("the rings in /dev/shm", name, " were not formatted");
     }
     if (!process.alive()) gone(peer, process.pid(), watch);
     if (deadline.expired())
       throw Timeout(cat("rank ", rank_, ": the shared-memory segment of rank ", peer.rank, " (", peer.hostname,
-                        ") was not ready in time: ", last_error));
+                        ") was not ready in time: ", waiting_for));
     auto now = Clock::now();
     if (now >= next_watch) {
       next_watch = now + std::chrono::milliseconds(10);

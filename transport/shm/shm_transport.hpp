@@ -119,8 +119,8 @@ class ShmTransport final : public Transport {
  private:
   /// The peer's process is gone: throws the reason it published (watch),
   /// or PeerLost saying so.
-  void connect_one(const PeerRef& peer, const std::string& own_ns, Deadline deadline, const PeerWatch& watch,
-                   std::vector<std::unique_ptr<Link>>& links);
+  std::unique_ptr<Link> connect_one(const PeerRef& peer, const std::string& own_ns, Deadline deadline,
+                                    const PeerWatch& watch);
   [[noreturn]] void gone(const RankInfo& peer, int pid, const PeerWatch& watch);
   std::shared_ptr<ShmSegment> open_pair(const std::string& name, int low, int high, const RankInfo& peer,
                                         const ShmPeerProcess& process, Deadline deadline, const PeerWatch& watch);
