@@ -21,7 +21,7 @@ std::span<std::byte> ScratchPool::take(std::size_t bytes) {
 
 Executor::Executor(const Schedule& schedule, Buffers buffers, std::span<Link* const> links, std::uint32_t sequence,
                    int self_rank, ScratchPool* pool)
-    : schedule_(schedule), buffers_(buffers), links_(links), sequence_(sequence),
+    : schedule_(schedule), buffers_(buffers), pool_(pool ? pool : &own_pool_), links_(links), sequence_(sequence),
       context_(schedule.descriptor.encode()), self_rank_(self_rank) {
   if (buffers_.kind != MemKind::host)
     throw Error(ErrorCode::unsupported, cat("rank ", self_rank, ": device memory needs a braid built with CUDA"));
@@ -39,7 +39,8 @@ Executor::Executor(const Schedule& schedule, Buffers buffers, std::span<Link* co
     staging_[i] = scratch_bytes;
     scratch_bytes += s.dst.bytes;
   }
-  scratch_ = (pool ? *pool : own_pool_).take(scratch_bytes);
+  scratch_bytes_ = scratch_bytes;
+  scratch_ = pool_->take(scratch_bytes);
   // Without a pool (the schedule tests) scratch starts as garbage on purpose:
   // a schedule that reads scratch before writing it fails there, as it would
   // with a reused pool block.
@@ -73,6 +74,25 @@ Executor::Executor(const Schedule& schedule, Buffers buffers, std::span<Link* co
     }
     (s.kind == StepKind::send ? q->sends : q->recvs).push_back(static_cast<std::uint32_t>(i));
   }
+  first_ready_ = local_ready_;
+}
+
+void Executor::restart(Buffers buffers, std::uint32_t sequence) {
+  if (buffers.kind != MemKind::host)
+    throw Error(ErrorCode::unsupported, cat("rank ", self_rank_, ": device memory needs a braid built with CUDA"));
+  buffers_ = buffers;
+  sequence_ = sequence;
+  // The pool may have handed a larger block to another operation since.
+  scratch_ = pool_->take(scratch_bytes_);
+  const auto n = schedule_.steps.size();
+  std::fill(state_.begin(), state_.end(), State::waiting);
+  for (std::size_t i = 0; i < n; ++i) deps_left_[i] = static_cast<std::uint32_t>(schedule_.steps[i].deps.size());
+  for (auto& r : requests_) r.reset();
+  for (auto& q : peers_) q.next_send = q.next_recv = 0;
+  local_ready_ = first_ready_;
+  in_flight_.clear();
+  done_count_ = 0;
+  moved_ = false;
 }
 
 const std::byte* Executor::read_ptr(const Region& r) const {

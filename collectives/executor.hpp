@@ -47,6 +47,13 @@ class Executor {
   Executor(const Schedule& schedule, Buffers buffers, std::span<Link* const> links, std::uint32_t sequence,
            int self_rank = -1, ScratchPool* pool = nullptr);
 
+  /// Makes this executor run its schedule again, from the first step, on
+  /// `buffers` with `sequence`: what the constructor derived from the
+  /// schedule (dependents, per-peer queues, staging) is kept, so an operation
+  /// of a shape already seen starts without allocating. The previous run
+  /// must be over (finished, or failed and abandoned with its links).
+  void restart(Buffers buffers, std::uint32_t sequence);
+
   /// One pass of posting, progress and completion. Returns true once every
   /// step is done; throws the first error of any step.
   bool advance();
@@ -79,6 +86,8 @@ class Executor {
   const Schedule& schedule_;
   Buffers buffers_;
   ScratchPool own_pool_;             // when the caller gave none
+  ScratchPool* pool_;                // own_pool_ or the caller's
+  std::size_t scratch_bytes_ = 0;    // the schedule's scratch and the staging
   std::span<std::byte> scratch_;     // the schedule's scratch, then staging for receives reduced here
   std::vector<std::size_t> staging_;  // per step: offset of its staging in scratch_ (recv_reduce over a link that cannot)
   std::span<Link* const> links_;
@@ -92,6 +101,7 @@ class Executor {
   std::vector<Request> requests_;
   std::vector<PeerQueue> peers_;
   std::vector<std::uint32_t> local_ready_;
+  std::vector<std::uint32_t> first_ready_;  // local steps without dependencies: local_ready_ at the start
   std::vector<std::uint32_t> in_flight_;
   std::size_t done_count_ = 0;
   bool moved_ = false;

@@ -68,6 +68,7 @@ struct OpDescriptor {
   std::string describe() const;
   /// A small number for each algorithm name braid has (0 for others).
   static std::uint8_t algorithm_id(std::string_view name);
+  bool operator==(const OpDescriptor&) const = default;
 };
 
 struct Schedule {

@@ -61,7 +61,8 @@ std::span<const std::string_view> algorithms_of(std::string_view collective) {
 }
 
 std::string_view Plan::algorithm_for(std::string_view collective, std::size_t bytes, int ranks) const {
-  if (auto it = forced.find(std::string(collective)); it != forced.end()) return it->second;
+  if (!forced.empty())
+    if (auto it = forced.find(std::string(collective)); it != forced.end()) return it->second;
   if (collective == "all_reduce") {
     // Latency first: one exchange (direct) for 2 ranks, log2(n) exchanges
     // (recursive doubling) for more; then Rabenseifner, whose 2 log2(n) hops

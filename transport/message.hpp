@@ -34,11 +34,21 @@ inline MessageHeader header_for(const Tag& tag, std::size_t bytes) {
   return MessageHeader{tag.id, static_cast<std::uint64_t>(bytes), tag.context};
 }
 
+/// Throws the TagMismatch of check_match.
+[[noreturn]] void throw_mismatch(const MessageHeader& got, const Tag& expected, std::size_t expected_bytes,
+                                 std::string_view who);
+
 /// Throws TagMismatch ("<who> a message op #3 step 1 of 64 bytes while
 /// expecting op #3 step 2 of 64 bytes: the ranks are running different
 /// operations") unless `got` carries `expected` and exactly `expected_bytes`.
-/// `who` says where it came from ("rank 0: received from rank 1 (host, addr)
-/// (op #3 step 2)").
-void check_match(const MessageHeader& got, const Tag& expected, std::size_t expected_bytes, std::string_view who);
+/// `who()` says where it came from ("rank 0: received from rank 1 (host,
+/// addr) (op #3 step 2)"); it is called only for a mismatch, so a matching
+/// message formats no text.
+template <typename Who>
+void check_match(const MessageHeader& got, const Tag& expected, std::size_t expected_bytes, Who&& who) {
+  if (got.as_tag() == expected && got.bytes == expected_bytes) [[likely]]
+    return;
+  throw_mismatch(got, expected, expected_bytes, who());
+}
 
 }  // namespace braid

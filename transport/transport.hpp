@@ -96,12 +96,38 @@ class RequestState {
     if (!error_) error_ = std::move(error);
     done_ = true;
   }
+  /// Back to not done, for reuse (RequestPool).
+  void reset() {
+    done_ = false;
+    error_ = nullptr;
+  }
 
  private:
   bool done_ = false;
   std::exception_ptr error_;
 };
 using Request = std::shared_ptr<RequestState>;
+
+/// The requests of one link, reused once nobody but the pool holds them, so
+/// that a small message allocates nothing. Used by the driving thread only,
+/// like the link.
+class RequestPool {
+ public:
+  Request take() {
+    for (auto& r : kept_)
+      if (r.use_count() == 1) {
+        r->reset();
+        return r;
+      }
+    auto r = std::make_shared<RequestState>();
+    if (kept_.size() < kKept) kept_.push_back(r);
+    return r;
+  }
+
+ private:
+  static constexpr std::size_t kKept = 8;
+  std::vector<Request> kept_;
+};
 
 /// One connected peer.
 class Link {

@@ -363,14 +363,33 @@ std::string_view CommImpl::algorithm_for(std::string_view collective, std::size_
   return plan_.algorithm_for(collective, bytes, size_);
 }
 
-std::shared_ptr<Operation> CommImpl::make_op(Schedule schedule, Buffers buffers, std::string what, std::uint32_t sequence,
-                                             OpDescriptor descriptor) {
-  validate(schedule, BufferSizes{buffers.input_bytes, buffers.output_bytes}, rank_);
-  descriptor.algorithm = OpDescriptor::algorithm_id(schedule.algorithm);
-  schedule.descriptor = descriptor;
+OpDescriptor CommImpl::descriptor_of(OpDescriptor::Kind kind, DataType type, ReduceOp op, int root, std::size_t count,
+                                     std::string_view algorithm) {
+  return OpDescriptor{kind, type, op, OpDescriptor::algorithm_id(algorithm), root, count};
+}
+
+template <typename Build, typename Describe>
+std::shared_ptr<Operation> CommImpl::make_op(const OpPlan::Key& key, Buffers buffers, std::uint32_t sequence,
+                                             Build&& build, Describe&& describe) {
+  auto hit = std::find_if(plans_.begin(), plans_.end(), [&](const auto& p) { return p->key == key; });
+  if (hit != plans_.end()) {
+    std::rotate(plans_.begin(), hit, hit + 1);
+  } else {
+    auto plan = std::make_shared<OpPlan>();
+    plan->key = key;
+    plan->schedule = build();
+    validate(plan->schedule, BufferSizes{key.input_bytes, key.output_bytes}, rank_);
+    // On the wire the descriptor names the algorithm the schedule says it
+    // is (a builder may hand a degenerate shape to another one).
+    plan->schedule.descriptor = key.descriptor;
+    plan->schedule.descriptor.algorithm = OpDescriptor::algorithm_id(plan->schedule.algorithm);
+    plan->what = std::make_shared<const std::string>(describe());
+    plan->peers = plan->schedule.peers();
+    if (plans_.size() == kPlanCache) plans_.pop_back();
+    plans_.insert(plans_.begin(), std::move(plan));
+  }
   auto op = std::make_shared<Operation>();
-  op->what = std::move(what);
-  op->schedule = std::move(schedule);
+  op->plan = plans_.front();
   op->buffers = buffers;
   op->sequence = sequence;
   op->comm = this;
@@ -424,16 +443,20 @@ std::shared_ptr<Operation> CommImpl::all_reduce(const void* send, void* recv, st
   check_buffer(send, count, "all_reduce", "send");
   check_buffer(recv, count, "all_reduce", "recv");
   check_overlap(rank_, "all_reduce", send, bytes, recv, bytes, recv);
-  const CollectiveShape s = shape(count, type, op, 0);
   const std::string_view algo = algorithm_for("all_reduce", bytes);
-  Schedule schedule = algo == "direct"         ? direct_all_reduce(s)
-                      : algo == "recdbl"       ? recursive_doubling_all_reduce(s)
-                      : algo == "rabenseifner" ? rabenseifner_all_reduce(s)
-                      : algo == "tree"         ? tree_all_reduce(s)
-                                               : ring_all_reduce(s);
-  return make_op(std::move(schedule), Buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), bytes, bytes},
-                 shape_text("all_reduce", type, name_of(op), count), ++collective_sequence_,
-                 OpDescriptor{OpDescriptor::Kind::all_reduce, type, op, 0, -1, count});
+  return make_op(
+      {.descriptor = descriptor_of(OpDescriptor::Kind::all_reduce, type, op, -1, count, algo), .input_bytes = bytes,
+       .output_bytes = bytes},
+      Buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), bytes, bytes}, ++collective_sequence_,
+      [&] {
+        const CollectiveShape s = shape(count, type, op, 0);
+        return algo == "direct"         ? direct_all_reduce(s)
+               : algo == "recdbl"       ? recursive_doubling_all_reduce(s)
+               : algo == "rabenseifner" ? rabenseifner_all_reduce(s)
+               : algo == "tree"         ? tree_all_reduce(s)
+                                        : ring_all_reduce(s);
+      },
+      [&] { return shape_text("all_reduce", type, name_of(op), count); });
 }
 
 std::shared_ptr<Operation> CommImpl::broadcast(const void* send, void* recv, std::size_t count, DataType type, int root) {
@@ -443,15 +466,17 @@ std::shared_ptr<Operation> CommImpl::broadcast(const void* send, void* recv, std
   if (rank_ == root) check_buffer(send, count, "broadcast", "the root's send");
   const void* in = rank_ == root ? send : nullptr;
   check_overlap(rank_, "broadcast", in, bytes, recv, bytes, recv);
-  const CollectiveShape s = shape(count, type, ReduceOp::sum, root);
   const std::string_view algo = algorithm_for("broadcast", bytes);
-  Schedule schedule = algo == "tree"       ? tree_broadcast(s)
-                      : algo == "binomial" ? binomial_broadcast(s)
-                                           : chain_broadcast(s);
-  return make_op(std::move(schedule),
-                 Buffers{static_cast<const std::byte*>(in), static_cast<std::byte*>(recv), in ? bytes : 0, bytes},
-                 shape_text("broadcast", type, cat("root ", root), count), ++collective_sequence_,
-                 OpDescriptor{OpDescriptor::Kind::broadcast, type, ReduceOp::sum, 0, root, count});
+  const Buffers buffers{static_cast<const std::byte*>(in), static_cast<std::byte*>(recv), in ? bytes : 0, bytes};
+  return make_op(
+      {.descriptor = descriptor_of(OpDescriptor::Kind::broadcast, type, ReduceOp::sum, root, count, algo),
+       .input_bytes = buffers.input_bytes, .output_bytes = buffers.output_bytes},
+      buffers, ++collective_sequence_,
+      [&] {
+        const CollectiveShape s = shape(count, type, ReduceOp::sum, root);
+        return algo == "tree" ? tree_broadcast(s) : algo == "binomial" ? binomial_broadcast(s) : chain_broadcast(s);
+      },
+      [&] { return shape_text("broadcast", type, cat("root ", root), count); });
 }
 
 std::shared_ptr<Operation> CommImpl::reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
@@ -463,11 +488,12 @@ std::shared_ptr<Operation> CommImpl::reduce(const void* send, void* recv, std::s
   if (rank_ == root) check_buffer(recv, count, "reduce", "the root's recv");
   void* out = rank_ == root ? recv : nullptr;
   check_overlap(rank_, "reduce", send, bytes, out, bytes, out);
-  Schedule schedule = binomial_reduce(shape(count, type, op, root));
-  return make_op(std::move(schedule),
-                 Buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(out), bytes, out ? bytes : 0},
-                 shape_text("reduce", type, cat(name_of(op), ", root ", root), count), ++collective_sequence_,
-                 OpDescriptor{OpDescriptor::Kind::reduce, type, op, 0, root, count});
+  const Buffers buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(out), bytes, out ? bytes : 0};
+  return make_op(
+      {.descriptor = descriptor_of(OpDescriptor::Kind::reduce, type, op, root, count, "binomial"),
+       .input_bytes = buffers.input_bytes, .output_bytes = buffers.output_bytes},
+      buffers, ++collective_sequence_, [&] { return binomial_reduce(shape(count, type, op, root)); },
+      [&] { return shape_text("reduce", type, cat(name_of(op), ", root ", root), count); });
 }
 
 std::shared_ptr<Operation> CommImpl::all_gather(const void* send, void* recv, std::size_t count, DataType type) {
@@ -477,10 +503,12 @@ std::shared_ptr<Operation> CommImpl::all_gather(const void* send, void* recv, st
   check_buffer(recv, count, "all_gather", "recv");
   check_overlap(rank_, "all_gather", send, block, recv, total,
                 recv ? static_cast<std::byte*>(recv) + block * static_cast<std::size_t>(rank_) : nullptr);
-  Schedule schedule = ring_all_gather(shape(count, type, ReduceOp::sum, 0));
-  return make_op(std::move(schedule), Buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), block, total},
-                 shape_text("all_gather", type, "", count), ++collective_sequence_,
-                 OpDescriptor{OpDescriptor::Kind::all_gather, type, ReduceOp::sum, 0, -1, count});
+  return make_op(
+      {.descriptor = descriptor_of(OpDescriptor::Kind::all_gather, type, ReduceOp::sum, -1, count, "ring"),
+       .input_bytes = block, .output_bytes = total},
+      Buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), block, total}, ++collective_sequence_,
+      [&] { return ring_all_gather(shape(count, type, ReduceOp::sum, 0)); },
+      [&] { return shape_text("all_gather", type, "", count); });
 }
 
 std::shared_ptr<Operation> CommImpl::reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
@@ -492,10 +520,12 @@ std::shared_ptr<Operation> CommImpl::reduce_scatter(const void* send, void* recv
   check_buffer(recv, count, "reduce_scatter", "recv");
   check_overlap(rank_, "reduce_scatter", recv, block, send, total,
                 send ? static_cast<const std::byte*>(send) + block * static_cast<std::size_t>(rank_) : nullptr);
-  Schedule schedule = ring_reduce_scatter(shape(count, type, op, 0));
-  return make_op(std::move(schedule), Buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), total, block},
-                 shape_text("reduce_scatter", type, name_of(op), count), ++collective_sequence_,
-                 OpDescriptor{OpDescriptor::Kind::reduce_scatter, type, op, 0, -1, count});
+  return make_op(
+      {.descriptor = descriptor_of(OpDescriptor::Kind::reduce_scatter, type, op, -1, count, "ring"),
+       .input_bytes = total, .output_bytes = block},
+      Buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), total, block}, ++collective_sequence_,
+      [&] { return ring_reduce_scatter(shape(count, type, op, 0)); },
+      [&] { return shape_text("reduce_scatter", type, name_of(op), count); });
 }
 
 std::shared_ptr<Operation> CommImpl::all_to_all(const void* send, void* recv, std::size_t count, DataType type) {
@@ -504,10 +534,12 @@ std::shared_ptr<Operation> CommImpl::all_to_all(const void* send, void* recv, st
   check_buffer(send, count, "all_to_all", "send");
   check_buffer(recv, count, "all_to_all", "recv");
   check_overlap(rank_, "all_to_all", send, total, recv, total, recv);
-  Schedule schedule = pairwise_all_to_all(shape(count, type, ReduceOp::sum, 0));
-  return make_op(std::move(schedule), Buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), total, total},
-                 shape_text("all_to_all", type, "", count), ++collective_sequence_,
-                 OpDescriptor{OpDescriptor::Kind::all_to_all, type, ReduceOp::sum, 0, -1, count});
+  return make_op(
+      {.descriptor = descriptor_of(OpDescriptor::Kind::all_to_all, type, ReduceOp::sum, -1, count, "pairwise"),
+       .input_bytes = total, .output_bytes = total},
+      Buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), total, total}, ++collective_sequence_,
+      [&] { return pairwise_all_to_all(shape(count, type, ReduceOp::sum, 0)); },
+      [&] { return shape_text("all_to_all", type, "", count); });
 }
 
 std::shared_ptr<Operation> CommImpl::gather(const void* send, void* recv, std::size_t count, DataType type, int root) {
@@ -519,11 +551,12 @@ std::shared_ptr<Operation> CommImpl::gather(const void* send, void* recv, std::s
   void* out = rank_ == root ? recv : nullptr;
   check_overlap(rank_, "gather", send, block, out, total,
                 out ? static_cast<std::byte*>(out) + block * static_cast<std::size_t>(rank_) : nullptr);
-  Schedule schedule = direct_gather(shape(count, type, ReduceOp::sum, root));
-  return make_op(std::move(schedule),
-                 Buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(out), block, out ? total : 0},
-                 shape_text("gather", type, cat("root ", root), count), ++collective_sequence_,
-                 OpDescriptor{OpDescriptor::Kind::gather, type, ReduceOp::sum, 0, root, count});
+  const Buffers buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(out), block, out ? total : 0};
+  return make_op(
+      {.descriptor = descriptor_of(OpDescriptor::Kind::gather, type, ReduceOp::sum, root, count, "direct"),
+       .input_bytes = buffers.input_bytes, .output_bytes = buffers.output_bytes},
+      buffers, ++collective_sequence_, [&] { return direct_gather(shape(count, type, ReduceOp::sum, root)); },
+      [&] { return shape_text("gather", type, cat("root ", root), count); });
 }
 
 std::shared_ptr<Operation> CommImpl::scatter(const void* send, void* recv, std::size_t count, DataType type, int root) {
@@ -535,11 +568,12 @@ std::shared_ptr<Operation> CommImpl::scatter(const void* send, void* recv, std::
   const void* in = rank_ == root ? send : nullptr;
   check_overlap(rank_, "scatter", recv, block, in, total,
                 in ? static_cast<const std::byte*>(in) + block * static_cast<std::size_t>(rank_) : nullptr);
-  Schedule schedule = direct_scatter(shape(count, type, ReduceOp::sum, root));
-  return make_op(std::move(schedule),
-                 Buffers{static_cast<const std::byte*>(in), static_cast<std::byte*>(recv), in ? total : 0, block},
-                 shape_text("scatter", type, cat("root ", root), count), ++collective_sequence_,
-                 OpDescriptor{OpDescriptor::Kind::scatter, type, ReduceOp::sum, 0, root, count});
+  const Buffers buffers{static_cast<const std::byte*>(in), static_cast<std::byte*>(recv), in ? total : 0, block};
+  return make_op(
+      {.descriptor = descriptor_of(OpDescriptor::Kind::scatter, type, ReduceOp::sum, root, count, "direct"),
+       .input_bytes = buffers.input_bytes, .output_bytes = buffers.output_bytes},
+      buffers, ++collective_sequence_, [&] { return direct_scatter(shape(count, type, ReduceOp::sum, root)); },
+      [&] { return shape_text("scatter", type, cat("root ", root), count); });
 }
 
 namespace {
@@ -559,40 +593,47 @@ constexpr std::uint32_t kPointToPoint = 0x80000000u;
 
 }  // namespace
 
-std::shared_ptr<Operation> CommImpl::point_to_point(Step step, Buffers buffers, std::string what, DataType type,
+std::shared_ptr<Operation> CommImpl::point_to_point(StepKind kind, int peer, Buffers buffers, DataType type,
                                                     std::size_t count) {
-  Schedule schedule;
-  schedule.algorithm = "p2p";
-  schedule.type = type;
-  schedule.ranks = size_;
-  std::uint32_t& count_here = (step.kind == StepKind::send ? p2p_sent_ : p2p_received_)[step.peer];
-  schedule.add(std::move(step));
-  std::uint32_t sequence = kPointToPoint | (count_here++ & ~kPointToPoint);
-  return make_op(std::move(schedule), buffers, std::move(what), sequence,
-                 OpDescriptor{OpDescriptor::Kind::point_to_point, type, ReduceOp::sum, 0, -1, count});
+  const bool sends = kind == StepKind::send;
+  std::uint32_t& count_here = (sends ? p2p_sent_ : p2p_received_)[peer];
+  const std::uint32_t sequence = kPointToPoint | (count_here++ & ~kPointToPoint);
+  return make_op(
+      {.descriptor = descriptor_of(OpDescriptor::Kind::point_to_point, type, ReduceOp::sum, -1, count, "p2p"),
+       .peer = peer, .sends = sends, .input_bytes = buffers.input_bytes, .output_bytes = buffers.output_bytes},
+      buffers, sequence,
+      [&] {
+        Schedule schedule;
+        schedule.algorithm = "p2p";
+        schedule.type = type;
+        schedule.ranks = size_;
+        if (sends) schedule.add(Step{.kind = StepKind::send, .peer = peer, .src = {BufferId::input, 0, buffers.input_bytes}});
+        else schedule.add(Step{.kind = StepKind::recv, .peer = peer, .dst = {BufferId::output, 0, buffers.output_bytes}});
+        return schedule;
+      },
+      [&] { return sends ? shape_text("send", type, cat("to rank ", peer), count)
+                         : shape_text("recv", type, cat("from rank ", peer), count); });
 }
 
 std::shared_ptr<Operation> CommImpl::send(const void* buffer, std::size_t count, DataType type, int peer) {
   const std::size_t bytes = checked_bytes(count, type, 1, "send");
   check_peer(rank_, size_, peer, "send");
   check_buffer(buffer, count, "send", "send");
-  return point_to_point(Step{.kind = StepKind::send, .peer = peer, .src = {BufferId::input, 0, bytes}},
-                        Buffers{static_cast<const std::byte*>(buffer), nullptr, bytes, 0},
-                        shape_text("send", type, cat("to rank ", peer), count), type, count);
+  return point_to_point(StepKind::send, peer, Buffers{static_cast<const std::byte*>(buffer), nullptr, bytes, 0}, type,
+                        count);
 }
 
 std::shared_ptr<Operation> CommImpl::recv(void* buffer, std::size_t count, DataType type, int peer) {
   const std::size_t bytes = checked_bytes(count, type, 1, "recv");
   check_peer(rank_, size_, peer, "recv");
   check_buffer(buffer, count, "recv", "recv");
-  return point_to_point(Step{.kind = StepKind::recv, .peer = peer, .dst = {BufferId::output, 0, bytes}},
-                        Buffers{nullptr, static_cast<std::byte*>(buffer), 0, bytes},
-                        shape_text("recv", type, cat("from rank ", peer), count), type, count);
+  return point_to_point(StepKind::recv, peer, Buffers{nullptr, static_cast<std::byte*>(buffer), 0, bytes}, type, count);
 }
 
 std::shared_ptr<Operation> CommImpl::barrier() {
-  return make_op(ring_barrier(shape(0, DataType::u8, ReduceOp::sum, 0)), Buffers{}, "barrier", ++collective_sequence_,
-                 OpDescriptor{OpDescriptor::Kind::barrier, DataType::u8, ReduceOp::sum, 0, -1, 0});
+  return make_op({.descriptor = descriptor_of(OpDescriptor::Kind::barrier, DataType::u8, ReduceOp::sum, -1, 0, "ring")},
+                 Buffers{}, ++collective_sequence_, [&] { return ring_barrier(shape(0, DataType::u8, ReduceOp::sum, 0)); },
+                 [] { return std::string("barrier"); });
 }
 
 // ---- split ------------------------------------------------------------------------

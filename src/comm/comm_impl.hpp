@@ -38,11 +38,35 @@
 
 namespace braid {
 
+/// What every operation of one shape shares: its validated schedule, its
+/// name for messages, the peers it talks to, and an executor, restarted for
+/// each of them (operations run one at a time). The communicator keeps the
+/// plans of recent shapes (plan cache), so a repeated small collective builds
+/// nothing.
+struct OpPlan {
+  /// Identifies a shape: the descriptor (kind, type, operator, root, count,
+  /// algorithm), the peer and direction of a point-to-point step, and the
+  /// caller's buffer sizes (which differ between the root and the others).
+  struct Key {
+    OpDescriptor descriptor;
+    std::int32_t peer = -1;
+    bool sends = false;
+    std::size_t input_bytes = 0;
+    std::size_t output_bytes = 0;
+    bool operator==(const Key&) const = default;
+  };
+  Key key;
+  Schedule schedule;
+  std::shared_ptr<const std::string> what;  // "all_reduce(f32 sum, 1024 elements)", for messages
+  std::vector<int> peers;
+  std::unique_ptr<Executor> executor;  // made by the first operation that runs
+};
+
 /// One queued collective or point-to-point operation.
 class Operation {
  public:
-  std::string what;  // "all_reduce(f32 sum, 1024 elements)", for messages
-  Schedule schedule;
+  std::shared_ptr<OpPlan> plan;
+  const std::string& what() const { return *plan->what; }
   Buffers buffers;
   std::uint32_t sequence = 0;  // the high half of every tag
   bool background = false;     // started with *_async
@@ -55,7 +79,7 @@ class Operation {
   std::exception_ptr error;
 
   // Touched only by the driving thread.
-  std::unique_ptr<Executor> executor;
+  Executor* executor = nullptr;  // the plan's, while this operation runs
   Clock::time_point started;
   Deadline deadline = Deadline::never();
 };
@@ -159,11 +183,20 @@ class CommImpl {
   /// the pairs it connects ("shm: 0-1 2-3; tcp: 0-2 0-3 1-2 1-3").
   std::string describe_transports() const;
 
-  std::shared_ptr<Operation> make_op(Schedule schedule, Buffers buffers, std::string what, std::uint32_t sequence,
-                                     OpDescriptor descriptor);
+  /// An operation of the plan for `key` (from the plan cache, or made with
+  /// build() and describe() and validated); the key's descriptor names the
+  /// algorithm build() uses.
+  template <typename Build, typename Describe>
+  std::shared_ptr<Operation> make_op(const OpPlan::Key& key, Buffers buffers, std::uint32_t sequence, Build&& build,
+                                     Describe&& describe);
+  /// The descriptor of a collective whose schedule comes from `algorithm`.
+  static OpDescriptor descriptor_of(OpDescriptor::Kind kind, DataType type, ReduceOp op, int root, std::size_t count,
+                                    std::string_view algorithm);
   /// A one-step send or receive, tagged apart from collectives by a per-peer count.
-  std::shared_ptr<Operation> point_to_point(Step step, Buffers buffers, std::string what, DataType type,
-                                            std::size_t count);
+  std::shared_ptr<Operation> point_to_point(StepKind kind, int peer, Buffers buffers, DataType type, std::size_t count);
+  /// Plans of recent shapes, most recently used first.
+  static constexpr std::size_t kPlanCache = 16;
+  std::vector<std::shared_ptr<OpPlan>> plans_;
   CollectiveShape shape(std::size_t count, DataType type, ReduceOp op, int root) const;
   std::string_view algorithm_for(std::string_view collective, std::size_t bytes) const;
   void check_buffer(const void* p, std::size_t count, std::string_view op, std::string_view which) const;

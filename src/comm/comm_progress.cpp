@@ -11,14 +11,13 @@ void CommImpl::submit(const std::shared_ptr<Operation>& op, bool background) {
   op->background = background;
   std::lock_guard lock(mutex_);
   if (!broken_.empty()) {
-    op->error = std::make_exception_ptr(Aborted(cat("rank ", rank_, ": ", op->what,
+    op->error = std::make_exception_ptr(Aborted(cat("rank ", rank_, ": ", op->what(),
                                                     ": the communicator is unusable after an earlier error: ", broken_)));
     op->done = true;
     return;
   }
   op->record = ++records_;
-  bool p2p = (op->sequence & 0x80000000u) != 0;
-  recorder_.queued(op->record, cat(p2p ? "p2p #" : "op #", op->sequence & 0x7fffffffu), op->what);
+  recorder_.queued(op->record, op->sequence, op->plan->what);
   queue_.push_back(op);
   if (background) {
     ++background_queued_;
@@ -56,10 +55,16 @@ bool CommImpl::test(const std::shared_ptr<Operation>& op) {
 }
 
 void CommImpl::start_op(Operation& op) {
-  std::vector<int> peers = op.schedule.peers();
-  connect_peers(peers);
-  op.executor = std::make_unique<Executor>(op.schedule, op.buffers, link_ptrs_, op.sequence, rank_, &scratch_);
-  op.started = Clock::now();
+  OpPlan& plan = *op.plan;
+  if (std::any_of(plan.peers.begin(), plan.peers.end(), [&](int p) { return link_ptrs_[p] == nullptr; }))
+    connect_peers(plan.peers);
+  // The plan's executor serves each of its operations in turn (they run one
+  // at a time); a link made since it was built does not change it, as it
+  // needed every link of the plan's peers.
+  if (plan.executor) plan.executor->restart(op.buffers, op.sequence);
+  else plan.executor = std::make_unique<Executor>(plan.schedule, op.buffers, link_ptrs_, op.sequence, rank_, &scratch_);
+  op.executor = plan.executor.get();
+  op.started = coarse_now();
   op.deadline = Deadline(op.started + settings_.timeout);
   recorder_.started(op.record);
 }
@@ -87,10 +92,10 @@ void CommImpl::fail_queue(std::exception_ptr error) {
   for (auto& op : queue_) {
     recorder_.failed(op->record, first ? why : "not run: an earlier operation failed");
     op->error = first ? error
-                      : std::make_exception_ptr(Aborted(cat("rank ", rank_, ": ", op->what,
+                      : std::make_exception_ptr(Aborted(cat("rank ", rank_, ": ", op->what(),
                                                             " was not run: an earlier operation failed: ", why)));
     op->done = true;
-    op->executor.reset();
+    op->executor = nullptr;
     first = false;
   }
   queue_.clear();
@@ -119,26 +124,29 @@ void CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until) {
   Clock::time_point spin_until{};
   auto last_note = Clock::now();
   Clock::time_point last_failure_look{};
+  // The head is looked up under the lock only when it changes: only the
+  // driving thread removes operations, so it stays the head until then.
+  std::shared_ptr<Operation> head;
   while (true) {
-    std::shared_ptr<Operation> head;
-    {
+    if (!head) {
       std::lock_guard lock(mutex_);
       if ((target && target->done) || queue_.empty()) return;
       head = queue_.front();
     }
     try {
       if (aborted_.load(std::memory_order_relaxed))
-        throw Aborted(cat("rank ", rank_, ": ", head->what, " (op #", head->sequence & 0x7fffffffu,
+        throw Aborted(cat("rank ", rank_, ": ", head->what(), " (op #", head->sequence & 0x7fffffffu,
                           ") was aborted by the application (Comm::abort)"));
       if (!head->executor) start_op(*head);
       if (head->executor->advance()) {
         std::lock_guard lock(mutex_);
         head->done = true;
-        head->executor.reset();
+        head->executor = nullptr;
         recorder_.finished(head->record);
         if (head->background) --background_queued_;
         queue_.pop_front();
         changed_.notify_all();
+        head.reset();
         continue;
       }
       if (head->executor->moved()) {
@@ -158,7 +166,7 @@ void CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until) {
       if (now >= head->deadline.at()) {
         recorder_.waiting(head->record, head->executor->describe_pending());
         log_warn("rank ", rank_, ": timed out; the flight recorder:\n", recorder_.dump());
-        throw Timeout(cat("rank ", rank_, ": ", head->what, " (op #", head->sequence & 0x7fffffffu, ") timed out after ",
+        throw Timeout(cat("rank ", rank_, ": ", head->what(), " (op #", head->sequence & 0x7fffffffu, ") timed out after ",
                           seconds_of(settings_.timeout), " s; ", head->executor->describe_pending()));
       }
       // A peer this operation waits on through a link it has not made its

@@ -49,9 +49,10 @@ FlightRecorder::Entry* FlightRecorder::find(std::uint64_t id) {
   return nullptr;
 }
 
-void FlightRecorder::queued(std::uint64_t id, std::string label, std::string what) {
+void FlightRecorder::queued(std::uint64_t id, std::uint32_t sequence, std::shared_ptr<const std::string> what) {
+  const auto now = coarse_now();
   std::lock_guard lock(mutex_);
-  entries_.push_back(Entry{id, std::move(label), std::move(what), State::queued, Clock::now(), {}, {}, {}});
+  entries_.push_back(Entry{id, sequence, std::move(what), State::queued, now, {}, {}, {}});
   while (entries_.size() > kKept && entries_.front().state != State::queued && entries_.front().state != State::running)
     entries_.pop_front();
 }
@@ -60,7 +61,7 @@ void FlightRecorder::started(std::uint64_t id) {
   std::lock_guard lock(mutex_);
   if (Entry* e = find(id)) {
     e->state = State::running;
-    e->started_at = Clock::now();
+    e->started_at = coarse_now();
   }
 }
 
@@ -73,7 +74,7 @@ void FlightRecorder::finished(std::uint64_t id) {
   std::lock_guard lock(mutex_);
   if (Entry* e = find(id)) {
     e->state = State::done;
-    e->ended_at = Clock::now();
+    e->ended_at = coarse_now();
     e->detail.clear();
   }
 }
@@ -82,7 +83,7 @@ void FlightRecorder::failed(std::uint64_t id, std::string why) {
   std::lock_guard lock(mutex_);
   if (Entry* e = find(id)) {
     e->state = State::failed;
-    e->ended_at = Clock::now();
+    e->ended_at = coarse_now();
     e->detail = std::move(why);
   }
 }
@@ -92,7 +93,8 @@ std::string FlightRecorder::dump() const {
   auto now = Clock::now();
   std::string out = cat("braid flight recorder for ", owner_, " (last ", entries_.size(), " operations, oldest first)\n");
   for (const auto& e : entries_) {
-    out += cat("  ", e.label, " ", e.what, ": ");
+    out += cat("  ", (e.sequence & 0x80000000u) ? "p2p #" : "op #", e.sequence & 0x7fffffffu, " ",
+               e.what ? *e.what : std::string("?"), ": ");
     switch (e.state) {
       case State::queued: out += cat("queued for ", milliseconds_between(e.queued_at, now)); break;
       case State::running:

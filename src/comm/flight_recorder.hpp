@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -25,7 +26,10 @@ class FlightRecorder {
   FlightRecorder(const FlightRecorder&) = delete;
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 
-  void queued(std::uint64_t id, std::string label, std::string what);
+  /// `sequence` is the operation's tag sequence (the top bit marks
+  /// point-to-point); `what` is shared with the operation's plan, so a
+  /// queued operation formats no text.
+  void queued(std::uint64_t id, std::uint32_t sequence, std::shared_ptr<const std::string> what);
   void started(std::uint64_t id);
   void waiting(std::uint64_t id, std::string on_whom);
   void finished(std::uint64_t id);
@@ -42,8 +46,8 @@ class FlightRecorder {
   enum class State { queued, running, done, failed };
   struct Entry {
     std::uint64_t id;
-    std::string label;  // "op #17", "p2p #3"
-    std::string what;
+    std::uint32_t sequence;  // printed "op #17", or "p2p #3" with the top bit set
+    std::shared_ptr<const std::string> what;
     State state = State::queued;
     Clock::time_point queued_at, started_at, ended_at;
     std::string detail;  // whom it waits on, or why it failed

@@ -1,6 +1,8 @@
 // Deadlines: every wait in braid is bounded by one of these.
 #pragma once
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -38,6 +40,18 @@ class Deadline {
  private:
   Clock::time_point at_;
 };
+
+/// Clock::now() to within a few milliseconds (CLOCK_MONOTONIC_COARSE, the
+/// clock Clock reads, at its last tick), for times that need no more: when
+/// an operation started, for its deadline and the flight recorder. Costs a
+/// third of Clock::now() here (12 ns against 33), which a small collective
+/// notices.
+inline Clock::time_point coarse_now() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(ts.tv_sec) +
+                                                                        std::chrono::nanoseconds(ts.tv_nsec)));
+}
 
 /// "2.5 s", "300 ms": a duration for messages.
 inline double seconds_of(Clock::duration d) { return std::chrono::duration<double>(d).count(); }

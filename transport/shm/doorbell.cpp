@@ -62,10 +62,10 @@ bool Doorbell::wait(std::uint32_t ticket, std::chrono::microseconds timeout) {
 }
 
 void Doorbell::ring() {
-  // Pairs with the read-modify-write in arm(): if ours comes first, the
-  // owner's acquires it and so sees the work published before ring(); if
-  // the owner's comes first, ours reads its count and wakes it.
-  if (sleepers_of(word_).fetch_add(0, std::memory_order_seq_cst) == 0) return;
+  // Pairs with the read-modify-write in arm() (doorbell.hpp): the work was
+  // published with a seq_cst store, and the owner looks for it with seq_cst
+  // loads after its increment, so either it sees the work or we see it armed.
+  if (sleepers_of(word_).load(std::memory_order_seq_cst) == 0) return;
   seq_of(word_).fetch_add(1, std::memory_order_release);
   futex(&word_->seq, FUTEX_WAKE, INT_MAX, nullptr);
   ++wake_calls_;

@@ -9,18 +9,22 @@
 //   2. looks at its rings once more; if anything arrived, disarm() and work;
 //   3. wait(ticket, t)     FUTEX_WAIT(&seq, ticket, t), then sleepers -= 1.
 //
-// A peer that published work (a release store of a ring counter) calls
-// ring(): it reads `sleepers` with a seq_cst read-modify-write (fetch_add 0)
-// and only if it is non-zero bumps seq and calls FUTEX_WAKE. So the common
-// case, nobody asleep, costs one locked instruction and no system call.
+// A peer that published work (a seq_cst store of a ring counter or flag)
+// calls ring(): it reads `sleepers` with a seq_cst load and only if it is
+// non-zero bumps seq and calls FUTEX_WAKE. So the common case, nobody
+// asleep, costs a plain load of a line both processes only read, and no
+// system call. (It was a read-modify-write, fetch_add 0: that took the line
+// away from the owner at every message, and was a tenth of an 8-byte
+// all-reduce's time.)
 //
-// Why no wake-up is lost: the owner's RMW on `sleepers` comes before its
-// look at the ring counter; the peer's store of the ring counter comes
-// before its RMW on `sleepers`. RMWs on one word are totally ordered. If the
-// peer's comes first, the owner's (acquire) RMW reads from it, so the
-// peer's counter store happens-before the owner's look: the owner sees the
-// work and does not sleep. If the owner's comes first, the peer's RMW reads
-// the count the owner raised. If the peer sees sleepers != 0 it bumps seq; the
+// Why no wake-up is lost: every access in the argument is seq_cst, so all
+// of them fall in one total order S. The owner's RMW on `sleepers` comes
+// before its (seq_cst) look at the ring counter; the peer's store of the
+// counter comes before its load of `sleepers`. If the peer's load does not
+// see the owner's increment, it comes before that increment in S, so the
+// counter store is before the owner's look in S and the owner sees the work
+// and does not sleep. Otherwise the peer read the count the owner raised.
+// If the peer sees sleepers != 0 it bumps seq; the
 // owner's FUTEX_WAIT compares seq with the ticket taken before arming inside
 // the kernel, atomically with going to sleep, so a bump before the wait makes
 // the wait return at once (EAGAIN) and a bump after it is followed by the

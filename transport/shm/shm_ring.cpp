@@ -3,17 +3,19 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstddef>
 #include <cstring>
 #include <utility>
 
 #include "core/reduce.hpp"
 #include "core/text.hpp"
+#include "transport/message.hpp"
 #include "transport/shm/nt_copy.hpp"
 
 namespace braid {
 namespace {
 
-constexpr std::uint64_t kRingMagic = 0x62726169645f7267ull;  // "braid_rg"
+constexpr std::uint64_t kRingMagic = 0x62726169645f7232ull;  // "braid_r2": slots published by their own seq
 constexpr std::size_t kPage = 4096;
 constexpr std::uint32_t kMaxSlots = 1024;
 
@@ -60,13 +62,13 @@ void copy_chunk(RingCopy how, void* dst, const void* src, std::size_t bytes, std
 
 }  // namespace
 
-// Every field the two sides write is on its own line: head (producer), tail
-// (consumer), each doorbell (its sleeper and its ringer), each closed flag.
+// Every field the two sides write is on its own line: tail (consumer),
+// each doorbell (its sleeper and its ringer), each closed flag. The
+// producer's counter is in the slots (SlotHeader::seq).
 struct ShmRing::Control {
   alignas(64) std::uint64_t magic;
   std::uint32_t slot_count;
   std::uint64_t slot_bytes;
-  alignas(64) std::uint64_t head;
   alignas(64) std::uint64_t tail;
   DoorbellWord consumer_bell;  // the consumer sleeps on it, the producer rings it
   DoorbellWord producer_bell;  // the other way round (waiting for a free slot)
@@ -74,13 +76,19 @@ struct ShmRing::Control {
   alignas(64) std::uint32_t consumer_closed;
 };
 
+// Two lines: the first holds what the consumer checks (the publish mark, the
+// message header, where the chunk goes) and the start of a small chunk, so
+// an 8-byte message moves in one line.
 struct alignas(64) ShmRing::SlotHeader {
-  std::uint64_t tag;
-  std::uint64_t message_bytes;
-  std::array<std::byte, 16> context;
-  std::uint64_t offset;  // of this chunk in the message
-  std::uint64_t chunk_bytes;
+  std::uint64_t seq;             // index + 1 once the slot of message index `index` is published
+  MessageHeader message;         // the message's tag, size and descriptor (transport/message.hpp)
+  std::uint64_t offset;          // of this chunk in the message
+  std::uint32_t chunk_bytes;
+  std::uint32_t unused;
+  std::byte inline_data[kInlineBytes];  // the chunk, when it is at most kInlineBytes
 };
+static_assert(sizeof(ShmRing::SlotHeader) == 128 && offsetof(ShmRing::SlotHeader, inline_data) % 8 == 0,
+              "a slot header is two lines, its inline chunk aligned for every element type");
 
 namespace {
 std::size_t control_bytes(std::uint32_t slots) {
@@ -129,6 +137,10 @@ ShmRing::ShmRing(std::span<std::byte> region, std::string description, bool prod
   peer_bell_ = Doorbell(peer ? peer : (producer ? consumer_word : producer_word));
 }
 
+const std::byte* ShmRing::chunk_of(const SlotHeader& slot, std::uint64_t index) const {
+  return slot.chunk_bytes <= kInlineBytes ? slot.inline_data : slot_data(index);
+}
+
 ShmRing::SlotHeader& ShmRing::slot_header(std::uint64_t index) const {
   auto* headers = reinterpret_cast<SlotHeader*>(reinterpret_cast<std::byte*>(control_) + sizeof(Control));
   return headers[index % geometry_.slot_count];
@@ -139,12 +151,12 @@ std::byte* ShmRing::slot_data(std::uint64_t index) const {
 }
 
 void ShmRing::close() {
-  atomic(producer_ ? control_->producer_closed : control_->consumer_closed).store(1, std::memory_order_release);
+  atomic(producer_ ? control_->producer_closed : control_->consumer_closed).store(1, std::memory_order_seq_cst);
   peer_bell_.ring();
 }
 
 bool ShmRing::peer_closed() const {
-  return atomic(producer_ ? control_->consumer_closed : control_->producer_closed).load(std::memory_order_acquire) != 0;
+  return atomic(producer_ ? control_->consumer_closed : control_->producer_closed).load(std::memory_order_seq_cst) != 0;
 }
 
 // ---- producer ----
@@ -152,13 +164,15 @@ bool ShmRing::peer_closed() const {
 ShmRingSender::ShmRingSender(std::span<std::byte> region, std::string description, RingCopy copy, DoorbellWord* own,
                              DoorbellWord* peer)
     : ShmRing(region, std::move(description), true, own, peer), copy_(copy) {
-  head_ = atomic(control_->head).load(std::memory_order_acquire);
+  // A ring is formatted before its sides attach, so nothing is in flight:
+  // the next slot to fill is the next the consumer will read.
   cached_tail_ = atomic(control_->tail).load(std::memory_order_acquire);
+  head_ = cached_tail_;
 }
 
 bool ShmRingSender::has_space() {
   if (head_ - cached_tail_ < geometry_.slot_count) return true;
-  cached_tail_ = atomic(control_->tail).load(std::memory_order_acquire);
+  cached_tail_ = atomic(control_->tail).load(std::memory_order_seq_cst);
   return head_ - cached_tail_ < geometry_.slot_count;
 }
 
@@ -167,17 +181,17 @@ bool ShmRingSender::try_push(OutgoingMessage& m) {
   while (!m.done() && has_space()) {
     SlotHeader& slot = slot_header(head_);
     std::size_t chunk = std::min(geometry_.slot_bytes, m.src.bytes - m.pushed);
-    slot.tag = m.tag.id;
-    slot.message_bytes = m.src.bytes;
-    slot.context = m.tag.context;
+    slot.message = header_for(m.tag, m.src.bytes);
     slot.offset = m.pushed;
-    slot.chunk_bytes = chunk;
-    if (chunk > 0) {
+    slot.chunk_bytes = static_cast<std::uint32_t>(chunk);
+    if (chunk > kInlineBytes) {
       RingCopy how = copy_ == RingCopy::streaming ? RingCopy::streaming : RingCopy::cached;
       copy_chunk(how, slot_data(head_), m.src.data + m.pushed, chunk, m.src.bytes);
+    } else if (chunk > 0) {
+      std::memcpy(slot.inline_data, m.src.data + m.pushed, chunk);
     }
     ++head_;
-    atomic(control_->head).store(head_, std::memory_order_release);
+    atomic(slot.seq).store(head_, std::memory_order_seq_cst);  // publishes; seq_cst: see doorbell.hpp
     m.pushed += chunk;
     m.started = true;
     peer_bell_.ring();
@@ -210,26 +224,20 @@ ShmRingReceiver::ShmRingReceiver(std::span<std::byte> region, std::string descri
                                  DoorbellWord* own, DoorbellWord* peer)
     : ShmRing(region, std::move(description), false, own, peer), copy_(copy) {
   tail_ = atomic(control_->tail).load(std::memory_order_acquire);
-  cached_head_ = atomic(control_->head).load(std::memory_order_acquire);
 }
 
 bool ShmRingReceiver::has_data() {
-  if (cached_head_ != tail_) return true;
-  cached_head_ = atomic(control_->head).load(std::memory_order_acquire);
-  return cached_head_ != tail_;
+  // The slot at tail is published once its seq is tail + 1 (seq_cst: see
+  // doorbell.hpp). One line, which the producer writes once per message.
+  return atomic(slot_header(tail_).seq).load(std::memory_order_seq_cst) == tail_ + 1;
 }
 
 void ShmRingReceiver::check_slot(const SlotHeader& slot, const IncomingMessage& m) const {
-  Tag received{slot.tag, slot.context};
-  if (received != m.tag || slot.message_bytes != m.dst.bytes)
-    throw TagMismatch(cat(description_, ": received a message ", tag_text(slot.tag), " of ", slot.message_bytes,
-                          " bytes while expecting ", tag_text(m.tag.id), " of ", m.dst.bytes,
-                          " bytes: the ranks are running different operations"),
-                      m.tag, m.dst.bytes, received, slot.message_bytes);
+  check_match(slot.message, m.tag, m.dst.bytes, [&] { return cat(description_, ": received"); });
   if (slot.offset != m.received || slot.chunk_bytes > geometry_.slot_bytes ||
       slot.chunk_bytes > m.dst.bytes - m.received || (slot.chunk_bytes == 0 && m.dst.bytes != 0))
     throw ProtocolMismatch(cat(description_, ": a chunk of ", slot.chunk_bytes, " bytes at offset ", slot.offset,
-                               " of ", tag_text(slot.tag), " does not continue the ", m.received,
+                               " of ", tag_text(slot.message.tag), " does not continue the ", m.received,
                                " bytes received so far: the ring is corrupt"));
 }
 
@@ -248,10 +256,12 @@ bool ShmRingReceiver::try_pop(IncomingMessage& m) {
     }
     const SlotHeader& slot = slot_header(tail_);
     check_slot(slot, m);
-    const std::byte* data = slot_data(tail_);
+    const std::byte* data = chunk_of(slot, tail_);
     std::size_t chunk = slot.chunk_bytes;
     if (chunk > 0) {
-      if (m.local == nullptr)
+      if (m.local == nullptr && chunk <= kInlineBytes)
+        std::memcpy(m.dst.data + m.received, data, chunk);
+      else if (m.local == nullptr)
         copy_chunk(copy_, m.dst.data + m.received, data, chunk, m.dst.bytes);
       else
         reduce(m.type, m.op, m.dst.data + m.received, m.local + m.received, data, chunk / size_of(m.type));
@@ -259,7 +269,7 @@ bool ShmRingReceiver::try_pop(IncomingMessage& m) {
     m.received += chunk;
     m.started = true;
     ++tail_;
-    atomic(control_->tail).store(tail_, std::memory_order_release);
+    atomic(control_->tail).store(tail_, std::memory_order_seq_cst);  // seq_cst: see doorbell.hpp
     peer_bell_.ring();
   }
   return m.done();

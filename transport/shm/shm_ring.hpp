@@ -3,22 +3,26 @@
 //
 // Layout (one region of a ShmSegment, page-aligned):
 //
-//   page 0    Control: geometry, then `head` (slots published, written
-//             only by the producer), `tail` (slots consumed, written only by
-//             the consumer), two DoorbellWords and the closed flags, each on
-//             its own 64-byte line so the two sides never write one line.
-//             Then one 64-byte SlotHeader per slot.
+//   page 0    Control: geometry, then `tail` (slots consumed, written only
+//             by the consumer), two DoorbellWords and the closed flags, each
+//             on its own 64-byte line so the two sides never write one line.
+//             Then one 128-byte SlotHeader per slot.
 //   page 1..  the slots' payloads, slot_bytes each, page-aligned.
 //
-// A message is braid's header (u64 tag id, u64 size, 16-byte context) and
-// its payload cut into slot-sized chunks; every slot's header repeats the
-// message header with the chunk's offset and length (as every TCP part does),
-// so a slot can be checked on its own and a message of 0 bytes is one slot
-// of 0 bytes. The producer fills slot head % count, then publishes it with a
-// release store of head + 1; the consumer reads head with acquire, uses the
-// slot, then frees it with a release store of tail + 1. Each side caches the
-// other's counter and reads the shared line only when the cache says full
-// (or empty), so a stream of chunks does not bounce the counter lines.
+// A message is braid's MessageHeader (transport/message.hpp: tag, size,
+// 16-byte descriptor) and its payload cut into slot-sized chunks; every
+// slot's header repeats the message header with the chunk's offset and
+// length (as every TCP part does), so a slot can be checked on its own
+// (check_match, the rule of every link) and a message of 0 bytes is one slot
+// of 0 bytes. The producer fills slot k % count (a chunk of at most
+// kInlineBytes inside the header itself), then publishes it by storing k + 1
+// in the slot header's `seq`; the consumer waits for that value in the slot
+// it reads next, uses the slot, then frees it with a store of tail + 1. The
+// producer caches tail and reads its line only when the cache says full. So
+// a small message costs one line the producer writes and the consumer reads
+// (the slot header's first line); with a separate head counter and payload
+// it was three, and an 8-byte all-reduce on 2 ranks took 1.2 us instead of
+// 0.9 us.
 // While the consumer works on chunk k the producer fills chunk k+1: the two
 // copies of a ring transfer overlap.
 //
@@ -135,6 +139,9 @@ class ShmRing {
   /// the per-slot headers.
   struct Control;
   struct SlotHeader;
+  /// Chunks up to this size travel inside their slot header, so a small
+  /// message moves in the header's line instead of in a second line.
+  static constexpr std::size_t kInlineBytes = 72;
 
  protected:
   // `own`/`peer`: the doorbells this side sleeps on and rings; null means
@@ -142,6 +149,8 @@ class ShmRing {
   ShmRing(std::span<std::byte> region, std::string description, bool producer, DoorbellWord* own, DoorbellWord* peer);
   SlotHeader& slot_header(std::uint64_t index) const;
   std::byte* slot_data(std::uint64_t index) const;
+  /// Where the chunk of `slot` (slot index `index`) is: inline or in its payload slot.
+  const std::byte* chunk_of(const SlotHeader& slot, std::uint64_t index) const;
 
   Control* control_;
   std::byte* slots_;
@@ -176,7 +185,7 @@ class ShmRingSender : public ShmRing {
 
  private:
   RingCopy copy_;
-  std::uint64_t head_ = 0;         // our counter (authoritative copy in control_)
+  std::uint64_t head_ = 0;         // messages published (the next slot's seq is head_ + 1 once filled)
   std::uint64_t cached_tail_ = 0;  // the consumer's, as last read
   std::uint32_t ticket_ = 0;
 };
@@ -206,7 +215,6 @@ class ShmRingReceiver : public ShmRing {
 
   RingCopy copy_;
   std::uint64_t tail_ = 0;
-  std::uint64_t cached_head_ = 0;
   std::uint32_t ticket_ = 0;
 };
 

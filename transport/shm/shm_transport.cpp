@@ -284,7 +284,7 @@ class ShmLink final : public Link {
   // the request fails at once with the link's error.
   template <typename Pending, typename Message>
   Request post(std::deque<Pending>& queue, Message message) {
-    auto request = std::make_shared<RequestState>();
+    Request request = requests_.take();
     if (broken_) request->fail(broken_);
     else queue.push_back({std::move(message), request});
     return request;
@@ -342,6 +342,7 @@ class ShmLink final : public Link {
   ShmRingReceiver receiver_;
   std::deque<PendingSend> sends_;
   std::deque<PendingRecv> recvs_;
+  RequestPool requests_;
   std::exception_ptr broken_;
   bool aborted_ = false;
   Clock::time_point next_look_{};

@@ -71,7 +71,7 @@ std::string TcpLink::where(std::string_view action, const Tag& tag) const {
 }
 
 Request TcpLink::send(ConstMemView src, Tag tag) {
-  auto request = std::make_shared<RequestState>();
+  Request request = requests_.take();
   if (broken_) {
     request->fail(broken_);
     return request;
@@ -94,7 +94,7 @@ Request TcpLink::recv_reduce(MemView dst, ConstMemView local, DataType type, Red
 }
 
 Request TcpLink::post_recv(MemView dst, const std::byte* local, DataType type, ReduceOp op, Tag tag) {
-  auto request = std::make_shared<RequestState>();
+  Request request = requests_.take();
   if (broken_) {
     request->fail(broken_);
     return request;
@@ -459,7 +459,7 @@ bool TcpLink::progress_recvs(Stream& s) {
       if (to_header > 0 && part.header_got == kHeaderBytes) {
         if (part.header.tag == kAbortTag)
           read_abort_notice(s, part, std::span(static_cast<const std::byte*>(iov[count - 1].iov_base), got - to_header));
-        check_match(part.header, part.tag, part.bytes, where("received from", part.tag));
+        check_match(part.header, part.tag, part.bytes, [&] { return where("received from", part.tag); });
       }
       if (got > to_header && staged) {
         std::memcpy(part.dst + part.done, s.bounce.data(), got - to_header);

@@ -142,6 +142,7 @@ class TcpLink final : public Link {
   int peer_;
   std::string peer_name_;
   std::vector<Stream> streams_;
+  RequestPool requests_;
   std::exception_ptr broken_;
 };
 
