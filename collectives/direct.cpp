@@ -7,6 +7,15 @@
 // the same order, so the result is bit-identical on all ranks, as the ring's
 // is. Each rank moves (n-1) times the buffer, so this wins only for tiny
 // messages; the communicator uses it below a size threshold.
+//
+// On 2 ranks it is two steps: send the input, and receive-and-reduce the
+// peer's into the output (after the send, since in place the output is the
+// input). Rank 0 computes in0 op in1 and rank 1 in1 op in0, which are the
+// same bits for every operator (core/reduce.cpp: sum and product of two
+// operands commute exactly, min and max are IEEE minimum and maximum; only
+// which of two NaNs survives may differ), as recursive doubling relies on
+// too. An 8-byte all-reduce then costs half the executor's work of the
+// general form (copy in, send, receive, copy out, reduce).
 #include "collectives/algorithms.hpp"
 
 namespace braid {
@@ -16,6 +25,16 @@ Schedule direct_all_reduce(const CollectiveShape& shape) {
   const std::size_t bytes = shape.count * size_of(shape.type);
   const int n = shape.ranks;
   if (bytes == 0) return sched;
+  const Region in{BufferId::input, 0, bytes};
+  const Region out{BufferId::output, 0, bytes};
+  if (n == 2) {
+    const int peer = 1 - shape.rank;
+    const std::uint32_t sent = sched.add(Step{.kind = StepKind::send, .peer = peer, .src = in, .tag_index = 0});
+    const std::uint32_t got = sched.add(
+        Step{.kind = StepKind::recv_reduce, .peer = peer, .src = in, .dst = out, .tag_index = 0, .deps = {sent}});
+    if (shape.op == ReduceOp::avg) sched.add(Step{.kind = StepKind::average, .dst = out, .deps = {got}});
+    return sched;
+  }
   sched.scratch_bytes = bytes * static_cast<std::size_t>(n);
   // Scratch slot r holds rank r's contribution. This rank's own input is
   // copied there first, so in place the output can be written while sends of
@@ -33,7 +52,6 @@ Schedule direct_all_reduce(const CollectiveShape& shape) {
     ready[static_cast<std::size_t>(from)] =
         sched.add(Step{.kind = StepKind::recv, .peer = from, .dst = slot(from), .tag_index = 0});
   }
-  const Region out{BufferId::output, 0, bytes};
   std::uint32_t last = sched.add(Step{.kind = StepKind::copy, .src = slot(0), .dst = out, .deps = {ready[0], own}});
   for (int r = 1; r < n; ++r)
     last = sched.add(Step{.kind = StepKind::reduce, .src = slot(r), .dst = out,

@@ -103,10 +103,7 @@ namespace {
 
 // Runs an operation to completion on the calling thread (or waits for the
 // thread that drives).
-void run(CommImpl& comm, const std::shared_ptr<Operation>& op) {
-  comm.submit(op, false);
-  comm.wait(op, Deadline::never());
-}
+void run(CommImpl& comm, const std::shared_ptr<Operation>& op) { comm.run(op); }
 
 Work start(CommImpl& comm, std::shared_ptr<Operation> op);
 

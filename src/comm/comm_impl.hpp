@@ -70,6 +70,7 @@ class Operation {
   Buffers buffers;
   std::uint32_t sequence = 0;  // the high half of every tag
   bool background = false;     // started with *_async
+  bool recorded = false;       // run() put it in the flight recorder as started
   std::uint64_t record = 0;    // its entry in the flight recorder
   CommImpl* comm = nullptr;    // valid while not done
 
@@ -114,6 +115,10 @@ class CommImpl {
   bool wait(const std::shared_ptr<Operation>& op, Deadline until);
   /// One non-blocking pass; true when done. Throws the operation's error.
   bool test(const std::shared_ptr<Operation>& op);
+  /// submit() and wait() for a blocking call: when nothing is queued and
+  /// nobody drives, the calling thread queues and drives `op` under one
+  /// lock round trip, so a small collective pays no hand-off.
+  void run(const std::shared_ptr<Operation>& op);
 
   std::unique_ptr<CommImpl> split(int color, int key);
   /// The flight recorder's text: recent operations and who waits on whom.

@@ -27,6 +27,33 @@ void CommImpl::submit(const std::shared_ptr<Operation>& op, bool background) {
   }
 }
 
+void CommImpl::run(const std::shared_ptr<Operation>& op) {
+  {
+    std::unique_lock lock(mutex_);
+    if (!queue_.empty() || driving_ || !broken_.empty()) {
+      lock.unlock();
+      submit(op, false);
+      wait(op, Deadline::never());
+      return;
+    }
+    op->record = ++records_;
+    queue_.push_back(op);
+    driving_ = true;
+  }
+  // Queued and started at once: one entry in the recorder.
+  recorder_.started_now(op->record, op->sequence, op->plan->what);
+  op->recorded = true;
+  drive(op, Deadline::never());
+  {
+    std::lock_guard lock(mutex_);
+    driving_ = false;
+    changed_.notify_all();
+  }
+  // drive() returns with the queue empty or `op` done or failed.
+  if (!op->done) wait(op, Deadline::never());
+  if (op->error) std::rethrow_exception(op->error);
+}
+
 bool CommImpl::wait(const std::shared_ptr<Operation>& op, Deadline until) {
   std::unique_lock lock(mutex_);
   while (!op->done) {
@@ -66,7 +93,7 @@ void CommImpl::start_op(Operation& op) {
   op.executor = plan.executor.get();
   op.started = coarse_now();
   op.deadline = Deadline(op.started + settings_.timeout);
-  recorder_.started(op.record);
+  if (!op.recorded) recorder_.started(op.record);  // run() records its operation as started
 }
 
 void CommImpl::fail_queue(std::exception_ptr error) {

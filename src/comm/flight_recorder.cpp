@@ -57,6 +57,14 @@ void FlightRecorder::queued(std::uint64_t id, std::uint32_t sequence, std::share
     entries_.pop_front();
 }
 
+void FlightRecorder::started_now(std::uint64_t id, std::uint32_t sequence, std::shared_ptr<const std::string> what) {
+  const auto now = coarse_now();
+  std::lock_guard lock(mutex_);
+  entries_.push_back(Entry{id, sequence, std::move(what), State::running, now, now, {}, {}});
+  while (entries_.size() > kKept && entries_.front().state != State::queued && entries_.front().state != State::running)
+    entries_.pop_front();
+}
+
 void FlightRecorder::started(std::uint64_t id) {
   std::lock_guard lock(mutex_);
   if (Entry* e = find(id)) {

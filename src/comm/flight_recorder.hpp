@@ -31,6 +31,8 @@ class FlightRecorder {
   /// queued operation formats no text.
   void queued(std::uint64_t id, std::uint32_t sequence, std::shared_ptr<const std::string> what);
   void started(std::uint64_t id);
+  /// queued() and started() at once, for an operation that waited for nothing.
+  void started_now(std::uint64_t id, std::uint32_t sequence, std::shared_ptr<const std::string> what);
   void waiting(std::uint64_t id, std::string on_whom);
   void finished(std::uint64_t id);
   void failed(std::uint64_t id, std::string why);
