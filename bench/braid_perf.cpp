@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -23,6 +24,7 @@
 
 #include "braid/braid.hpp"
 #include "command_line.hpp"
+#include "core/rank_info.hpp"
 #include "core/settings.hpp"
 #include "expected_values.hpp"
 #include "perf_options.hpp"
@@ -233,8 +235,9 @@ std::string algorithm_text(const Options& o, const CaseSpec& s, const braid::Pla
 
 // Where the ranks run: every rank's host name and pid, gathered.
 struct Placement {
-  std::vector<std::string> hosts;  // per rank
+  std::vector<std::string> hosts;  // per rank: the host name, or BRAID_HOST_ID's name of a simulated host
   std::vector<int> pids;
+  std::vector<braid::RankInfo> infos;  // per rank, as the communicator sees them
   std::map<std::string, int> ranks_per_host;
 };
 
@@ -243,16 +246,25 @@ Placement gather_placement(braid::Comm& comm) {
   struct Entry {
     char host[kName];
     std::int32_t pid;
+    std::uint64_t host_id;
+    std::uint64_t kernel_id;
   };
   Entry mine{};
-  gethostname(mine.host, kName - 1);
-  mine.pid = static_cast<std::int32_t>(getpid());
+  const braid::RankInfo self = braid::RankInfo::local(comm.rank());
+  const char* simulated = std::getenv("BRAID_HOST_ID");
+  std::snprintf(mine.host, kName, "%s", simulated && *simulated ? simulated : self.hostname.c_str());
+  mine.pid = static_cast<std::int32_t>(self.pid);
+  mine.host_id = self.host_id;
+  mine.kernel_id = self.kernel_id;
   std::vector<Entry> all(static_cast<std::size_t>(comm.size()));
   comm.all_gather(&mine, all.data(), sizeof(Entry), braid::DataType::u8);
   Placement p;
-  for (const Entry& e : all) {
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    const Entry& e = all[r];
     p.hosts.emplace_back(e.host, strnlen(e.host, kName));
     p.pids.push_back(e.pid);
+    p.infos.push_back(braid::RankInfo{.rank = static_cast<int>(r), .hostname = p.hosts.back(), .host_id = e.host_id,
+                                      .kernel_id = e.kernel_id, .pid = e.pid});
     ++p.ranks_per_host[p.hosts.back()];
   }
   return p;
@@ -263,9 +275,7 @@ Placement gather_placement(braid::Comm& comm) {
 // Ranks are told apart by host name, as the communicator tells hosts apart.
 std::string transports_used(const braid::Plan& plan, const Placement& where, int rank = -1) {
   const int n = static_cast<int>(where.hosts.size());
-  std::vector<braid::RankInfo> infos(static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r)
-    infos[r] = braid::RankInfo{r, where.hosts[r], std::hash<std::string>{}(where.hosts[r]), where.pids[r]};
+  const std::vector<braid::RankInfo>& infos = where.infos;
   std::vector<std::string> kinds;
   for (int a = 0; a < n; ++a)
     for (int b = a + 1; b < n; ++b) {
@@ -339,10 +349,10 @@ int main(int argc, char** argv) {
       buffer_bytes = std::max(buffer_bytes, std::max<std::size_t>(1, o.max_bytes / braid::size_of(t) / blocks) * blocks *
                                                 braid::size_of(t));
     std::vector<std::byte> send(buffer_bytes), recv(buffer_bytes);
-    // The same plan rules the communicator applies (topology/plan.hpp), for
-    // naming the algorithm of each row.
-    const braid::Plan plan = braid::make_plan({}, braid::Settings::from_env());
+    // The plan the communicator made from the same rank infos and settings
+    // (topology/plan.hpp), for naming the algorithm of each row.
     const Placement where = gather_placement(comm);
+    const braid::Plan plan = braid::make_plan(where.infos, braid::Settings::from_env());
 
     if (rank == 0) {
       if (o.output == Output::table) {

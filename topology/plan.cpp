@@ -99,8 +99,8 @@ std::string Plan::describe() const {
     if (auto it = forced.find(std::string(c.collective)); it != forced.end()) chosen = it->second + " (forced)";
     else if (c.collective == "all_reduce")
       chosen = ring.size() == 2 ? cat("direct up to ", human_bytes(kSmallBytes), ", ring above")
-                                : cat("recdbl up to ", human_bytes(kSmallBytes), ", rabenseifner up to ",
-                                      human_bytes(kMediumBytes), ", ring above");
+                                : cat("recdbl up to ", human_bytes(kSmallBytes), ", rabenseifner below ",
+                                      human_bytes(kMediumBytes), ", ring from there");
     else chosen = cat("binomial up to ", human_bytes(kMediumBytes), ", chain above");
     algos += cat(", ", c.collective, " ", chosen);
   }

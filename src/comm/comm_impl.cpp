@@ -215,14 +215,22 @@ std::vector<std::unique_ptr<Transport>> CommImpl::make_transports(std::span<cons
 void CommImpl::start(std::vector<RankInfo> infos, Addresses addresses) {
   infos_ = std::move(infos);
   addresses_ = std::move(addresses);
+  // BRAID_HOST_ID on some ranks only would plan some ranks of one machine as
+  // apart and others as together: every rank refuses it alike.
+  std::vector<int> named, unnamed;
+  for (const RankInfo& i : infos_) (i.host_id_from_env ? named : unnamed).push_back(i.rank);
+  if (!named.empty() && !unnamed.empty())
+    throw InvalidArgument(cat("rank ", rank_, ": BRAID_HOST_ID is set on ", describe_ranks(named), " but not on ",
+                              describe_ranks(unnamed), ": set it on every rank (to simulate hosts) or on none"));
   plan_ = make_plan(infos_, settings_);
   // Every pair is reached by the first transport of the order that can
   // (InvalidArgument naming the pair when none can).
   link_kind_.assign(static_cast<std::size_t>(size_), -1);
   for (int p = 0; p < size_; ++p)
     if (p != rank_) link_kind_[p] = kind_between(rank_, p);
+  // Ranks that share this kernel share its cores, whatever BRAID_HOST_ID says.
   int local = static_cast<int>(std::count_if(infos_.begin(), infos_.end(),
-                                             [&](const RankInfo& i) { return i.host_id == infos_[rank_].host_id; }));
+                                             [&](const RankInfo& i) { return i.kernel_id == infos_[rank_].kernel_id; }));
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   // Spinning pays only while each local rank has a core: then a waiting
   // rank spins for a SpinBudget (up to 20 us, shorter while spins keep
@@ -230,7 +238,8 @@ void CommImpl::start(std::vector<RankInfo> infos, Addresses addresses) {
   // from the futex's wake-up time down to the copy's. With more ranks than
   // cores a spinning rank holds the core its peer needs, so it sleeps at
   // once. BRAID_SPIN_US fixes the spin instead.
-  adaptive_spin_ = !settings_.spin_us && static_cast<unsigned>(local) <= cores;
+  oversubscribed_ = static_cast<unsigned>(local) > cores;
+  adaptive_spin_ = !settings_.spin_us && !oversubscribed_;
   spin_us_ = settings_.spin_us.value_or(0);
 
   links_.resize(static_cast<std::size_t>(size_));
@@ -354,7 +363,8 @@ CollectiveShape CommImpl::shape(std::size_t count, DataType type, ReduceOp op, i
   // slices (Open MPI: 200 us). So slices shrink with the message, down to
   // kMinSlice, and never exceed BRAID_SLICE_BYTES.
   const std::size_t share = count * size_of(type) / static_cast<std::size_t>(size_);
-  s.slice_bytes = std::clamp<std::size_t>(share / kSlicesPerShare, std::min(kMinSlice, settings_.slice_bytes),
+  s.slice_bytes = std::clamp<std::size_t>(share / (oversubscribed_ ? kOversubscribedSlicesPerShare : kSlicesPerShare),
+                                          std::min(kMinSlice, settings_.slice_bytes),
                                           settings_.slice_bytes);
   return s;
 }

@@ -172,6 +172,9 @@ class CommImpl {
   static constexpr Millis kFailureLook{50};
   static constexpr std::size_t kMinSlice = 32 * 1024;
   static constexpr std::size_t kSlicesPerShare = 16;
+  /// With more local ranks than cores every hand-off between ranks may be a
+  /// futex wake and a context switch, so shares are cut in fewer slices.
+  static constexpr std::size_t kOversubscribedSlicesPerShare = 2;
   static constexpr Millis kJoinFailureGrace{1000};
   /// Every transport's address, by kind (index of kinds_) and rank.
   using Addresses = std::vector<std::vector<std::vector<std::byte>>>;
@@ -222,6 +225,7 @@ class CommImpl {
   int rank_;
   int size_;
   bool adaptive_spin_ = false;  // spin by SpinBudget (BRAID_SPIN_US unset, ranks fit on the cores)
+  bool oversubscribed_ = false; // more ranks on this kernel than cores
   int spin_us_ = 0;             // the fixed spin otherwise
   std::shared_ptr<TcpStoreServer> store_server_;  // on the rank that hosts the store
   std::shared_ptr<Store> store_;                  // kept for failure notices (shared with split children)

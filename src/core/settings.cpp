@@ -51,6 +51,10 @@ constexpr std::array kTable = {
                 "Transports to use, in order of preference, as a name or a list (shm,tcp: shared memory between "
                 "ranks of one host, TCP otherwise); each pair of ranks uses the first that reaches it. Unknown "
                 "names are refused with the list this braid has."},
+    SettingInfo{"BRAID_HOST_ID", "(none)",
+                "Names the host this rank counts as on: ranks with different names are planned and connected as "
+                "on different hosts (TCP between them, not shared memory) even on one machine, to try a multi-host "
+                "layout on one. Set it on every rank or on none."},
     SettingInfo{"BRAID_DUMP_ON_SIGNAL", "(none)",
                 "On this signal (USR1, USR2, ...) every communicator of the process prints its flight "
                 "recorder (recent operations, who waits on whom) to stderr."},

@@ -2,6 +2,7 @@
 // 2, 3 and 4 ranks over real TCP sockets:
 //
 //   braid-run -n 3 collective_check [--large-mib 64] [--only all_reduce|broadcast]
+//                                   [--expect-in-describe TEXT]...
 //
 // all_reduce: every type x op at counts 0, 1, odd, not divisible by the rank
 // count, and several pipeline slices, in place and out of place; then one
@@ -11,6 +12,8 @@
 // Every rank checks its own result against independently computed values
 // (bench/expected_values.hpp); any wrong element fails the process. --only
 // runs one of the two (the tests that force one algorithm with BRAID_ALGO).
+// --expect-in-describe fails the run unless Comm::describe() contains TEXT
+// (the test on simulated hosts checks that it mixes shm and tcp).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -80,11 +83,14 @@ void check_broadcast(braid::Comm& comm, Tally& tally, braid::DataType type, int 
 int main(int argc, char** argv) {
   std::size_t large_mib = 64;
   std::string only;
+  std::vector<std::string> expected_in_describe;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--large-mib") == 0 && i + 1 < argc) large_mib = std::strtoul(argv[++i], nullptr, 10);
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
+    else if (std::strcmp(argv[i], "--expect-in-describe") == 0 && i + 1 < argc) expected_in_describe.push_back(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: collective_check [--large-mib N] [--only all_reduce|broadcast]\n");
+      std::fprintf(stderr,
+                   "usage: collective_check [--large-mib N] [--only all_reduce|broadcast] [--expect-in-describe TEXT]...\n");
       return 2;
     }
   }
@@ -98,6 +104,10 @@ int main(int argc, char** argv) {
     braid::Comm comm = braid::Comm::from_env();
     const int n = comm.size();
     Tally tally;
+    const std::string description = comm.describe();
+    for (const auto& text : expected_in_describe)
+      tally.record(description.find(text) != std::string::npos,
+                   "the communicator's description contains '" + text + "': " + description, comm.rank());
     const std::size_t n_sz = static_cast<std::size_t>(n);
     // 0, 1, odd, not divisible by n, and enough elements for several slices.
     const std::vector<std::size_t> counts = {0, 1, 7, n_sz * 13 + 1, 1001, 300007};

@@ -144,3 +144,26 @@ TEST_CASE("BRAID_TRANSPORT is an ordered list of transports this braid has") {
   CHECK_THROWS_WITH(transport_between(transport_order("shm"), a, b, "shm"),
                     Catch::Contains("reaches rank 1 (b) from rank 0 (a)") && Catch::Contains("shm needs both ranks on one host"));
 }
+
+TEST_CASE("BRAID_HOST_ID names a simulated host; the kernel stays the machine's, and both travel") {
+  const RankInfo real = RankInfo::local(0);
+  CHECK_FALSE(real.host_id_from_env);
+  CHECK(real.host_id == real.kernel_id);
+  EnvVar a("BRAID_HOST_ID", "laptop-a");
+  const RankInfo on_a = RankInfo::local(0);
+  CHECK(on_a.host_id_from_env);
+  CHECK(on_a.kernel_id == real.kernel_id);
+  CHECK(on_a.host_id != real.host_id);
+  {
+    EnvVar b("BRAID_HOST_ID", "laptop-b");
+    const RankInfo on_b = RankInfo::local(1);
+    CHECK(on_b.host_id != on_a.host_id);
+    // Another simulated host: tcp, not shm, by the default order.
+    CHECK(transport_between(transport_order(""), on_a, on_b, "").name == "tcp");
+  }
+  const RankInfo back = RankInfo::decode(on_a.encode());
+  CHECK(back.host_id == on_a.host_id);
+  CHECK(back.kernel_id == on_a.kernel_id);
+  CHECK(back.host_id_from_env);
+  CHECK(back.pid == on_a.pid);
+}

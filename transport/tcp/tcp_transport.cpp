@@ -50,7 +50,7 @@ SockAddr parse_tcp_address(std::span<const std::byte> bytes) {
 }
 
 TcpTransport::TcpTransport(TcpOptions options)
-    : options_(std::move(options)), acceptor_(options_), host_id_(RankInfo::local(options_.rank).host_id) {}
+    : options_(std::move(options)), acceptor_(options_), kernel_id_(RankInfo::local(options_.rank).kernel_id) {}
 
 std::vector<std::byte> TcpTransport::local_address() const {
   std::string text = acceptor_.address().to_string();
@@ -109,7 +109,7 @@ void TcpTransport::check_alive(const PeerRef& peer, Liveness& liveness) {
   if (now < liveness.next) return;
   const RankInfo& info = *peer.info;
   SockAddr addr = parse_tcp_address(peer.address);
-  if (info.host_id == host_id_ && info.pid > 0) {
+  if (info.kernel_id == kernel_id_ && info.pid > 0) {
     // Same kernel: the process table answers at once and for free. It may be
     // another PID namespace's table (containers that share a host name), so
     // a process that seems gone is confirmed by its listener refusing.

@@ -66,7 +66,7 @@ class TcpTransport final : public Transport {
 
   TcpOptions options_;
   TcpAcceptor acceptor_;  // reads options_, so it comes after
-  std::uint64_t host_id_;
+  std::uint64_t kernel_id_;  // this process's kernel: peers on it are looked up in the process table
 };
 
 /// "127.0.0.1:40123" as bytes: the TCP transport's address format.
