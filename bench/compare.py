@@ -48,7 +48,14 @@ import compare_report  # noqa: E402
 BRAID_TRANSPORTS = [("tcp", "tcp"), ("shm", "shm"), ("ucx", "tcp")]
 
 # The peers: (library, transport label, class, how to start it).
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
+
+
+def mpi_binding(ranks):
+    """Placement as braid-run's: each rank on a core of its own when the
+    ranks fit the CPUs this process may use, else left to the kernel."""
+    fit = ranks <= len(os.sched_getaffinity(0))
+    return ["--bind-to", "core"] if fit else ["--bind-to", "none"]
 UCX = ["--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices", "any"]
 PEERS = [
     ("openmpi", "tcp", "tcp", ["--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo"]),
@@ -107,7 +114,7 @@ def find_variants(args, build):
                 continue
 
             def mpi_command(ranks, collective, _unused_dir, mca=mca, transport=transport):
-                return [*MPIRUN, "-np", str(ranks), *mca, mpi_perf, collective, *sweep_args(args),
+                return [*MPIRUN, *mpi_binding(ranks), "-np", str(ranks), *mca, mpi_perf, collective, *sweep_args(args),
                         "--transport", transport]
             variants.append(Variant(library, transport, klass, mpi_command))
         elif library == "gloo":

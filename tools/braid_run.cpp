@@ -21,6 +21,14 @@
 // The one exception is the last flush of a successful job's output, which
 // waits for braid-run's reader like any Unix filter does.
 //
+// Binding (--bind-to): when the ranks fit the CPUs braid-run may use, rank i
+// is bound to the i-th of them. Unbound, a rank that wakes another through a
+// futex often finds it placed on its own CPU (the scheduler's wake-affine
+// placement) while the other CPU idles; a spinning rank then holds the CPU
+// its peer needs, and each exchange waits for a wake-up. After an Open MPI
+// run, two launches of five of an 8-byte all-reduce on 2 ranks stayed in that
+// state (16-40 us per call instead of 1.2 us); bound, none did.
+//
 // Ranks get /dev/null as stdin: they run in background process groups, where
 // reading the terminal would stop them. The store port is picked by binding
 // port 0 and closing the socket; another process could take it before rank 0
@@ -28,6 +36,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -87,6 +96,10 @@ options:
   --grace T        time between SIGTERM and SIGKILL when stopping ranks
                    (default 5s)
   --no-prefix      do not put "[rank] " in front of output lines
+  --bind-to B      core: bind rank i to the i-th CPU braid-run may use (round
+                   robin when there are more ranks than CPUs); none:
+                   leave placement to the kernel (default: core when the
+                   ranks fit those CPUs, else none)
   --env-help       print the settings (BRAID_*, TF_CONFIG) as a Markdown table
   -h, --help       print this help
 
@@ -104,6 +117,7 @@ struct Options {
   std::optional<Millis> timeout;
   Millis grace{5000};
   bool prefix = true;
+  std::optional<bool> bind;  // --bind-to: core (true), none (false); unset: core when the ranks fit the CPUs
   std::vector<std::string> command;
 };
 
@@ -144,7 +158,13 @@ Action parse_args(int argc, char** argv, Options& opts) {
                 opts.timeout = t.count() > 0 ? std::optional(t) : std::nullopt;
               })
       .option({"--grace"}, [&](std::string_view name, std::string_view v) { opts.grace = parse_duration(v, name); })
-      .flag({"--no-prefix"}, [&] { opts.prefix = false; });
+      .flag({"--no-prefix"}, [&] { opts.prefix = false; })
+      .option({"--bind-to"},
+              [&](std::string_view name, std::string_view v) {
+                if (v == "core") opts.bind = true;
+                else if (v == "none") opts.bind = false;
+                else throw UsageError(cat(name, " '", v, "' is not core or none"));
+              });
   opts.command = cli.parse(argc, argv, CommandLine::Positionals::end_options);
   if (action != Action::run) return action;
   if (!have_ranks) throw UsageError("missing -n N, the number of ranks");
@@ -212,8 +232,10 @@ struct Rank {
 };
 
 // Runs in the child between fork and exec: async-signal-safe calls only.
-[[noreturn]] void exec_rank(pid_t launcher, int out_fd, int err_fd, int status_fd, char** argv, char** envp) {
+[[noreturn]] void exec_rank(pid_t launcher, int out_fd, int err_fd, int status_fd, char** argv, char** envp,
+                            const cpu_set_t* cpus) {
   ::setpgid(0, 0);
+  if (cpus != nullptr) ::sched_setaffinity(0, sizeof *cpus, cpus);  // best effort, like mpirun's binding
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != launcher) ::_exit(kExitCannotRun);  // the launcher died before prctl
   sigset_t none;
@@ -264,6 +286,17 @@ class Launcher {
       for (std::string_view name : kIdentity)
         ours = ours || (var.starts_with(name) && var.substr(name.size()).starts_with("="));
       if (!ours) env_base_.emplace_back(var);
+    }
+    // The CPUs braid-run may use (its own affinity: taskset, a cgroup);
+    // binding only when every rank gets one of its own.
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (::sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
+      std::vector<int> cpus;
+      for (int c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+      const bool fit = static_cast<std::size_t>(opts_.ranks) <= cpus.size();
+      if (opts_.bind.value_or(fit)) cpus_ = std::move(cpus);
     }
   }
 
@@ -317,7 +350,12 @@ class Launcher {
     pid_t launcher = ::getpid();
     pid_t pid = ::fork();
     if (pid < 0) throw SystemError(cat("fork failed: ", errno_text(errno)));
-    if (pid == 0) exec_rank(launcher, out_write.get(), err_write.get(), status_write.get(), argv.data(), envp.data());
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    if (!cpus_.empty()) CPU_SET(cpus_[static_cast<std::size_t>(index) % cpus_.size()], &one);
+    if (pid == 0)
+      exec_rank(launcher, out_write.get(), err_write.get(), status_write.get(), argv.data(), envp.data(),
+                cpus_.empty() ? nullptr : &one);
     ::setpgid(pid, pid);  // the child does it too; whichever runs first wins the race
     std::string prefix = opts_.prefix ? cat("[", index, "] ") : std::string();
     Rank& rank = ranks_.emplace_back();
@@ -505,6 +543,7 @@ class Launcher {
   OutputSink out_, err_;
   Fd signals_;
   std::vector<std::string> env_base_;
+  std::vector<int> cpus_;  // rank i is bound to cpus_[i % size]; empty: no binding
   std::string job_id_;  // empty: the user's BRAID_JOB_ID passes through
   std::string store_addr_;
   std::vector<Rank> ranks_;

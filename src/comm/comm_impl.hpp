@@ -212,7 +212,8 @@ class CommImpl {
   std::size_t checked_bytes(std::size_t count, DataType type, std::size_t blocks, std::string_view op) const;
 
   // Progress (comm_progress.cpp).
-  void drive(const std::shared_ptr<Operation>& target, Deadline until);  // with driving_ held
+  /// With driving_ held; true when it released driving_ (see comm_progress.cpp).
+  bool drive(const std::shared_ptr<Operation>& target, Deadline until, bool release = false);
   void start_op(Operation& op);
   void fail_queue(std::exception_ptr error);
   void progress_loop(std::stop_token stop);
@@ -226,6 +227,8 @@ class CommImpl {
   int size_;
   bool adaptive_spin_ = false;  // spin by SpinBudget (BRAID_SPIN_US unset, ranks fit on the cores)
   bool oversubscribed_ = false; // more ranks on this kernel than cores
+  int yield_us_ = 0;            // oversubscribed: poll with sched_yield this long before sleeping
+  static constexpr std::chrono::microseconds kOversubscribedYield{1000};
   int spin_us_ = 0;             // the fixed spin otherwise
   std::shared_ptr<TcpStoreServer> store_server_;  // on the rank that hosts the store
   std::shared_ptr<Store> store_;                  // kept for failure notices (shared with split children)

@@ -1,4 +1,6 @@
 // The operation queue and its progress (see comm_impl.hpp for the model).
+#include <sched.h>
+
 #include <algorithm>
 
 #include "comm_impl.hpp"
@@ -43,13 +45,13 @@ void CommImpl::run(const std::shared_ptr<Operation>& op) {
   // Queued and started at once: one entry in the recorder.
   recorder_.started_now(op->record, op->sequence, op->plan->what);
   op->recorded = true;
-  drive(op, Deadline::never());
-  {
+  // drive() returns having released driving_ with `op` done, or else after
+  // a failure of the queue (which completed `op` too) still driving.
+  if (!drive(op, Deadline::never(), true)) {
     std::lock_guard lock(mutex_);
     driving_ = false;
     changed_.notify_all();
   }
-  // drive() returns with the queue empty or `op` done or failed.
   if (!op->done) wait(op, Deadline::never());
   if (op->error) std::rethrow_exception(op->error);
 }
@@ -142,14 +144,19 @@ void CommImpl::announce_failure(const std::string& why) {
 }
 
 // Runs queued operations in order until `target` (or, when null, the whole
-// queue) is done, or `until` passes. The caller holds driving_.
-void CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until) {
+// queue) is done, or `until` passes. The caller holds driving_; with
+// `release`, drive() gives it up itself when it finishes `target` (in the
+// lock it takes anyway), and the caller must not.
+bool CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until, bool release) {
   // Once nothing moves, spin until spin_until, then sleep; adaptive spins
   // take their length from the budget and tell it whether it paid.
-  auto next_spin = [&] { return adaptive_spin_ ? spin_budget_.next_spin() : std::chrono::microseconds(spin_us_); };
+  auto next_spin = [&]() -> std::chrono::nanoseconds {
+    if (yield_us_ > 0) return std::chrono::microseconds(yield_us_);
+    return adaptive_spin_ ? spin_budget_.next_spin() : std::chrono::microseconds(spin_us_);
+  };
   bool spinning = false;  // nothing moved since spin_until was set
   Clock::time_point spin_until{};
-  auto last_note = Clock::now();
+  auto last_note = coarse_now();
   Clock::time_point last_failure_look{};
   // The head is looked up under the lock only when it changes: only the
   // driving thread removes operations, so it stays the head until then.
@@ -157,7 +164,7 @@ void CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until) {
   while (true) {
     if (!head) {
       std::lock_guard lock(mutex_);
-      if ((target && target->done) || queue_.empty()) return;
+      if ((target && target->done) || queue_.empty()) return false;
       head = queue_.front();
     }
     try {
@@ -172,6 +179,11 @@ void CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until) {
         recorder_.finished(head->record);
         if (head->background) --background_queued_;
         queue_.pop_front();
+        if (head == target) {
+          if (release) driving_ = false;
+          changed_.notify_all();
+          return release;
+        }
         changed_.notify_all();
         head.reset();
         continue;
@@ -187,7 +199,8 @@ void CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until) {
         spin_until = now + next_spin();
       }
       if (now < spin_until) {
-        cpu_relax();
+        if (yield_us_ > 0) sched_yield();
+        else cpu_relax();
         continue;
       }
       if (now >= head->deadline.at()) {
@@ -211,7 +224,7 @@ void CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until) {
           recorder_.waiting(head->record, head->executor->describe_pending());
         last_note = now;
       }
-      if (until.expired()) return;
+      if (until.expired()) return false;
       bool news = false;
       for (auto& transport : transports_) news |= transport->progress();
       if (news) continue;
@@ -222,7 +235,7 @@ void CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until) {
     } catch (const Error& e) {
       if (e.code() == ErrorCode::internal) log_warn(e.what());
       fail_queue(std::current_exception());
-      return;
+      return false;
     }
   }
 }

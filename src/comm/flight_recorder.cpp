@@ -44,25 +44,49 @@ FlightRecorder::~FlightRecorder() {
 }
 
 FlightRecorder::Entry* FlightRecorder::find(std::uint64_t id) {
-  for (auto it = entries_.rbegin(); it != entries_.rend(); ++it)
-    if (it->id == id) return &*it;
+  for (std::size_t i = count_; i-- > 0;)
+    if (at(i).id == id) return &at(i);
   return nullptr;
+}
+
+FlightRecorder::Entry& FlightRecorder::push() {
+  auto live = [](const Entry& e) { return e.state == State::queued || e.state == State::running; };
+  while (count_ >= kKept && !live(at(0))) {
+    first_ = (first_ + 1) % ring_.size();
+    --count_;
+  }
+  if (count_ == ring_.size()) {
+    std::vector<Entry> bigger(std::max(kKept, 2 * ring_.size()));
+    for (std::size_t i = 0; i < count_; ++i) bigger[i] = std::move(at(i));
+    ring_ = std::move(bigger);
+    first_ = 0;
+  }
+  ++count_;
+  return at(count_ - 1);
 }
 
 void FlightRecorder::queued(std::uint64_t id, std::uint32_t sequence, std::shared_ptr<const std::string> what) {
   const auto now = coarse_now();
   std::lock_guard lock(mutex_);
-  entries_.push_back(Entry{id, sequence, std::move(what), State::queued, now, {}, {}, {}});
-  while (entries_.size() > kKept && entries_.front().state != State::queued && entries_.front().state != State::running)
-    entries_.pop_front();
+  Entry& e = push();
+  e.id = id;
+  e.sequence = sequence;
+  e.what = std::move(what);
+  e.state = State::queued;
+  e.queued_at = now;
+  e.detail.clear();
 }
 
 void FlightRecorder::started_now(std::uint64_t id, std::uint32_t sequence, std::shared_ptr<const std::string> what) {
   const auto now = coarse_now();
   std::lock_guard lock(mutex_);
-  entries_.push_back(Entry{id, sequence, std::move(what), State::running, now, now, {}, {}});
-  while (entries_.size() > kKept && entries_.front().state != State::queued && entries_.front().state != State::running)
-    entries_.pop_front();
+  Entry& e = push();
+  e.id = id;
+  e.sequence = sequence;
+  e.what = std::move(what);
+  e.state = State::running;
+  e.queued_at = e.started_at = now;
+  e.detail.clear();
 }
 
 void FlightRecorder::started(std::uint64_t id) {
@@ -99,8 +123,9 @@ void FlightRecorder::failed(std::uint64_t id, std::string why) {
 std::string FlightRecorder::dump() const {
   std::lock_guard lock(mutex_);
   auto now = Clock::now();
-  std::string out = cat("braid flight recorder for ", owner_, " (last ", entries_.size(), " operations, oldest first)\n");
-  for (const auto& e : entries_) {
+  std::string out = cat("braid flight recorder for ", owner_, " (last ", count_, " operations, oldest first)\n");
+  for (std::size_t i = 0; i < count_; ++i) {
+    const Entry& e = at(i);
     out += cat("  ", (e.sequence & 0x80000000u) ? "p2p #" : "op #", e.sequence & 0x7fffffffu, " ",
                e.what ? *e.what : std::string("?"), ": ");
     switch (e.state) {

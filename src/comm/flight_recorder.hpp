@@ -7,10 +7,10 @@
 
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/deadline.hpp"
 
@@ -47,18 +47,26 @@ class FlightRecorder {
  private:
   enum class State { queued, running, done, failed };
   struct Entry {
-    std::uint64_t id;
-    std::uint32_t sequence;  // printed "op #17", or "p2p #3" with the top bit set
+    std::uint64_t id = 0;
+    std::uint32_t sequence = 0;  // printed "op #17", or "p2p #3" with the top bit set
     std::shared_ptr<const std::string> what;
     State state = State::queued;
     Clock::time_point queued_at, started_at, ended_at;
     std::string detail;  // whom it waits on, or why it failed
   };
   Entry* find(std::uint64_t id);
+  /// A slot for a new entry: the oldest done one once kKept are kept, so
+  /// entries (and their strings) are reused and recording allocates
+  /// nothing; the ring grows while all it holds are queued or running.
+  Entry& push();
+  Entry& at(std::size_t i) { return ring_[(first_ + i) % ring_.size()]; }  // i-th oldest
+  const Entry& at(std::size_t i) const { return ring_[(first_ + i) % ring_.size()]; }
 
   std::string owner_;
   mutable std::mutex mutex_;
-  std::deque<Entry> entries_;
+  std::vector<Entry> ring_;
+  std::size_t first_ = 0;  // the oldest entry's slot
+  std::size_t count_ = 0;
 };
 
 /// Parses BRAID_DUMP_ON_SIGNAL's value ("USR1", "SIGUSR2", "10"); throws

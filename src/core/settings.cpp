@@ -43,7 +43,8 @@ constexpr std::array kTable = {
                 "Pipeline slice: collectives move and reduce buffers in pieces of this size."},
     SettingInfo{"BRAID_SPIN_US", "(auto)",
                 "Microseconds to busy-poll before sleeping in the kernel; auto spins while every local "
-                "rank has a core (up to 20 us, shorter while spins keep failing), else 0."},
+                "rank has a core (up to 20 us, shorter while spins keep failing), else polls with sched_yield "
+                "for up to 1 ms, handing the core to the ranks that share it."},
     SettingInfo{"BRAID_ALGO", "(auto)",
                 "Force algorithms: a name (ring) for every collective that has it, or per collective "
                 "(all_reduce:tree,broadcast:binomial). See the algorithm table."},
