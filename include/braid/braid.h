@@ -34,25 +34,29 @@ typedef enum {
   braid_unsupported = 8,
 } braid_result_t;
 
+/* Element types and reductions carry NCCL's numbers (ncclDataType_t,
+ * ncclRedOp_t), so code written against NCCL's enums can cast them:
+ * (braid_datatype_t)ncclFloat32 is braid_f32. Any other value is refused
+ * with braid_invalid_argument. */
 typedef enum {
-  braid_f16 = 0,
-  braid_bf16 = 1,
-  braid_f32 = 2,
-  braid_f64 = 3,
-  braid_i8 = 4,
-  braid_u8 = 5,
-  braid_i32 = 6,
-  braid_u32 = 7,
-  braid_i64 = 8,
-  braid_u64 = 9,
+  braid_i8 = 0,   /* ncclInt8, ncclChar */
+  braid_u8 = 1,   /* ncclUint8 */
+  braid_i32 = 2,  /* ncclInt32, ncclInt */
+  braid_u32 = 3,  /* ncclUint32 */
+  braid_i64 = 4,  /* ncclInt64 */
+  braid_u64 = 5,  /* ncclUint64 */
+  braid_f16 = 6,  /* ncclFloat16, ncclHalf */
+  braid_f32 = 7,  /* ncclFloat32, ncclFloat */
+  braid_f64 = 8,  /* ncclFloat64, ncclDouble */
+  braid_bf16 = 9, /* ncclBfloat16 */
 } braid_datatype_t;
 
 typedef enum {
-  braid_sum = 0,
-  braid_prod = 1,
-  braid_min = 2,
-  braid_max = 3,
-  braid_avg = 4,
+  braid_sum = 0,  /* ncclSum */
+  braid_prod = 1, /* ncclProd */
+  braid_max = 2,  /* ncclMax */
+  braid_min = 3,  /* ncclMin */
+  braid_avg = 4,  /* ncclAvg */
 } braid_redop_t;
 
 #define BRAID_UNIQUE_ID_BYTES 128

@@ -60,16 +60,29 @@ int raw_value(const Enum& e) {
   return static_cast<int>(v);
 }
 
+// The C values are NCCL's (braid.h); the C++ enums keep their own order.
+constexpr braid::DataType kCTypes[] = {braid::DataType::i8,  braid::DataType::u8,  braid::DataType::i32,
+                                       braid::DataType::u32, braid::DataType::i64, braid::DataType::u64,
+                                       braid::DataType::f16, braid::DataType::f32, braid::DataType::f64,
+                                       braid::DataType::bf16};
+constexpr braid::ReduceOp kCOps[] = {braid::ReduceOp::sum, braid::ReduceOp::prod, braid::ReduceOp::max,
+                                     braid::ReduceOp::min, braid::ReduceOp::avg};
+static_assert(std::size(kCTypes) == braid::kDataTypeCount && std::size(kCOps) == braid::kReduceOpCount);
+
 braid::DataType to_type(const braid_datatype_t& t) {
   int v = raw_value(t);
-  if (v < 0 || v >= braid::kDataTypeCount) throw braid::InvalidArgument(braid::cat("unknown braid_datatype_t value ", v));
-  return static_cast<braid::DataType>(v);
+  if (v < 0 || v >= braid::kDataTypeCount)
+    throw braid::InvalidArgument(braid::cat("unknown braid_datatype_t value ", v, " (braid_i8 .. braid_bf16 are 0 .. ",
+                                            braid::kDataTypeCount - 1, ", as NCCL's ncclDataType_t)"));
+  return kCTypes[v];
 }
 
 braid::ReduceOp to_op(const braid_redop_t& op) {
   int v = raw_value(op);
-  if (v < 0 || v >= braid::kReduceOpCount) throw braid::InvalidArgument(braid::cat("unknown braid_redop_t value ", v));
-  return static_cast<braid::ReduceOp>(v);
+  if (v < 0 || v >= braid::kReduceOpCount)
+    throw braid::InvalidArgument(braid::cat("unknown braid_redop_t value ", v, " (braid_sum .. braid_avg are 0 .. ",
+                                            braid::kReduceOpCount - 1, ", as NCCL's ncclRedOp_t)"));
+  return kCOps[v];
 }
 
 braid::Comm& comm_of(braid_comm_t comm) {

@@ -8,8 +8,10 @@
  * braid_work_wait with a timeout, split (BRAID_SPLIT_NOCOLOR and a group of
  * one included), a second communicator made from a
  * unique id, and the error codes: bad arguments, a timed-out operation and
- * the communicator refusing work after it. Compiled as C11 and includes
- * nothing of braid but braid/braid.h.
+ * the communicator refusing work after it. NCCL's enum numbers: every
+ * braid_datatype_t and braid_redop_t value is pinned, and all-reduces called
+ * with NCCL's values cast to braid's types give the right results. Compiled
+ * as C11 and includes nothing of braid but braid/braid.h.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -299,6 +301,67 @@ static void argument_errors(braid_comm_t comm, int rank, int n) {
   EXPECT_OK(braid_barrier(comm)); /* still usable */
 }
 
+/* The numbers of NCCL's ncclDataType_t and ncclRedOp_t (nccl.h), as a
+ * program written against NCCL holds them. */
+#define kNcclInt8 0
+#define kNcclUint8 1
+#define kNcclInt32 2
+#define kNcclUint32 3
+#define kNcclInt64 4
+#define kNcclUint64 5
+#define kNcclFloat16 6
+#define kNcclFloat32 7
+#define kNcclFloat64 8
+#define kNcclBfloat16 9
+#define kNcclSum 0
+#define kNcclProd 1
+#define kNcclMax 2
+#define kNcclMin 3
+#define kNcclAvg 4
+_Static_assert(braid_i8 == kNcclInt8 && braid_u8 == kNcclUint8 && braid_i32 == kNcclInt32 &&
+                   braid_u32 == kNcclUint32 && braid_i64 == kNcclInt64 && braid_u64 == kNcclUint64 &&
+                   braid_f16 == kNcclFloat16 && braid_f32 == kNcclFloat32 && braid_f64 == kNcclFloat64 &&
+                   braid_bf16 == kNcclBfloat16,
+               "braid_datatype_t carries NCCL's numbers");
+_Static_assert(braid_sum == kNcclSum && braid_prod == kNcclProd && braid_max == kNcclMax && braid_min == kNcclMin &&
+                   braid_avg == kNcclAvg,
+               "braid_redop_t carries NCCL's numbers");
+
+/* An all-reduce called with NCCL's numbers cast to braid's enums: float32,
+ * float64, int32 and int64 with max, min, sum and prod (bf16 and f16 have
+ * their own checks in C++), each against the values every rank can compute. */
+static void nccl_numbers(braid_comm_t comm, int rank, int n) {
+  enum { kCount = 37 };
+  int ops[4] = {kNcclMax, kNcclMin, kNcclSum, kNcclProd};
+  int k, i, r;
+  for (k = 0; k < 4; ++k) {
+    float f[kCount];
+    double d[kCount];
+    int32_t w[kCount];
+    int64_t q[kCount];
+    int wrong = 0;
+    for (i = 0; i < kCount; ++i) {
+      f[i] = (float)(rank + 1);
+      d[i] = (double)(rank + 1);
+      w[i] = rank + 1;
+      q[i] = rank + 1;
+    }
+    EXPECT_OK(braid_all_reduce(f, f, kCount, (braid_datatype_t)kNcclFloat32, (braid_redop_t)ops[k], comm));
+    EXPECT_OK(braid_all_reduce(d, d, kCount, (braid_datatype_t)kNcclFloat64, (braid_redop_t)ops[k], comm));
+    EXPECT_OK(braid_all_reduce(w, w, kCount, (braid_datatype_t)kNcclInt32, (braid_redop_t)ops[k], comm));
+    EXPECT_OK(braid_all_reduce(q, q, kCount, (braid_datatype_t)kNcclInt64, (braid_redop_t)ops[k], comm));
+    {
+      /* ranks contribute 1..n */
+      int64_t want = ops[k] == kNcclMax ? n : ops[k] == kNcclMin ? 1 : ops[k] == kNcclSum ? (int64_t)n * (n + 1) / 2 : 1;
+      if (ops[k] == kNcclProd)
+        for (r = 1; r <= n; ++r) want *= r;
+      for (i = 0; i < kCount; ++i)
+        wrong += f[i] != (float)want || d[i] != (double)want || w[i] != (int32_t)want || q[i] != want;
+    }
+    EXPECT(wrong == 0);
+  }
+}
+
 static void split(braid_comm_t comm, int rank, int n) {
   braid_comm_t child = NULL;
   int child_rank = -1, child_size = -1, sum = rank, i;
@@ -386,6 +449,7 @@ int main(void) {
   blocking_collectives(comm, rank, n);
   async_operations(comm, rank, n);
   argument_errors(comm, rank, n);
+  nccl_numbers(comm, rank, n);
   split(comm, rank, n);
   unique_id_and_timeout(comm, rank, n);
   EXPECT_OK(braid_comm_destroy(comm));
