@@ -208,6 +208,15 @@ braid_result_t braid_work_test(braid_work_t work, int* done);
 /** Frees the handle; the operation itself still runs to completion. Accepts NULL. */
 braid_result_t braid_work_free(braid_work_t work);
 
+/** The version of these headers; braid_get_version() gives the library's,
+ * coded major * 10000 + minor * 100 + patch, as NCCL codes its own. */
+#define BRAID_VERSION_MAJOR 0
+#define BRAID_VERSION_MINOR 1
+#define BRAID_VERSION_PATCH 0
+#define BRAID_VERSION_CODE (BRAID_VERSION_MAJOR * 10000 + BRAID_VERSION_MINOR * 100 + BRAID_VERSION_PATCH)
+/** Sets *version to the linked library's BRAID_VERSION_CODE. */
+braid_result_t braid_get_version(int* version);
+
 /** A fixed description of a result code ("timeout"). */
 const char* braid_get_error_string(braid_result_t result);
 /** The message of the last error on this thread, or "" if none. */

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <string_view>
 #include <new>
 #include <optional>
 #include <string>
@@ -341,6 +342,20 @@ braid_result_t braid_work_test(braid_work_t work, int* done) {
 
 braid_result_t braid_work_free(braid_work_t work) {
   return guarded([&] { delete work; });
+}
+
+// The header's numbers are the project's (meson.build passes its version).
+#define BRAID_STRINGIFY2(x) #x
+#define BRAID_STRINGIFY(x) BRAID_STRINGIFY2(x)
+static_assert(std::string_view(BRAID_STRINGIFY(BRAID_VERSION_MAJOR) "." BRAID_STRINGIFY(BRAID_VERSION_MINOR) "." BRAID_STRINGIFY(
+                  BRAID_VERSION_PATCH)) == BRAID_PROJECT_VERSION,
+              "braid.h's BRAID_VERSION_* differ from meson.build's project version");
+
+braid_result_t braid_get_version(int* version) {
+  return guarded([&] {
+    if (version == nullptr) throw braid::InvalidArgument("braid_get_version: version is NULL");
+    *version = BRAID_VERSION_CODE;
+  });
 }
 
 const char* braid_get_error_string(braid_result_t result) {

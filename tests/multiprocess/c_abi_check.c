@@ -438,6 +438,12 @@ int main(void) {
     fprintf(stderr, "c_abi_check: braid_comm_init_env: %s: %s\n", braid_get_error_string(rc), braid_last_error());
     return 1;
   }
+  {
+    int version = -1;
+    EXPECT_OK(braid_get_version(&version));
+    EXPECT(version == BRAID_VERSION_CODE);
+    EXPECT_CODE(braid_get_version(NULL), braid_invalid_argument);
+  }
   EXPECT_OK(braid_comm_rank(comm, &rank));
   EXPECT_OK(braid_comm_count(comm, &n));
   g_rank = rank;
