@@ -65,28 +65,24 @@ FlightRecorder::Entry& FlightRecorder::push() {
   return at(count_ - 1);
 }
 
-void FlightRecorder::queued(std::uint64_t id, std::uint32_t sequence, std::shared_ptr<const std::string> what) {
+void FlightRecorder::add(std::uint64_t id, std::uint32_t sequence, std::shared_ptr<const std::string> what, State state) {
   const auto now = coarse_now();
   std::lock_guard lock(mutex_);
   Entry& e = push();
   e.id = id;
   e.sequence = sequence;
   e.what = std::move(what);
-  e.state = State::queued;
-  e.queued_at = now;
+  e.state = state;
+  e.queued_at = e.started_at = now;
   e.detail.clear();
 }
 
+void FlightRecorder::queued(std::uint64_t id, std::uint32_t sequence, std::shared_ptr<const std::string> what) {
+  add(id, sequence, std::move(what), State::queued);
+}
+
 void FlightRecorder::started_now(std::uint64_t id, std::uint32_t sequence, std::shared_ptr<const std::string> what) {
-  const auto now = coarse_now();
-  std::lock_guard lock(mutex_);
-  Entry& e = push();
-  e.id = id;
-  e.sequence = sequence;
-  e.what = std::move(what);
-  e.state = State::running;
-  e.queued_at = e.started_at = now;
-  e.detail.clear();
+  add(id, sequence, std::move(what), State::running);
 }
 
 void FlightRecorder::started(std::uint64_t id) {

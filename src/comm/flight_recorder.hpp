@@ -59,6 +59,7 @@ class FlightRecorder {
   /// entries (and their strings) are reused and recording allocates
   /// nothing; the ring grows while all it holds are queued or running.
   Entry& push();
+  void add(std::uint64_t id, std::uint32_t sequence, std::shared_ptr<const std::string> what, State state);
   Entry& at(std::size_t i) { return ring_[(first_ + i) % ring_.size()]; }  // i-th oldest
   const Entry& at(std::size_t i) const { return ring_[(first_ + i) % ring_.size()]; }
 
