@@ -231,7 +231,10 @@ void CommImpl::start(std::vector<RankInfo> infos, Addresses addresses) {
   // Ranks that share this kernel share its cores, whatever BRAID_HOST_ID says.
   int local = static_cast<int>(std::count_if(infos_.begin(), infos_.end(),
                                              [&](const RankInfo& i) { return i.kernel_id == infos_[rank_].kernel_id; }));
-  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  // The CPUs those ranks may run on together (their affinities), not the
+  // machine's: taskset, a cgroup or braid-run's binding narrow them.
+  const int shared = RankInfo::shared_cpus(infos_, infos_[rank_].kernel_id);
+  const unsigned cores = static_cast<unsigned>(shared > 0 ? shared : std::max(1u, std::thread::hardware_concurrency()));
   // Spinning pays only while each local rank has a core: then a waiting
   // rank spins for a SpinBudget (up to 20 us, shorter while spins keep
   // failing), which brings an 8-byte shared-memory all-reduce on 2 ranks

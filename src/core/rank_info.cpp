@@ -1,6 +1,10 @@
 #include "core/rank_info.hpp"
 
+#include <sched.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <bit>
 
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +16,9 @@
 #include "core/wire.hpp"
 
 namespace braid {
+namespace {
+constexpr std::uint32_t kMaxCpuWords = CPU_SETSIZE / 64;
+}  // namespace
 
 std::vector<std::byte> RankInfo::encode() const {
   WireWriter w;
@@ -20,6 +27,8 @@ std::vector<std::byte> RankInfo::encode() const {
   w.u64(kernel_id);
   w.u8(host_id_from_env ? 1 : 0);
   w.u32(static_cast<std::uint32_t>(pid));
+  w.u32(static_cast<std::uint32_t>(cpus.size()));
+  for (auto word : cpus) w.u64(word);
   w.str(hostname);
   return w.take();
 }
@@ -32,9 +41,24 @@ RankInfo RankInfo::decode(std::span<const std::byte> bytes) {
   info.kernel_id = r.u64();
   info.host_id_from_env = r.u8() != 0;
   info.pid = static_cast<int>(r.u32());
+  const std::uint32_t words = r.u32();
+  if (words > kMaxCpuWords) throw ProtocolMismatch(cat("rank info: a CPU mask of ", words, " words (at most ", kMaxCpuWords, ")"));
+  for (std::uint32_t i = 0; i < words; ++i) info.cpus.push_back(r.u64());
   info.hostname = r.str(255);
   r.expect_end();
   return info;
+}
+
+int RankInfo::shared_cpus(std::span<const RankInfo> infos, std::uint64_t kernel) {
+  std::vector<std::uint64_t> all;
+  for (const RankInfo& i : infos) {
+    if (i.kernel_id != kernel) continue;
+    all.resize(std::max(all.size(), i.cpus.size()), 0);
+    for (std::size_t w = 0; w < i.cpus.size(); ++w) all[w] |= i.cpus[w];
+  }
+  int count = 0;
+  for (auto word : all) count += std::popcount(word);
+  return count;
 }
 
 RankInfo RankInfo::local(int rank) {
@@ -47,6 +71,15 @@ RankInfo RankInfo::local(int rank) {
   std::string boot_id;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
   info.kernel_id = std::hash<std::string>{}(boot_id + "/" + info.hostname);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) {
+        info.cpus.resize(std::max(info.cpus.size(), static_cast<std::size_t>(c / 64 + 1)), 0);
+        info.cpus[static_cast<std::size_t>(c / 64)] |= std::uint64_t{1} << (c % 64);
+      }
+  }
   info.host_id = info.kernel_id;
   if (const char* named = std::getenv("BRAID_HOST_ID"); named != nullptr && *named != '\0') {
     info.host_id = std::hash<std::string>{}(std::string("BRAID_HOST_ID/") + named);

@@ -24,6 +24,10 @@ struct RankInfo {
   std::uint64_t kernel_id = 0;
   bool host_id_from_env = false;  // host_id came from BRAID_HOST_ID
   int pid = 0;
+  /// The CPUs this process may run on (its affinity: taskset, a cgroup
+  /// cpuset, braid-run's binding), bit c of word c / 64 for CPU c. The
+  /// union over the ranks of one kernel is what they share.
+  std::vector<std::uint64_t> cpus;
 
   /// Compact wire form for the bootstrap store; decode throws
   /// ProtocolMismatch on malformed bytes.
@@ -31,6 +35,9 @@ struct RankInfo {
   static RankInfo decode(std::span<const std::byte> bytes);
   /// This process, as rank `rank`.
   static RankInfo local(int rank);
+  /// How many CPUs the ranks of `infos` whose kernel_id is `kernel` may run
+  /// on together (the union of their affinities).
+  static int shared_cpus(std::span<const RankInfo> infos, std::uint64_t kernel);
 };
 
 }  // namespace braid

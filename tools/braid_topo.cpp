@@ -1,0 +1,165 @@
+// braid-topo: what braid sees of the machine, and under braid-run the plan of
+// the whole job.
+//
+//   braid-topo                      this host: packages, NUMA nodes, cores,
+//                                   the binding, interfaces, GPUs (hwloc)
+//   braid-run -n 4 braid-topo       every rank joins; rank 0 prints each
+//                                   host's machine once, which ranks run
+//                                   where and on which CPUs, the transport of
+//                                   every pair, the ring and the algorithm
+//                                   per size band (the communicator's plan)
+//   ... braid-topo --dot FILE       also writes the plan as a Graphviz graph:
+//                                   a box per host, a node per rank, the ring's
+//                                   edges coloured by transport
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "braid/braid.hpp"
+#include "command_line.hpp"
+#include "core/rank_info.hpp"
+#include "core/settings.hpp"
+#include "core/text.hpp"
+#include "topology/machine.hpp"
+#include "topology/plan.hpp"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: braid-topo [--dot FILE]
+
+Prints this host's topology as braid sees it (hwloc): packages, NUMA nodes,
+cores, the CPUs this process may run on, network interfaces and GPUs. Under
+braid-run (BRAID_RANK set) every rank joins the communicator and rank 0
+prints the job's plan: hosts and their ranks with their CPUs, the transport
+between each pair of ranks, the ring order and the algorithm per size band.
+
+options:
+  --dot FILE   also write the plan as a Graphviz graph (dot -Tpng FILE)
+  -h, --help   print this help
+)";
+
+// What each rank tells rank 0, fixed size for one all_gather.
+struct RankRecord {
+  char host[64];     // BRAID_HOST_ID's name, else the host name
+  char cpus[64];     // its binding
+  std::uint64_t host_id;
+  std::uint64_t kernel_id;
+  std::int32_t pid;
+  std::int32_t numa;  // its first NUMA node, -1 if unknown
+};
+
+std::string text_of(const char* field, std::size_t size) { return std::string(field, strnlen(field, size)); }
+
+void write_dot(const std::string& path, const std::vector<braid::RankInfo>& infos, const std::vector<std::string>& hosts,
+               const braid::Plan& plan) {
+  std::ofstream out(path);
+  if (!out) throw braid::SystemError(braid::cat("braid-topo: cannot write ", path));
+  out << "graph braid {\n  node [shape=circle];\n";
+  std::map<std::string, std::vector<int>> by_host;
+  for (std::size_t r = 0; r < hosts.size(); ++r) by_host[hosts[r]].push_back(static_cast<int>(r));
+  int cluster = 0;
+  for (const auto& [host, ranks] : by_host) {
+    out << "  subgraph cluster_" << cluster++ << " {\n    label=\"" << host << "\";\n";
+    for (int r : ranks) out << "    r" << r << " [label=\"" << r << "\"];\n";
+    out << "  }\n";
+  }
+  const auto& ring = plan.ring;
+  for (std::size_t i = 0; ring.size() > 1 && i < ring.size(); ++i) {
+    const int a = ring[i], b = ring[(i + 1) % ring.size()];
+    if (ring.size() == 2 && i == 1) break;
+    const std::string kind(plan.transport_between(infos[a], infos[b]));
+    out << "  r" << a << " -- r" << b << " [label=\"" << kind << "\", color=\""
+        << (kind == "shm" ? "forestgreen" : kind == "tcp" ? "steelblue" : "darkorange") << "\"];\n";
+  }
+  out << "}\n";
+}
+
+int run(int argc, char** argv) {
+  std::string dot;
+  bool help = false;
+  braid::CommandLine cli;
+  cli.flag({"-h", "--help"}, [&] { help = true; })
+      .option({"--dot"}, [&](std::string_view, std::string_view v) { dot = v; });
+  cli.parse(argc, argv, braid::CommandLine::Positionals::interleaved,
+            [](std::string_view extra) { throw braid::UsageError(braid::cat("unexpected argument '", extra, "'")); });
+  if (help) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  const braid::Machine machine = braid::Machine::local();
+  if (std::getenv("BRAID_RANK") == nullptr && std::getenv("TF_CONFIG") == nullptr) {
+    std::printf("%s", machine.describe().c_str());
+    if (!dot.empty()) std::fprintf(stderr, "braid-topo: --dot draws a job's plan: run under braid-run\n");
+    return 0;
+  }
+
+  braid::Comm comm = braid::Comm::from_env();
+  const int n = comm.size();
+  const braid::RankInfo self = braid::RankInfo::local(comm.rank());
+  RankRecord mine{};
+  const char* simulated = std::getenv("BRAID_HOST_ID");
+  std::snprintf(mine.host, sizeof mine.host, "%s", simulated && *simulated ? simulated : self.hostname.c_str());
+  std::snprintf(mine.cpus, sizeof mine.cpus, "%s", machine.bound_cpus.c_str());
+  mine.host_id = self.host_id;
+  mine.kernel_id = self.kernel_id;
+  mine.pid = self.pid;
+  mine.numa = machine.bound_numa.empty() ? -1 : machine.bound_numa.front();
+  std::vector<RankRecord> all(static_cast<std::size_t>(n));
+  comm.all_gather(&mine, all.data(), sizeof mine, braid::DataType::u8);
+  // Each host's machine, told by its lowest rank.
+  std::string own = machine.describe();
+  own.resize(4096, '\0');
+  std::vector<char> machines(4096 * static_cast<std::size_t>(n));
+  comm.all_gather(own.data(), machines.data(), 4096, braid::DataType::u8);
+  if (comm.rank() != 0) return 0;
+
+  std::vector<braid::RankInfo> infos;
+  std::vector<std::string> hosts;
+  for (int r = 0; r < n; ++r) {
+    const RankRecord& rec = all[static_cast<std::size_t>(r)];
+    hosts.push_back(text_of(rec.host, sizeof rec.host));
+    infos.push_back(braid::RankInfo{.rank = r, .hostname = hosts.back(), .host_id = rec.host_id,
+                                    .kernel_id = rec.kernel_id, .pid = rec.pid});
+  }
+  const braid::Plan plan = braid::make_plan(infos, braid::Settings::from_env());
+  std::printf("braid-topo: %d ranks\n", n);
+  std::map<std::string, std::vector<int>> by_host;
+  for (int r = 0; r < n; ++r) by_host[hosts[static_cast<std::size_t>(r)]].push_back(r);
+  for (const auto& [host, ranks] : by_host) {
+    const std::size_t first = static_cast<std::size_t>(ranks.front());
+    std::printf("\nhost %s: %zu rank(s)\n  %s", host.c_str(), ranks.size(),
+                text_of(machines.data() + 4096 * first, 4096).c_str());
+    for (int r : ranks) {
+      const RankRecord& rec = all[static_cast<std::size_t>(r)];
+      std::printf("  rank %d: pid %d, CPUs %s%s\n", r, rec.pid, text_of(rec.cpus, sizeof rec.cpus).c_str(),
+                  rec.numa >= 0 ? braid::cat(", NUMA ", rec.numa).c_str() : "");
+    }
+  }
+  std::printf("\nplan: %s\n", plan.describe().c_str());
+  std::printf("communicator: %s\n", comm.describe().c_str());
+  if (!dot.empty()) {
+    write_dot(dot, infos, hosts, plan);
+    std::printf("wrote %s (render: dot -Tpng %s -o plan.png)\n", dot.c_str(), dot.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const braid::UsageError& e) {
+    std::fprintf(stderr, "braid-topo: %s\nRun 'braid-topo --help' for usage.\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "braid-topo: %s\n", e.what());
+    return 1;
+  }
+}

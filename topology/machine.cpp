@@ -1,0 +1,182 @@
+#include "topology/machine.hpp"
+
+#include <hwloc.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+
+#include "braid/types.hpp"
+#include "core/text.hpp"
+
+namespace braid {
+namespace {
+
+// Owns an hwloc topology or bitmap.
+struct TopologyCloser {
+  void operator()(hwloc_topology* t) const { hwloc_topology_destroy(t); }
+};
+struct BitmapFreer {
+  void operator()(hwloc_bitmap_s* b) const { hwloc_bitmap_free(b); }
+};
+using TopologyPtr = std::unique_ptr<hwloc_topology, TopologyCloser>;
+using BitmapPtr = std::unique_ptr<hwloc_bitmap_s, BitmapFreer>;
+
+TopologyPtr load_topology(bool io) {
+  hwloc_topology_t raw = nullptr;
+  if (hwloc_topology_init(&raw) != 0) throw SystemError(cat("hwloc_topology_init failed: ", errno_text(errno)));
+  TopologyPtr topo(raw);
+  if (io) hwloc_topology_set_io_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  if (hwloc_topology_load(raw) != 0) throw SystemError(cat("hwloc_topology_load failed: ", errno_text(errno)));
+  return topo;
+}
+
+std::string cpu_list(hwloc_const_bitmap_t set) {
+  char* text = nullptr;
+  if (hwloc_bitmap_list_asprintf(&text, set) < 0 || text == nullptr) return "?";
+  std::string out(text);
+  std::free(text);
+  return out;
+}
+
+// The NUMA node of an I/O object: the first node of its first non-I/O
+// ancestor's nodeset, if that ancestor is not the whole machine.
+int numa_of(hwloc_topology_t topo, hwloc_obj_t obj) {
+  hwloc_obj_t parent = hwloc_get_non_io_ancestor_obj(topo, obj);
+  if (parent == nullptr || parent->nodeset == nullptr) return -1;
+  if (hwloc_bitmap_weight(parent->nodeset) != 1) return -1;
+  return hwloc_bitmap_first(parent->nodeset);
+}
+
+std::string pci_of(hwloc_obj_t obj) {
+  for (hwloc_obj_t p = obj->parent; p != nullptr; p = p->parent)
+    if (p->type == HWLOC_OBJ_PCI_DEVICE) {
+      std::array<char, 32> text{};
+      std::snprintf(text.data(), text.size(), "%04x:%02x:%02x.%01x", p->attr->pcidev.domain, p->attr->pcidev.bus,
+                    p->attr->pcidev.dev, p->attr->pcidev.func);
+      return text.data();
+    }
+  return "";
+}
+
+bool virtual_name(const std::string& name) {
+  for (std::string_view prefix : {"docker", "virbr", "veth", "br-", "tun", "tap", "ifb", "dummy", "vnet", "wg"})
+    if (name.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+// Every interface the kernel lists, in name order; hwloc adds locality for
+// the ones it sees on PCI.
+std::vector<NetworkInterface> interfaces(hwloc_topology_t topo) {
+  std::vector<NetworkInterface> out;
+  std::error_code ec;
+  const std::filesystem::path net("/sys/class/net");
+  for (const auto& entry : std::filesystem::directory_iterator(net, ec)) {
+    NetworkInterface nic;
+    nic.name = entry.path().filename().string();
+    nic.loopback = nic.name == "lo";
+    nic.is_virtual = !nic.loopback && (virtual_name(nic.name) || !std::filesystem::exists(entry.path() / "device", ec));
+    std::ifstream speed(entry.path() / "speed");
+    if (int mbps = -1; speed >> mbps && mbps > 0) nic.speed_mbps = mbps;
+    out.push_back(std::move(nic));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  for (hwloc_obj_t dev = nullptr; (dev = hwloc_get_next_osdev(topo, dev)) != nullptr;) {
+    if (dev->attr->osdev.type != HWLOC_OBJ_OSDEV_NETWORK || dev->name == nullptr) continue;
+    for (auto& nic : out)
+      if (nic.name == dev->name) nic.numa = numa_of(topo, dev);
+  }
+  return out;
+}
+
+std::vector<Gpu> gpus(hwloc_topology_t topo) {
+  std::vector<Gpu> out;
+  for (hwloc_obj_t dev = nullptr; (dev = hwloc_get_next_osdev(topo, dev)) != nullptr;) {
+    const auto type = dev->attr->osdev.type;
+    if ((type != HWLOC_OBJ_OSDEV_GPU && type != HWLOC_OBJ_OSDEV_COPROC) || dev->name == nullptr) continue;
+    out.push_back(Gpu{dev->name, pci_of(dev), numa_of(topo, dev)});
+  }
+  return out;
+}
+
+// The binding part of a Machine, read now.
+void read_binding(hwloc_topology_t topo, Machine& m) {
+  BitmapPtr set(hwloc_bitmap_alloc());
+  if (!set) throw SystemError("hwloc_bitmap_alloc failed");
+  if (hwloc_get_cpubind(topo, set.get(), HWLOC_CPUBIND_PROCESS) != 0)
+    hwloc_bitmap_copy(set.get(), hwloc_topology_get_allowed_cpuset(topo));
+  hwloc_bitmap_and(set.get(), set.get(), hwloc_topology_get_topology_cpuset(topo));
+  m.bound_cpus = cpu_list(set.get());
+  m.bound_pus = hwloc_bitmap_weight(set.get());
+  m.bound_cores = 0;
+  for (hwloc_obj_t core = nullptr; (core = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_CORE, core)) != nullptr;)
+    if (hwloc_bitmap_intersects(core->cpuset, set.get())) ++m.bound_cores;
+  if (m.bound_cores == 0) m.bound_cores = m.bound_pus;  // no core objects (some VMs): count threads
+  m.bound_numa.clear();
+  for (hwloc_obj_t node = nullptr; (node = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, node)) != nullptr;)
+    if (hwloc_bitmap_intersects(node->cpuset, set.get())) m.bound_numa.push_back(static_cast<int>(node->os_index));
+}
+
+Machine from(hwloc_topology_t topo) {
+  Machine m;
+  m.packages = std::max(1, hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PACKAGE));
+  m.numa_nodes = std::max(1, hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE));
+  m.pus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
+  m.cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+  if (m.cores <= 0) m.cores = m.pus;
+  read_binding(topo, m);
+  m.nics = interfaces(topo);
+  m.gpus = gpus(topo);
+  return m;
+}
+
+std::string plural(int n, std::string_view one, std::string_view many) { return cat(n, " ", n == 1 ? one : many); }
+
+}  // namespace
+
+Machine Machine::discover() {
+  TopologyPtr topo = load_topology(true);
+  return from(topo.get());
+}
+
+Machine Machine::local() {
+  // The topology without I/O devices is enough to re-read the binding.
+  static std::once_flag once;
+  static Machine machine;
+  static TopologyPtr cpus;
+  static std::mutex mutex;
+  std::call_once(once, [] {
+    machine = discover();
+    cpus = load_topology(false);
+  });
+  std::lock_guard lock(mutex);
+  Machine now = machine;
+  read_binding(cpus.get(), now);
+  return now;
+}
+
+std::string Machine::describe() const {
+  std::string numa;
+  for (int n : bound_numa) numa += cat(numa.empty() ? "" : ",", n);
+  std::string out = cat(plural(packages, "package", "packages"), ", ", plural(numa_nodes, "NUMA node", "NUMA nodes"),
+                        ", ", plural(cores, "core", "cores"), ", ", plural(pus, "hardware thread", "hardware threads"),
+                        "; this process may run on CPUs ", bound_cpus, " (", plural(bound_cores, "core", "cores"),
+                        numa.empty() ? std::string() : cat(", NUMA ", numa), ")\n");
+  for (const auto& nic : nics)
+    out += cat("  net ", nic.name, nic.loopback ? " (loopback)" : nic.is_virtual ? " (virtual)" : "",
+               nic.speed_mbps > 0 ? cat(", ", nic.speed_mbps, " Mbit/s") : std::string(),
+               nic.numa >= 0 ? cat(", NUMA ", nic.numa) : std::string(), "\n");
+  for (const auto& gpu : gpus)
+    out += cat("  gpu ", gpu.name, gpu.pci.empty() ? std::string() : cat(" at ", gpu.pci),
+               gpu.numa >= 0 ? cat(", NUMA ", gpu.numa) : std::string(), "\n");
+  if (gpus.empty()) out += "  no GPU seen\n";
+  return out;
+}
+
+}  // namespace braid

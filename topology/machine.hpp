@@ -1,0 +1,58 @@
+// Machine: what hwloc sees of this host, for the planner and for people
+// (braid-topo): packages, NUMA nodes, cores and hardware threads, the CPUs
+// this process is bound to and the NUMA nodes they belong to, network
+// interfaces (loopback and virtual bridges marked, link speed where the
+// kernel knows it, NUMA locality where hwloc sees the device on PCI) and GPUs
+// (PCI address and locality) where hwloc sees them.
+//
+// discover() loads hwloc's topology of this host once per call (tens of
+// milliseconds with I/O devices); local() keeps the first discovery for the
+// process, since the machine does not change under it (the binding of the
+// process could, and the engine's spin decision reads it when a
+// communicator starts: local() refreshes the binding each call).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace braid {
+
+struct NetworkInterface {
+  std::string name;
+  bool loopback = false;
+  /// A bridge, veth, tun/tap or docker/virbr interface: not a cable to
+  /// another host (sysfs has no device behind it, or the name says so).
+  bool is_virtual = false;
+  int speed_mbps = -1;  // -1: the kernel does not say
+  int numa = -1;        // the NUMA node the device hangs off, -1 if unknown
+};
+
+struct Gpu {
+  std::string name;  // hwloc's OS device name ("cuda0", "card0", "renderD128")
+  std::string pci;   // "0000:3b:00.0", or "" when hwloc saw no PCI device
+  int numa = -1;
+};
+
+struct Machine {
+  int packages = 0;
+  int numa_nodes = 0;
+  int cores = 0;
+  int pus = 0;                    // hardware threads
+  std::string bound_cpus;         // this process's binding as a CPU list ("0-3,8")
+  int bound_cores = 0;            // cores with at least one CPU of the binding
+  int bound_pus = 0;
+  std::vector<int> bound_numa;    // NUMA nodes of the binding
+  std::vector<NetworkInterface> nics;
+  std::vector<Gpu> gpus;
+
+  /// This host now. Throws SystemError naming hwloc's failing call.
+  static Machine discover();
+  /// The process's machine (discovered once) with the binding read now.
+  static Machine local();
+
+  /// Several lines: "1 package, 1 NUMA node, 2 cores, 2 hardware threads; bound to CPUs 0-1 (2 cores, NUMA 0)",
+  /// then one line per interface and GPU.
+  std::string describe() const;
+};
+
+}  // namespace braid
