@@ -114,6 +114,9 @@ braid_result_t braid_comm_dump_state(braid_comm_t comm, char* buf, size_t len);
 braid_result_t braid_comm_destroy(braid_comm_t comm);
 braid_result_t braid_comm_rank(braid_comm_t comm, int* rank);
 braid_result_t braid_comm_count(braid_comm_t comm, int* count);
+/** This rank's index among the ranks of its host, in rank order, and their number. */
+braid_result_t braid_comm_local_rank(braid_comm_t comm, int* local_rank);
+braid_result_t braid_comm_local_size(braid_comm_t comm, int* local_size);
 
 /* Collectives. Every rank calls each one with the same datatype, count, op
  * and root. Counts are in elements; n is the communicator's size. Each call

@@ -134,6 +134,11 @@ class Comm {
 
   int rank() const;
   int size() const;
+  /// This rank's index among the ranks of its host (as the plan sees hosts:
+  /// BRAID_HOST_ID when set), in rank order, and how many they are: what a
+  /// program uses to pick its GPU or its share of the host.
+  int local_rank() const;
+  int local_size() const;
   /// One line naming the transport, the algorithms and the settings in use.
   std::string describe() const;
   /// The flight recorder: the last operations with their state (queued,

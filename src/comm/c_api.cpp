@@ -162,6 +162,20 @@ braid_result_t braid_comm_count(braid_comm_t comm, int* count) {
   });
 }
 
+braid_result_t braid_comm_local_rank(braid_comm_t comm, int* local_rank) {
+  return guarded([&] {
+    require(local_rank, "the local rank pointer");
+    *local_rank = comm_of(comm).local_rank();
+  });
+}
+
+braid_result_t braid_comm_local_size(braid_comm_t comm, int* local_size) {
+  return guarded([&] {
+    require(local_size, "the local size pointer");
+    *local_size = comm_of(comm).local_size();
+  });
+}
+
 braid_result_t braid_comm_split(braid_comm_t comm, int color, int key, braid_comm_t* newcomm) {
   return guarded([&] {
     require(newcomm, "the new communicator pointer");

@@ -95,6 +95,8 @@ Comm Comm::init(const UniqueId& id, int rank, int size, const CommOptions& optio
 
 int Comm::rank() const { return impl().rank(); }
 int Comm::size() const { return impl().size(); }
+int Comm::local_rank() const { return impl().local_rank(); }
+int Comm::local_size() const { return impl().local_size(); }
 std::string Comm::describe() const { return impl().describe(); }
 std::string Comm::dump_state() const { return impl().dump_state(); }
 std::exception_ptr Comm::async_error() const { return impl().async_error(); }

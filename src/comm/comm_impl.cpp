@@ -228,6 +228,12 @@ void CommImpl::start(std::vector<RankInfo> infos, Addresses addresses) {
   link_kind_.assign(static_cast<std::size_t>(size_), -1);
   for (int p = 0; p < size_; ++p)
     if (p != rank_) link_kind_[p] = kind_between(rank_, p);
+  local_rank_ = static_cast<int>(std::count_if(infos_.begin(), infos_.begin() + rank_, [&](const RankInfo& i) {
+    return i.host_id == infos_[rank_].host_id;
+  }));
+  local_size_ = static_cast<int>(std::count_if(infos_.begin(), infos_.end(), [&](const RankInfo& i) {
+    return i.host_id == infos_[rank_].host_id;
+  }));
   // Ranks that share this kernel share its cores, whatever BRAID_HOST_ID says.
   int local = static_cast<int>(std::count_if(infos_.begin(), infos_.end(),
                                              [&](const RankInfo& i) { return i.kernel_id == infos_[rank_].kernel_id; }));

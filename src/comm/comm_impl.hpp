@@ -94,6 +94,8 @@ class CommImpl {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
   std::string describe() const;
 
   std::shared_ptr<Operation> all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
@@ -227,6 +229,8 @@ class CommImpl {
   int size_;
   bool adaptive_spin_ = false;  // spin by SpinBudget (BRAID_SPIN_US unset, ranks fit on the cores)
   bool oversubscribed_ = false; // more ranks on this kernel than cores
+  int local_rank_ = 0;          // among the ranks of this host (host_id), in rank order
+  int local_size_ = 1;
   int yield_us_ = 0;            // oversubscribed: poll with sched_yield this long before sleeping
   static constexpr std::chrono::microseconds kOversubscribedYield{1000};
   int spin_us_ = 0;             // the fixed spin otherwise

@@ -446,6 +446,15 @@ int main(void) {
   }
   EXPECT_OK(braid_comm_rank(comm, &rank));
   EXPECT_OK(braid_comm_count(comm, &n));
+  {
+    /* One host: the local rank is the rank. */
+    int local_rank = -1, local_size = -1;
+    EXPECT_OK(braid_comm_local_rank(comm, &local_rank));
+    EXPECT_OK(braid_comm_local_size(comm, &local_size));
+    EXPECT(local_rank == rank);
+    EXPECT(local_size == n);
+    EXPECT_CODE(braid_comm_local_rank(comm, NULL), braid_invalid_argument);
+  }
   g_rank = rank;
   if (n < 2 || n > 8) {
     fprintf(stderr, "c_abi_check: run it with 2 to 8 ranks (got %d)\n", n);

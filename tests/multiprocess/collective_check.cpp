@@ -14,6 +14,7 @@
 // runs one of the two (the tests that force one algorithm with BRAID_ALGO).
 // --expect-in-describe fails the run unless Comm::describe() contains TEXT
 // (the test on simulated hosts checks that it mixes shm and tcp).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -104,6 +105,16 @@ int main(int argc, char** argv) {
     braid::Comm comm = braid::Comm::from_env();
     const int n = comm.size();
     Tally tally;
+    // Under BRAID_HOST_ID=sim<rank / 2> (the simulated-hosts test) ranks
+    // pair up; otherwise they share one host.
+    const char* simulated = std::getenv("BRAID_HOST_ID");
+    const bool paired = simulated != nullptr && *simulated != '\0';
+    const int want_local_rank = paired ? comm.rank() % 2 : comm.rank();
+    const int want_local_size = paired ? std::min(2, n - comm.rank() / 2 * 2) : n;
+    tally.record(comm.local_rank() == want_local_rank && comm.local_size() == want_local_size,
+                 "local rank " + std::to_string(comm.local_rank()) + " of " + std::to_string(comm.local_size()) +
+                     ", expected " + std::to_string(want_local_rank) + " of " + std::to_string(want_local_size),
+                 comm.rank());
     const std::string description = comm.describe();
     for (const auto& text : expected_in_describe)
       tally.record(description.find(text) != std::string::npos,
