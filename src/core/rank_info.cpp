@@ -39,7 +39,9 @@ RankInfo RankInfo::decode(std::span<const std::byte> bytes) {
   info.rank = static_cast<int>(r.u32());
   info.host_id = r.u64();
   info.kernel_id = r.u64();
-  info.host_id_from_env = r.u8() != 0;
+  const std::uint8_t named = r.u8();
+  if (named > 1) throw ProtocolMismatch(cat("rank info: the BRAID_HOST_ID flag is ", int{named}, ", not 0 or 1"));
+  info.host_id_from_env = named == 1;
   info.pid = static_cast<int>(r.u32());
   const std::uint32_t words = r.u32();
   if (words > kMaxCpuWords) throw ProtocolMismatch(cat("rank info: a CPU mask of ", words, " words (at most ", kMaxCpuWords, ")"));
