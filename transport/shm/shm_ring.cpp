@@ -24,10 +24,6 @@ std::atomic_ref<T> atomic(T& word) {
   return std::atomic_ref<T>(word);
 }
 
-std::string tag_text(std::uint64_t id) {
-  return cat("op #", (id >> 32) & 0x7fffffffu, (id >> 63) ? " (point-to-point)" : "", " step ", id & 0xffffffffu);
-}
-
 // Spins for `spin`, then arms and sleeps until `ready()` or the timeout.
 // `side` is a sender or a receiver (arm, wait, and its own bell to disarm).
 template <typename Side, typename Ready>
@@ -237,7 +233,7 @@ void ShmRingReceiver::check_slot(const SlotHeader& slot, const IncomingMessage& 
   if (slot.offset != m.received || slot.chunk_bytes > geometry_.slot_bytes ||
       slot.chunk_bytes > m.dst.bytes - m.received || (slot.chunk_bytes == 0 && m.dst.bytes != 0))
     throw ProtocolMismatch(cat(description_, ": a chunk of ", slot.chunk_bytes, " bytes at offset ", slot.offset,
-                               " of ", tag_text(slot.message.tag), " does not continue the ", m.received,
+                               " of ", describe_tag(slot.message.as_tag()), " does not continue the ", m.received,
                                " bytes received so far: the ring is corrupt"));
 }
 
@@ -250,7 +246,7 @@ bool ShmRingReceiver::try_pop(IncomingMessage& m) {
       // The producer sets its flag after its last publish: look at the flag,
       // then once more at head, so a final message is never cut off.
       if (peer_closed() && !has_data())
-        throw PeerLost(cat(description_, ": the sending side closed the ring before ", tag_text(m.tag.id),
+        throw PeerLost(cat(description_, ": the sending side closed the ring before ", describe_tag(m.tag),
                            " arrived (", m.received, " of ", m.dst.bytes, " bytes received)"));
       if (!has_data()) break;
     }
