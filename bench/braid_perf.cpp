@@ -27,6 +27,7 @@
 #include "core/rank_info.hpp"
 #include "core/settings.hpp"
 #include "expected_values.hpp"
+#include "job_ranks.hpp"
 #include "perf_options.hpp"
 #include "perf_report.hpp"
 #include "topology/plan.hpp"
@@ -242,31 +243,14 @@ struct Placement {
 };
 
 Placement gather_placement(braid::Comm& comm) {
-  constexpr std::size_t kName = 64;
-  struct Entry {
-    char host[kName];
-    std::int32_t pid;
-    std::uint64_t host_id;
-    std::uint64_t kernel_id;
-  };
-  Entry mine{};
-  const braid::RankInfo self = braid::RankInfo::local(comm.rank());
-  const char* simulated = std::getenv("BRAID_HOST_ID");
-  std::snprintf(mine.host, kName, "%s", simulated && *simulated ? simulated : self.hostname.c_str());
-  mine.pid = static_cast<std::int32_t>(self.pid);
-  mine.host_id = self.host_id;
-  mine.kernel_id = self.kernel_id;
-  std::vector<Entry> all(static_cast<std::size_t>(comm.size()));
-  comm.all_gather(&mine, all.data(), sizeof(Entry), braid::DataType::u8);
+  braid::JobRanks job = braid::gather_job_ranks(comm);
   Placement p;
-  for (std::size_t r = 0; r < all.size(); ++r) {
-    const Entry& e = all[r];
-    p.hosts.emplace_back(e.host, strnlen(e.host, kName));
-    p.pids.push_back(e.pid);
-    p.infos.push_back(braid::RankInfo{.rank = static_cast<int>(r), .hostname = p.hosts.back(), .host_id = e.host_id,
-                                      .kernel_id = e.kernel_id, .pid = e.pid});
-    ++p.ranks_per_host[p.hosts.back()];
+  for (std::size_t r = 0; r < job.infos.size(); ++r) {
+    p.pids.push_back(job.infos[r].pid);
+    ++p.ranks_per_host[job.hosts[r]];
   }
+  p.hosts = std::move(job.hosts);
+  p.infos = std::move(job.infos);
   return p;
 }
 

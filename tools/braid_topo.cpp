@@ -23,7 +23,7 @@
 
 #include "braid/braid.hpp"
 #include "command_line.hpp"
-#include "core/rank_info.hpp"
+#include "job_ranks.hpp"
 #include "core/settings.hpp"
 #include "core/text.hpp"
 #include "topology/machine.hpp"
@@ -44,13 +44,10 @@ options:
   -h, --help   print this help
 )";
 
-// What each rank tells rank 0, fixed size for one all_gather.
+// What each rank tells rank 0 beyond its RankInfo (job_ranks.hpp), fixed
+// size for one all_gather.
 struct RankRecord {
-  char host[64];     // BRAID_HOST_ID's name, else the host name
-  char cpus[64];     // its binding
-  std::uint64_t host_id;
-  std::uint64_t kernel_id;
-  std::int32_t pid;
+  char cpus[64];      // its binding, as hwloc writes it
   std::int32_t numa;  // its first NUMA node, -1 if unknown
 };
 
@@ -101,14 +98,9 @@ int run(int argc, char** argv) {
 
   braid::Comm comm = braid::Comm::from_env();
   const int n = comm.size();
-  const braid::RankInfo self = braid::RankInfo::local(comm.rank());
+  const braid::JobRanks job = braid::gather_job_ranks(comm);
   RankRecord mine{};
-  const char* simulated = std::getenv("BRAID_HOST_ID");
-  std::snprintf(mine.host, sizeof mine.host, "%s", simulated && *simulated ? simulated : self.hostname.c_str());
   std::snprintf(mine.cpus, sizeof mine.cpus, "%s", machine.bound_cpus.c_str());
-  mine.host_id = self.host_id;
-  mine.kernel_id = self.kernel_id;
-  mine.pid = self.pid;
   mine.numa = machine.bound_numa.empty() ? -1 : machine.bound_numa.front();
   std::vector<RankRecord> all(static_cast<std::size_t>(n));
   comm.all_gather(&mine, all.data(), sizeof mine, braid::DataType::u8);
@@ -119,14 +111,8 @@ int run(int argc, char** argv) {
   comm.all_gather(own.data(), machines.data(), 4096, braid::DataType::u8);
   if (comm.rank() != 0) return 0;
 
-  std::vector<braid::RankInfo> infos;
-  std::vector<std::string> hosts;
-  for (int r = 0; r < n; ++r) {
-    const RankRecord& rec = all[static_cast<std::size_t>(r)];
-    hosts.push_back(text_of(rec.host, sizeof rec.host));
-    infos.push_back(braid::RankInfo{.rank = r, .hostname = hosts.back(), .host_id = rec.host_id,
-                                    .kernel_id = rec.kernel_id, .pid = rec.pid});
-  }
+  const std::vector<braid::RankInfo>& infos = job.infos;
+  const std::vector<std::string>& hosts = job.hosts;
   const braid::Plan plan = braid::make_plan(infos, braid::Settings::from_env());
   std::printf("braid-topo: %d ranks\n", n);
   std::map<std::string, std::vector<int>> by_host;
@@ -137,7 +123,8 @@ int run(int argc, char** argv) {
                 text_of(machines.data() + 4096 * first, 4096).c_str());
     for (int r : ranks) {
       const RankRecord& rec = all[static_cast<std::size_t>(r)];
-      std::printf("  rank %d: pid %d, CPUs %s%s\n", r, rec.pid, text_of(rec.cpus, sizeof rec.cpus).c_str(),
+      std::printf("  rank %d: pid %d, CPUs %s%s\n", r, infos[static_cast<std::size_t>(r)].pid,
+                  text_of(rec.cpus, sizeof rec.cpus).c_str(),
                   rec.numa >= 0 ? braid::cat(", NUMA ", rec.numa).c_str() : "");
     }
   }
