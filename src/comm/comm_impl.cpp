@@ -395,8 +395,11 @@ OpDescriptor CommImpl::descriptor_of(OpDescriptor::Kind kind, DataType type, Red
 }
 
 template <typename Build, typename Describe>
-std::shared_ptr<Operation> CommImpl::make_op(const OpPlan::Key& key, Buffers buffers, std::uint32_t sequence,
+std::shared_ptr<Operation> CommImpl::make_op(OpPlan::Key key, Buffers buffers, std::uint32_t sequence,
                                              Build&& build, Describe&& describe) {
+  // The caller's buffer sizes are part of the shape (the root's differ).
+  key.input_bytes = buffers.input_bytes;
+  key.output_bytes = buffers.output_bytes;
   auto hit = std::find_if(plans_.begin(), plans_.end(), [&](const auto& p) { return p->key == key; });
   if (hit != plans_.end()) {
     std::rotate(plans_.begin(), hit, hit + 1);
@@ -471,8 +474,7 @@ std::shared_ptr<Operation> CommImpl::all_reduce(const void* send, void* recv, st
   check_overlap(rank_, "all_reduce", send, bytes, recv, bytes, recv);
   const std::string_view algo = algorithm_for("all_reduce", bytes);
   return make_op(
-      {.descriptor = descriptor_of(OpDescriptor::Kind::all_reduce, type, op, -1, count, algo), .input_bytes = bytes,
-       .output_bytes = bytes},
+      {.descriptor = descriptor_of(OpDescriptor::Kind::all_reduce, type, op, -1, count, algo)},
       Buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), bytes, bytes}, ++collective_sequence_,
       [&] {
         const CollectiveShape s = shape(count, type, op, 0);
@@ -495,8 +497,7 @@ std::shared_ptr<Operation> CommImpl::broadcast(const void* send, void* recv, std
   const std::string_view algo = algorithm_for("broadcast", bytes);
   const Buffers buffers{static_cast<const std::byte*>(in), static_cast<std::byte*>(recv), in ? bytes : 0, bytes};
   return make_op(
-      {.descriptor = descriptor_of(OpDescriptor::Kind::broadcast, type, ReduceOp::sum, root, count, algo),
-       .input_bytes = buffers.input_bytes, .output_bytes = buffers.output_bytes},
+      {.descriptor = descriptor_of(OpDescriptor::Kind::broadcast, type, ReduceOp::sum, root, count, algo)},
       buffers, ++collective_sequence_,
       [&] {
         const CollectiveShape s = shape(count, type, ReduceOp::sum, root);
@@ -516,8 +517,7 @@ std::shared_ptr<Operation> CommImpl::reduce(const void* send, void* recv, std::s
   check_overlap(rank_, "reduce", send, bytes, out, bytes, out);
   const Buffers buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(out), bytes, out ? bytes : 0};
   return make_op(
-      {.descriptor = descriptor_of(OpDescriptor::Kind::reduce, type, op, root, count, "binomial"),
-       .input_bytes = buffers.input_bytes, .output_bytes = buffers.output_bytes},
+      {.descriptor = descriptor_of(OpDescriptor::Kind::reduce, type, op, root, count, "binomial")},
       buffers, ++collective_sequence_, [&] { return binomial_reduce(shape(count, type, op, root)); },
       [&] { return shape_text("reduce", type, cat(name_of(op), ", root ", root), count); });
 }
@@ -530,8 +530,7 @@ std::shared_ptr<Operation> CommImpl::all_gather(const void* send, void* recv, st
   check_overlap(rank_, "all_gather", send, block, recv, total,
                 recv ? static_cast<std::byte*>(recv) + block * static_cast<std::size_t>(rank_) : nullptr);
   return make_op(
-      {.descriptor = descriptor_of(OpDescriptor::Kind::all_gather, type, ReduceOp::sum, -1, count, "ring"),
-       .input_bytes = block, .output_bytes = total},
+      {.descriptor = descriptor_of(OpDescriptor::Kind::all_gather, type, ReduceOp::sum, -1, count, "ring")},
       Buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), block, total}, ++collective_sequence_,
       [&] { return ring_all_gather(shape(count, type, ReduceOp::sum, 0)); },
       [&] { return shape_text("all_gather", type, "", count); });
@@ -547,8 +546,7 @@ std::shared_ptr<Operation> CommImpl::reduce_scatter(const void* send, void* recv
   check_overlap(rank_, "reduce_scatter", recv, block, send, total,
                 send ? static_cast<const std::byte*>(send) + block * static_cast<std::size_t>(rank_) : nullptr);
   return make_op(
-      {.descriptor = descriptor_of(OpDescriptor::Kind::reduce_scatter, type, op, -1, count, "ring"),
-       .input_bytes = total, .output_bytes = block},
+      {.descriptor = descriptor_of(OpDescriptor::Kind::reduce_scatter, type, op, -1, count, "ring")},
       Buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), total, block}, ++collective_sequence_,
       [&] { return ring_reduce_scatter(shape(count, type, op, 0)); },
       [&] { return shape_text("reduce_scatter", type, name_of(op), count); });
@@ -561,8 +559,7 @@ std::shared_ptr<Operation> CommImpl::all_to_all(const void* send, void* recv, st
   check_buffer(recv, count, "all_to_all", "recv");
   check_overlap(rank_, "all_to_all", send, total, recv, total, recv);
   return make_op(
-      {.descriptor = descriptor_of(OpDescriptor::Kind::all_to_all, type, ReduceOp::sum, -1, count, "pairwise"),
-       .input_bytes = total, .output_bytes = total},
+      {.descriptor = descriptor_of(OpDescriptor::Kind::all_to_all, type, ReduceOp::sum, -1, count, "pairwise")},
       Buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), total, total}, ++collective_sequence_,
       [&] { return pairwise_all_to_all(shape(count, type, ReduceOp::sum, 0)); },
       [&] { return shape_text("all_to_all", type, "", count); });
@@ -579,8 +576,7 @@ std::shared_ptr<Operation> CommImpl::gather(const void* send, void* recv, std::s
                 out ? static_cast<std::byte*>(out) + block * static_cast<std::size_t>(rank_) : nullptr);
   const Buffers buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(out), block, out ? total : 0};
   return make_op(
-      {.descriptor = descriptor_of(OpDescriptor::Kind::gather, type, ReduceOp::sum, root, count, "direct"),
-       .input_bytes = buffers.input_bytes, .output_bytes = buffers.output_bytes},
+      {.descriptor = descriptor_of(OpDescriptor::Kind::gather, type, ReduceOp::sum, root, count, "direct")},
       buffers, ++collective_sequence_, [&] { return direct_gather(shape(count, type, ReduceOp::sum, root)); },
       [&] { return shape_text("gather", type, cat("root ", root), count); });
 }
@@ -596,8 +592,7 @@ std::shared_ptr<Operation> CommImpl::scatter(const void* send, void* recv, std::
                 in ? static_cast<const std::byte*>(in) + block * static_cast<std::size_t>(rank_) : nullptr);
   const Buffers buffers{static_cast<const std::byte*>(in), static_cast<std::byte*>(recv), in ? total : 0, block};
   return make_op(
-      {.descriptor = descriptor_of(OpDescriptor::Kind::scatter, type, ReduceOp::sum, root, count, "direct"),
-       .input_bytes = buffers.input_bytes, .output_bytes = buffers.output_bytes},
+      {.descriptor = descriptor_of(OpDescriptor::Kind::scatter, type, ReduceOp::sum, root, count, "direct")},
       buffers, ++collective_sequence_, [&] { return direct_scatter(shape(count, type, ReduceOp::sum, root)); },
       [&] { return shape_text("scatter", type, cat("root ", root), count); });
 }
@@ -626,7 +621,7 @@ std::shared_ptr<Operation> CommImpl::point_to_point(StepKind kind, int peer, Buf
   const std::uint32_t sequence = kPointToPoint | (count_here++ & ~kPointToPoint);
   return make_op(
       {.descriptor = descriptor_of(OpDescriptor::Kind::point_to_point, type, ReduceOp::sum, -1, count, "p2p"),
-       .peer = peer, .sends = sends, .input_bytes = buffers.input_bytes, .output_bytes = buffers.output_bytes},
+       .peer = peer, .sends = sends},
       buffers, sequence,
       [&] {
         Schedule schedule;

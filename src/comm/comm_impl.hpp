@@ -195,9 +195,9 @@ class CommImpl {
 
   /// An operation of the plan for `key` (from the plan cache, or made with
   /// build() and describe() and validated); the key's descriptor names the
-  /// algorithm build() uses.
+  /// algorithm build() uses, and its buffer sizes are taken from `buffers`.
   template <typename Build, typename Describe>
-  std::shared_ptr<Operation> make_op(const OpPlan::Key& key, Buffers buffers, std::uint32_t sequence, Build&& build,
+  std::shared_ptr<Operation> make_op(OpPlan::Key key, Buffers buffers, std::uint32_t sequence, Build&& build,
                                      Describe&& describe);
   /// The descriptor of a collective whose schedule comes from `algorithm`.
   static OpDescriptor descriptor_of(OpDescriptor::Kind kind, DataType type, ReduceOp op, int root, std::size_t count,
