@@ -24,6 +24,7 @@
 
 #include "braid/braid.hpp"
 #include "command_line.hpp"
+#include "core/device.hpp"
 #include "core/rank_info.hpp"
 #include "core/settings.hpp"
 #include "expected_values.hpp"
@@ -53,13 +54,49 @@ std::size_t count_for(const CaseSpec& s, int n, std::size_t bytes) {
   return bytes == 0 ? 0 : std::max<std::size_t>(1, bytes / braid::size_of(s.type) / blocks);
 }
 
+// The send and receive buffers: host vectors, and with --device their
+// copies in GPU memory, which the calls use; patterns are written and checked
+// in the host vectors and copied across.
+struct PerfBuffers {
+  std::vector<std::byte> send, recv;
+  braid::device::Memory device_send, device_recv;
+
+  PerfBuffers(std::size_t bytes, bool device, int local_rank) : send(bytes), recv(bytes) {
+    if (!device) return;
+    if (braid::device::count() == 0)
+      throw braid::Error(braid::ErrorCode::unsupported, "--device: " + braid::device::status());
+    const int id = local_rank % braid::device::count();
+    device_send = braid::device::Memory(bytes, id);
+    device_recv = braid::device::Memory(bytes, id);
+  }
+  bool device() const { return device_send.data() != nullptr; }
+  // Where the calls read and write `p`, a pointer into send or recv.
+  std::byte* target(std::byte* p) {
+    if (!device()) return p;
+    if (p >= send.data() && p <= send.data() + send.size()) return device_send.data() + (p - send.data());
+    return device_recv.data() + (p - recv.data());
+  }
+  void to_device() {
+    if (!device()) return;
+    braid::device::copy(device_send.data(), send.data(), send.size());
+    braid::device::copy(device_recv.data(), recv.data(), recv.size());
+  }
+  void to_host() {
+    if (!device()) return;
+    braid::device::copy(send.data(), device_send.data(), send.size());
+    braid::device::copy(recv.data(), device_recv.data(), recv.size());
+  }
+};
+
 // One size of one collective on this rank: the element counts, the buffers
 // the call reads and writes, and how to fill and check them.
 class Case {
  public:
-  Case(const CaseSpec& o, braid::Comm& comm, std::vector<std::byte>& send, std::vector<std::byte>& recv, std::size_t bytes)
-      : o_(o), comm_(comm), kind_(o.collective->kind), rank_(comm.rank()), n_(comm.size()),
+  Case(const CaseSpec& o, braid::Comm& comm, PerfBuffers& buffers, std::size_t bytes)
+      : o_(o), comm_(comm), buffers_(buffers), kind_(o.collective->kind), rank_(comm.rank()), n_(comm.size()),
         element_(braid::size_of(o.type)) {
+    std::vector<std::byte>& send = buffers.send;
+    std::vector<std::byte>& recv = buffers.recv;
     const std::size_t blocks = o.collective->blocked ? static_cast<std::size_t>(n_) : 1;
     count_ = count_for(o, n_, bytes);
     total_ = count_ * blocks;
@@ -82,6 +119,8 @@ class Case {
       case Kind::all_to_all: out_elements_ = total_; break;
       default: out_elements_ = count_; break;
     }
+    call_in_ = buffers.target(in_);
+    call_out_ = buffers.target(out_);
   }
 
   std::size_t size_bytes() const { return total_ * element_; }
@@ -92,25 +131,25 @@ class Case {
     const auto op = o_.op;
     const int root = o_.root;
     switch (kind_) {
-      case Kind::all_reduce: comm_.all_reduce(in_, out_, count_, t, op); break;
-      case Kind::broadcast: comm_.broadcast(in_, out_, count_, t, root); break;
-      case Kind::reduce: comm_.reduce(in_, out_, count_, t, op, root); break;
-      case Kind::all_gather: comm_.all_gather(in_, out_, count_, t); break;
-      case Kind::reduce_scatter: comm_.reduce_scatter(in_, out_, count_, t, op); break;
-      case Kind::all_to_all: comm_.all_to_all(in_, out_, count_, t); break;
-      case Kind::gather: comm_.gather(in_, out_, count_, t, root); break;
-      case Kind::scatter: comm_.scatter(in_, out_, count_, t, root); break;
+      case Kind::all_reduce: comm_.all_reduce(call_in_, call_out_, count_, t, op); break;
+      case Kind::broadcast: comm_.broadcast(call_in_, call_out_, count_, t, root); break;
+      case Kind::reduce: comm_.reduce(call_in_, call_out_, count_, t, op, root); break;
+      case Kind::all_gather: comm_.all_gather(call_in_, call_out_, count_, t); break;
+      case Kind::reduce_scatter: comm_.reduce_scatter(call_in_, call_out_, count_, t, op); break;
+      case Kind::all_to_all: comm_.all_to_all(call_in_, call_out_, count_, t); break;
+      case Kind::gather: comm_.gather(call_in_, call_out_, count_, t, root); break;
+      case Kind::scatter: comm_.scatter(call_in_, call_out_, count_, t, root); break;
       case Kind::sendrecv:
         // A communicator runs its operations one at a time in the order they
         // were started, and a receive posted first holds up a send posted
         // after it: even ranks send first, odd ranks receive first, so the
         // ring never waits on itself (for any n >= 2).
         if (rank_ % 2 == 0) {
-          comm_.send(in_, count_, t, next());
-          comm_.recv(out_, count_, t, previous());
+          comm_.send(call_in_, count_, t, next());
+          comm_.recv(call_out_, count_, t, previous());
         } else {
-          comm_.recv(out_, count_, t, previous());
-          comm_.send(in_, count_, t, next());
+          comm_.recv(call_out_, count_, t, previous());
+          comm_.send(call_in_, count_, t, next());
         }
         break;
     }
@@ -123,21 +162,21 @@ class Case {
     const auto op = o_.op;
     const int root = o_.root;
     switch (kind_) {
-      case Kind::all_reduce: works.push_back(comm_.all_reduce_async(in_, out_, count_, t, op)); break;
-      case Kind::broadcast: works.push_back(comm_.broadcast_async(in_, out_, count_, t, root)); break;
-      case Kind::reduce: works.push_back(comm_.reduce_async(in_, out_, count_, t, op, root)); break;
-      case Kind::all_gather: works.push_back(comm_.all_gather_async(in_, out_, count_, t)); break;
-      case Kind::reduce_scatter: works.push_back(comm_.reduce_scatter_async(in_, out_, count_, t, op)); break;
-      case Kind::all_to_all: works.push_back(comm_.all_to_all_async(in_, out_, count_, t)); break;
-      case Kind::gather: works.push_back(comm_.gather_async(in_, out_, count_, t, root)); break;
-      case Kind::scatter: works.push_back(comm_.scatter_async(in_, out_, count_, t, root)); break;
+      case Kind::all_reduce: works.push_back(comm_.all_reduce_async(call_in_, call_out_, count_, t, op)); break;
+      case Kind::broadcast: works.push_back(comm_.broadcast_async(call_in_, call_out_, count_, t, root)); break;
+      case Kind::reduce: works.push_back(comm_.reduce_async(call_in_, call_out_, count_, t, op, root)); break;
+      case Kind::all_gather: works.push_back(comm_.all_gather_async(call_in_, call_out_, count_, t)); break;
+      case Kind::reduce_scatter: works.push_back(comm_.reduce_scatter_async(call_in_, call_out_, count_, t, op)); break;
+      case Kind::all_to_all: works.push_back(comm_.all_to_all_async(call_in_, call_out_, count_, t)); break;
+      case Kind::gather: works.push_back(comm_.gather_async(call_in_, call_out_, count_, t, root)); break;
+      case Kind::scatter: works.push_back(comm_.scatter_async(call_in_, call_out_, count_, t, root)); break;
       case Kind::sendrecv:
         if (rank_ % 2 == 0) {
-          works.push_back(comm_.send_async(in_, count_, t, next()));
-          works.push_back(comm_.recv_async(out_, count_, t, previous()));
+          works.push_back(comm_.send_async(call_in_, count_, t, next()));
+          works.push_back(comm_.recv_async(call_out_, count_, t, previous()));
         } else {
-          works.push_back(comm_.recv_async(out_, count_, t, previous()));
-          works.push_back(comm_.send_async(in_, count_, t, next()));
+          works.push_back(comm_.recv_async(call_out_, count_, t, previous()));
+          works.push_back(comm_.send_async(call_in_, count_, t, next()));
         }
         break;
     }
@@ -164,12 +203,14 @@ class Case {
         break;
       case Kind::sendrecv: check::fill_block(t, rank_, next(), in_, count_); break;
     }
+    buffers_.to_device();
   }
 
   // Elements of this rank's output that differ from the expected values
   // (only the root's output counts for reduce and gather).
   std::size_t count_wrong() const {
     namespace check = braid::check;
+    buffers_.to_host();
     const auto t = o_.type;
     const bool root = rank_ == o_.root;
     switch (kind_) {
@@ -192,14 +233,17 @@ class Case {
 
   const CaseSpec o_;
   braid::Comm& comm_;
+  PerfBuffers& buffers_;
   Kind kind_;
   int rank_, n_;
   std::size_t element_;
   std::size_t count_ = 0;         // the count argument of the call
   std::size_t total_ = 0;         // elements in the whole buffer (the size column)
   std::size_t out_elements_ = 0;  // elements this rank's call writes
-  std::byte* in_ = nullptr;
+  std::byte* in_ = nullptr;   // in the host vectors, for patterns
   std::byte* out_ = nullptr;
+  std::byte* call_in_ = nullptr;  // what the calls get (in GPU memory with --device)
+  std::byte* call_out_ = nullptr;
 };
 
 std::string algorithm_at(const CaseSpec& s, const braid::Plan& plan, std::size_t bytes, int n) {
@@ -281,15 +325,16 @@ void print_header(const Options& o, const braid::Comm& comm, const Placement& wh
   std::printf("# braid-perf %s: %d ranks on %zu host(s) (ranks per host: %s); transports %s (order %s)\n",
               o.collective->name, n, where.ranks_per_host.size(), per_host.c_str(), transports_used(plan, where).c_str(),
               plan.transport_names().c_str());
-  std::printf("# nThread 1 nGpus 0 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: 1 "
+  std::printf("# nThread 1 nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: 1 "
               "validation: %d graph: 0\n",
-              o.min_bytes, o.max_bytes, o.factor >= 2 ? o.factor : o.step, o.factor >= 2 ? "factor" : "bytes", o.warmup,
+              o.device ? 1 : 0, o.min_bytes, o.max_bytes, o.factor >= 2 ? o.factor : o.step, o.factor >= 2 ? "factor" : "bytes", o.warmup,
               o.iters, o.check ? 1 : 0);
   std::printf("# time: %s (-a %d), %s calls\n#\n# Using devices\n", std::string(name_of(o.average)).c_str(),
               static_cast<int>(o.average), o.blocking ? "blocking" : "asynchronous");
   for (int r = 0; r < n; ++r)
-    std::printf("#  Rank %2d Group  0 Pid %6d on %10s device cpu [%s]\n", r, where.pids[r], where.hosts[r].c_str(),
-                transports_used(plan, where, r).c_str());
+    std::printf("#  Rank %2d Group  0 Pid %6d on %10s device %s [%s]\n", r, where.pids[r], where.hosts[r].c_str(),
+                o.device ? "gpu" : "cpu", transports_used(plan, where, r).c_str());
+  if (o.device) std::printf("# buffers in GPU memory: %s\n", braid::device::status().c_str());
   std::printf("#\n# %s\n", comm.describe().c_str());
 }
 
@@ -332,7 +377,7 @@ int main(int argc, char** argv) {
     for (auto t : o.types)
       buffer_bytes = std::max(buffer_bytes, std::max<std::size_t>(1, o.max_bytes / braid::size_of(t) / blocks) * blocks *
                                                 braid::size_of(t));
-    std::vector<std::byte> send(buffer_bytes), recv(buffer_bytes);
+    PerfBuffers buffers(buffer_bytes, o.device, comm.local_rank());
     // The plan the communicator made from the same rank infos and settings
     // (topology/plan.hpp), for naming the algorithm of each row.
     const Placement where = gather_placement(comm);
@@ -363,7 +408,7 @@ int main(int argc, char** argv) {
     // Times one placement of one row on every rank; nullopt for sendrecv in place.
     auto run_placement = [&](const CaseSpec& s, std::size_t bytes) -> std::optional<Measurement> {
       if (s.in_place && kind == Kind::sendrecv) return std::nullopt;
-      Case one(s, comm, send, recv, bytes);
+      Case one(s, comm, buffers, bytes);
       const int iters = o.iters > 0 ? o.iters : auto_iterations(one.size_bytes());
       const int warmup = o.iters > 0 ? o.warmup : auto_warmup(one.size_bytes());
       one.prepare();
@@ -403,7 +448,7 @@ int main(int argc, char** argv) {
             ++rows_done;
             const CaseSpec out_of_place{o.collective, type, op, root, false};
             const CaseSpec in_place{o.collective, type, op, root, true};
-            Case probe(out_of_place, comm, send, recv, bytes);
+            Case probe(out_of_place, comm, buffers, bytes);
             if (probe.size_bytes() == previous_size) continue;  // sizes below one element per rank
             previous_size = probe.size_bytes();
             Row row;

@@ -39,7 +39,9 @@ Options take "-x VALUE", "-xVALUE", "--name VALUE" or "--name=VALUE", as in nccl
   -z, --blocking 0|1       1 (default): blocking calls; 0: start the iterations asynchronously
                            and wait for all of them (the communicator still runs them in order)
   --algo NAME              force the collective's algorithm (adds COLLECTIVE:NAME to BRAID_ALGO):
-%s  --transport NAME         force the transport (sets BRAID_TRANSPORT): tcp
+%s  --transport NAME         force the transport (sets BRAID_TRANSPORT): shm, tcp, or a list
+  --device                 buffers in GPU memory (device local_rank modulo the devices; a braid
+                           built with CUDA), checked on the host after each checked run
   --json                   one JSON object per size and placement instead of the table
   --csv                    CSV (a header, then one line per size and placement) instead
   --no-progress            no progress lines on stderr (printed every 2 s in long sweeps)
@@ -167,6 +169,7 @@ ParsedCommandLine parse_options(const std::vector<std::string_view>& args) {
       .option({"-g", "--ngpus", "-t", "--nthreads"}, [&](auto name, auto v) { parse_choice(name, v, 1, 1); })
       .option({"--algo"}, [&](auto, auto v) { o.algo = v; })
       .option({"--transport"}, [&](auto, auto v) { o.transport = v; })
+      .flag({"--device"}, [&] { o.device = true; })
       .flag({"--json"}, [&] { o.output = Output::json; })
       .flag({"--csv"}, [&] { o.output = Output::csv; })
       .flag({"--no-progress"}, [&] { o.progress = false; })

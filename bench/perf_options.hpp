@@ -33,6 +33,7 @@ struct Options {
   bool progress = true;
   std::string algo;       // --algo: COLLECTIVE:NAME added to BRAID_ALGO
   std::string transport;  // --transport: BRAID_TRANSPORT
+  bool device = false;    // --device: buffers in GPU memory (device local_rank % devices)
 };
 
 struct ParsedCommandLine {

@@ -10,7 +10,14 @@
 
 namespace braid {
 
-std::span<std::byte> ScratchPool::take(std::size_t bytes) {
+std::span<std::byte> ScratchPool::take(std::size_t bytes, MemKind kind, int device_id) {
+  if (kind == MemKind::cuda) {
+    if (bytes > device_.size() || device_id != device_.id()) {
+      device_ = device::Memory();
+      device_ = device::Memory(std::max<std::size_t>(bytes, 1), device_id);
+    }
+    return std::span(device_.data(), bytes);
+  }
   if (bytes > size_) {
     data_.reset();
     data_ = std::make_unique_for_overwrite<std::byte[]>(bytes);
@@ -19,12 +26,27 @@ std::span<std::byte> ScratchPool::take(std::size_t bytes) {
   return std::span(data_.get(), bytes);
 }
 
+int Executor::device_id() const {
+  if (buffers_.kind == MemKind::host) return -1;
+  return device::device_of(buffers_.output ? static_cast<const void*>(buffers_.output) : buffers_.input);
+}
+
+void Executor::check_kind(MemKind kind) const {
+  if (kind == MemKind::host) return;
+  if (!device::compiled())
+    throw Error(ErrorCode::unsupported, cat("rank ", self_rank_, ": device memory needs a braid built with CUDA"));
+  for (const Step& s : schedule_.steps)
+    if (s.peer >= 0 && static_cast<std::size_t>(s.peer) < links_.size() && links_[s.peer] &&
+        !links_[s.peer]->accepts(kind))
+      throw Error(ErrorCode::internal, cat("rank ", self_rank_, ": the link to ", links_[s.peer]->describe_peer(),
+                                           " cannot move ", name_of(kind), " memory (the communicator stages it)"));
+}
+
 Executor::Executor(const Schedule& schedule, Buffers buffers, std::span<Link* const> links, std::uint32_t sequence,
                    int self_rank, ScratchPool* pool)
     : schedule_(schedule), buffers_(buffers), pool_(pool ? pool : &own_pool_), links_(links), sequence_(sequence),
       context_(schedule.descriptor.encode()), self_rank_(self_rank) {
-  if (buffers_.kind != MemKind::host)
-    throw Error(ErrorCode::unsupported, cat("rank ", self_rank, ": device memory needs a braid built with CUDA"));
+  check_kind(buffers_.kind);
   const auto n = schedule_.steps.size();
   // A receive-and-reduce over a link that cannot reduce lands in staging of
   // its own (after the schedule's scratch) and is reduced when it completes.
@@ -40,11 +62,11 @@ Executor::Executor(const Schedule& schedule, Buffers buffers, std::span<Link* co
     scratch_bytes += s.dst.bytes;
   }
   scratch_bytes_ = scratch_bytes;
-  scratch_ = pool_->take(scratch_bytes);
+  scratch_ = pool_->take(scratch_bytes, buffers_.kind, device_id());
   // Without a pool (the schedule tests) scratch starts as garbage on purpose:
   // a schedule that reads scratch before writing it fails there, as it would
   // with a reused pool block.
-  if (!pool) std::fill(scratch_.begin(), scratch_.end(), std::byte{0xa5});
+  if (!pool && buffers_.kind == MemKind::host) std::fill(scratch_.begin(), scratch_.end(), std::byte{0xa5});
   state_.assign(n, State::waiting);
   deps_left_.resize(n);
   requests_.resize(n);
@@ -78,12 +100,11 @@ Executor::Executor(const Schedule& schedule, Buffers buffers, std::span<Link* co
 }
 
 void Executor::restart(Buffers buffers, std::uint32_t sequence) {
-  if (buffers.kind != MemKind::host)
-    throw Error(ErrorCode::unsupported, cat("rank ", self_rank_, ": device memory needs a braid built with CUDA"));
+  check_kind(buffers.kind);
   buffers_ = buffers;
   sequence_ = sequence;
   // The pool may have handed a larger block to another operation since.
-  scratch_ = pool_->take(scratch_bytes_);
+  scratch_ = pool_->take(scratch_bytes_, buffers_.kind, device_id());
   const auto n = schedule_.steps.size();
   std::fill(state_.begin(), state_.end(), State::waiting);
   for (std::size_t i = 0; i < n; ++i) deps_left_[i] = static_cast<std::uint32_t>(schedule_.steps[i].deps.size());
@@ -119,17 +140,18 @@ void Executor::post(std::uint32_t index) {
   Tag tag = make_tag(sequence_, s.tag_index, context_);
   switch (s.kind) {
     case StepKind::send:
-      requests_[index] = link.send(ConstMemView{read_ptr(s.src), s.src.bytes}, tag);
+      requests_[index] = link.send(ConstMemView{read_ptr(s.src), s.src.bytes, buffers_.kind}, tag);
       break;
     case StepKind::recv:
-      requests_[index] = link.recv(MemView{write_ptr(s.dst), s.dst.bytes}, tag);
+      requests_[index] = link.recv(MemView{write_ptr(s.dst), s.dst.bytes, buffers_.kind}, tag);
       break;
     case StepKind::recv_reduce:
       if (link.can_reduce())
-        requests_[index] = link.recv_reduce(MemView{write_ptr(s.dst), s.dst.bytes},
-                                            ConstMemView{read_ptr(s.src), s.src.bytes}, schedule_.type, schedule_.op, tag);
+        requests_[index] = link.recv_reduce(MemView{write_ptr(s.dst), s.dst.bytes, buffers_.kind},
+                                            ConstMemView{read_ptr(s.src), s.src.bytes, buffers_.kind}, schedule_.type,
+                                            schedule_.op, tag);
       else
-        requests_[index] = link.recv(MemView{scratch_.data() + staging_[index], s.dst.bytes}, tag);
+        requests_[index] = link.recv(MemView{scratch_.data() + staging_[index], s.dst.bytes, buffers_.kind}, tag);
       break;
     default: BRAID_CHECK(false, "local step posted to a link");
   }
@@ -142,16 +164,27 @@ void Executor::run_local(std::uint32_t index) {
   if (s.kind == StepKind::copy) {
     const std::byte* from = read_ptr(s.src);
     std::byte* to = write_ptr(s.dst);
-    if (from != to && s.dst.bytes > 0) std::memcpy(to, from, s.dst.bytes);
+    if (from != to && s.dst.bytes > 0) {
+      if (buffers_.kind == MemKind::host) std::memcpy(to, from, s.dst.bytes);
+      else device::copy(to, from, s.dst.bytes);
+    }
   } else if (s.kind == StepKind::reduce) {
     std::byte* to = write_ptr(s.dst);
-    reduce(schedule_.type, schedule_.op, to, to, read_ptr(s.src), s.dst.bytes / size_of(schedule_.type));
+    combine(to, to, read_ptr(s.src), s.dst.bytes);
   } else if (s.kind == StepKind::average) {
-    finish_average(schedule_.type, write_ptr(s.dst), s.dst.bytes / size_of(schedule_.type), schedule_.ranks);
+    const std::size_t count = s.dst.bytes / size_of(schedule_.type);
+    if (buffers_.kind == MemKind::host) finish_average(schedule_.type, write_ptr(s.dst), count, schedule_.ranks);
+    else device::finish_average(schedule_.type, write_ptr(s.dst), count, schedule_.ranks);
   } else {
     BRAID_CHECK(false, "transfer step run locally");
   }
   finish(index);
+}
+
+void Executor::combine(std::byte* dst, const std::byte* a, const std::byte* b, std::size_t bytes) {
+  const std::size_t count = bytes / size_of(schedule_.type);
+  if (buffers_.kind == MemKind::host) reduce(schedule_.type, schedule_.op, dst, a, b, count);
+  else device::reduce(schedule_.type, schedule_.op, dst, a, b, count);
 }
 
 void Executor::finish(std::uint32_t index) {
@@ -189,8 +222,7 @@ void Executor::post_ready() {
       requests_[i].reset();
       const Step& s = schedule_.steps[i];
       if (s.kind == StepKind::recv_reduce && !links_[s.peer]->can_reduce())
-        reduce(schedule_.type, schedule_.op, write_ptr(s.dst), read_ptr(s.src), scratch_.data() + staging_[i],
-               s.dst.bytes / size_of(schedule_.type));
+        combine(write_ptr(s.dst), read_ptr(s.src), scratch_.data() + staging_[i], s.dst.bytes);
       in_flight_[k] = in_flight_.back();
       in_flight_.pop_back();
       finish(i);

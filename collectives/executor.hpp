@@ -32,12 +32,14 @@ struct Buffers {
 /// block serves them all; take() invalidates what an earlier take() returned.
 class ScratchPool {
  public:
-  std::span<std::byte> take(std::size_t bytes);
+  /// Host scratch, or device scratch on the current CUDA device.
+  std::span<std::byte> take(std::size_t bytes, MemKind kind = MemKind::host, int device_id = -1);
   std::size_t capacity() const { return size_; }
 
  private:
   std::unique_ptr<std::byte[]> data_;
   std::size_t size_ = 0;
+  device::Memory device_;
 };
 
 class Executor {
@@ -80,6 +82,12 @@ class Executor {
   void post(std::uint32_t index);
   void finish(std::uint32_t index);
   void run_local(std::uint32_t index);
+  /// dst = a (op) b over bytes, on the host or the device as buffers_ are.
+  void combine(std::byte* dst, const std::byte* a, const std::byte* b, std::size_t bytes);
+  /// Throws unless this braid and every link of the schedule handle `kind`.
+  void check_kind(MemKind kind) const;
+  /// The CUDA device of the buffers (-1 for host memory).
+  int device_id() const;
   const std::byte* read_ptr(const Region& r) const;
   std::byte* write_ptr(const Region& r);
 

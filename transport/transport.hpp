@@ -30,13 +30,12 @@
 #include "braid/types.hpp"
 #include "core/comm_id.hpp"
 #include "core/deadline.hpp"
+#include "core/device.hpp"
 #include "core/rank_info.hpp"
 
 namespace braid {
 
 class Poller;
-
-enum class MemKind : std::uint8_t { host, cuda };
 
 /// A region of memory a link reads from or writes to.
 struct MemView {
@@ -147,6 +146,11 @@ class Link {
   /// that only moves bytes, or memory it cannot read), the executor receives
   /// into scratch and reduces there itself.
   virtual bool can_reduce() const { return true; }
+  /// Whether send and receive take memory of `kind` (every link takes host
+  /// memory; a link that takes device memory reads and writes it itself).
+  /// Device buffers over a link that does not are staged through host memory
+  /// by the communicator.
+  virtual bool accepts(MemKind kind) const { return kind == MemKind::host; }
   /// Moves as many bytes as the sockets take without blocking; completes or
   /// fails requests. Returns true if anything moved.
   virtual bool progress() = 0;

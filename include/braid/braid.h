@@ -12,6 +12,11 @@
  * Every function returns braid_success or an error code; braid_last_error()
  * then returns a message naming the rank, the peer and the operation. No call
  * blocks longer than BRAID_TIMEOUT.
+ *
+ * Buffers may be host memory or, in a braid built with CUDA, CUDA device
+ * memory (told apart by braid; see the README's "GPU buffers"). Calls are
+ * synchronous with respect to the GPU: finish the work that writes a buffer
+ * before the call; the result is in place when it returns.
  */
 #ifndef BRAID_BRAID_H
 #define BRAID_BRAID_H

@@ -4,7 +4,9 @@
 //   std::vector<float> grad(n);
 //   comm.all_reduce(std::span(grad), braid::ReduceOp::sum);
 //
-// Every collective is called by all ranks of the communicator with the same
+// Buffers may be host memory or, in a braid built with CUDA, CUDA device
+// memory (told apart by braid; the call is synchronous with respect to the
+// GPU). Every collective is called by all ranks of the communicator with the same
 // type, count, operator and root. Calls block until the local part of the
 // operation is complete or fail with a braid::Error; no wait is unbounded
 // (see CommOptions::timeout and BRAID_TIMEOUT).

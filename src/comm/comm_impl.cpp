@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 
 #include "collectives/algorithms.hpp"
 #include "core/check.hpp"
@@ -265,6 +266,9 @@ void CommImpl::start(std::vector<RankInfo> infos, Addresses addresses) {
     connect_peers({plan_.ring[(pos + 1) % size_], plan_.ring[(pos + size_ - 1) % size_]});
   }
   log_info("joined: ", describe());
+  // Whether device buffers can be used, said once per process.
+  static std::once_flag gpu_said;
+  std::call_once(gpu_said, [] { log_info("gpu: ", device::status()); });
 }
 
 void CommImpl::connect_peers(const std::vector<int>& peers) {
@@ -419,6 +423,11 @@ std::shared_ptr<Operation> CommImpl::make_op(OpPlan::Key key, Buffers buffers, s
   }
   auto op = std::make_shared<Operation>();
   op->plan = plans_.front();
+  if (device::count() > 0) {
+    op->device_input = device::kind_of(buffers.input) == MemKind::cuda;
+    op->device_output = device::kind_of(buffers.output) == MemKind::cuda;
+    if (op->device_input || op->device_output) buffers.kind = MemKind::cuda;
+  }
   op->buffers = buffers;
   op->sequence = sequence;
   op->comm = this;

@@ -68,6 +68,14 @@ class Operation {
   std::shared_ptr<OpPlan> plan;
   const std::string& what() const { return *plan->what; }
   Buffers buffers;
+  // Device buffers over links that take host memory only run on a pinned
+  // host copy (stage_in/stage_out); these say which of the caller's buffers
+  // are on a device.
+  bool device_input = false;
+  bool device_output = false;
+  bool staged = false;         // running on the communicator's staging copy
+  int device = -1;             // the CUDA device of the staged buffers
+  Buffers run_buffers;         // what the executor runs on (buffers, or the staging copy)
   std::uint32_t sequence = 0;  // the high half of every tag
   bool background = false;     // started with *_async
   bool recorded = false;       // run() put it in the flight recorder as started
@@ -217,6 +225,11 @@ class CommImpl {
   /// With driving_ held; true when it released driving_ (see comm_progress.cpp).
   bool drive(const std::shared_ptr<Operation>& target, Deadline until, bool release = false);
   void start_op(Operation& op);
+  /// For an operation on device buffers whose links take host memory only:
+  /// copies the device input into pinned staging and returns the buffers to
+  /// run on; stage_out copies the output back once it is done.
+  Buffers stage_in(Operation& op);
+  void stage_out(Operation& op);
   void fail_queue(std::exception_ptr error);
   void progress_loop(std::stop_token stop);
   void drain();
@@ -251,6 +264,7 @@ class CommImpl {
   Poller poller_;
   SpinBudget spin_budget_;
   ScratchPool scratch_;  // the running operation's scratch (operations run one at a time)
+  device::Memory staging_;  // pinned host copy of a staged operation's device buffers
   std::vector<std::unique_ptr<Link>> links_;  // by rank
   std::vector<Link*> link_ptrs_;              // by rank, null where none
   std::uint32_t collective_sequence_ = 0;     // identical on every rank

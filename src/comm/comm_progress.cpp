@@ -90,12 +90,57 @@ void CommImpl::start_op(Operation& op) {
   // The plan's executor serves each of its operations in turn (they run one
   // at a time); a link made since it was built does not change it, as it
   // needed every link of the plan's peers.
-  if (plan.executor) plan.executor->restart(op.buffers, op.sequence);
-  else plan.executor = std::make_unique<Executor>(plan.schedule, op.buffers, link_ptrs_, op.sequence, rank_, &scratch_);
+  op.run_buffers = op.buffers;
+  if (op.buffers.kind == MemKind::cuda) {
+    // Device buffers move over the links directly when every link of the
+    // plan takes device memory and both buffers are on the device; else the
+    // operation runs on a host copy.
+    const bool direct = (op.device_input || !op.buffers.input) && (op.device_output || !op.buffers.output) &&
+                        std::all_of(plan.peers.begin(), plan.peers.end(),
+                                    [&](int p) { return link_ptrs_[p]->accepts(MemKind::cuda); });
+    if (!direct) op.run_buffers = stage_in(op);
+  }
+  if (plan.executor) plan.executor->restart(op.run_buffers, op.sequence);
+  else plan.executor = std::make_unique<Executor>(plan.schedule, op.run_buffers, link_ptrs_, op.sequence, rank_, &scratch_);
   op.executor = plan.executor.get();
   op.started = coarse_now();
   op.deadline = Deadline(op.started + settings_.timeout);
   if (!op.recorded) recorder_.started(op.record);  // run() records its operation as started
+}
+
+Buffers CommImpl::stage_in(Operation& op) {
+  const Buffers& b = op.buffers;
+  const bool in = op.device_input && b.input_bytes > 0, out = op.device_output && b.output_bytes > 0;
+  if (!in && !out) return b.kind == MemKind::cuda ? Buffers{b.input, b.output, b.input_bytes, b.output_bytes} : b;
+  // In-place layouts (one buffer inside the other) stay in place: the copy
+  // spans both.
+  const bool overlap = in && out && b.input < b.output + b.output_bytes && b.output < b.input + b.input_bytes;
+  const std::byte* base = overlap ? std::min<const std::byte*>(b.input, b.output) : nullptr;
+  const std::size_t span =
+      overlap ? static_cast<std::size_t>(std::max<const std::byte*>(b.input + b.input_bytes, b.output + b.output_bytes) - base)
+              : (in ? b.input_bytes : 0) + (out ? b.output_bytes : 0);
+  if (staging_.size() < span) {
+    staging_ = device::Memory();
+    staging_ = device::Memory(span, -1);
+  }
+  Buffers run = b;
+  run.kind = MemKind::host;
+  if (overlap) {
+    run.input = staging_.data() + (b.input - base);
+    run.output = staging_.data() + (b.output - base);
+  } else {
+    if (in) run.input = staging_.data();
+    if (out) run.output = staging_.data() + (in ? b.input_bytes : 0);
+  }
+  op.device = device::device_of(in ? static_cast<const void*>(b.input) : b.output);
+  if (in) device::copy_on(op.device, const_cast<std::byte*>(run.input), b.input, b.input_bytes);
+  op.staged = in || out;
+  return run;
+}
+
+void CommImpl::stage_out(Operation& op) {
+  if (op.device_output && op.buffers.output_bytes > 0)
+    device::copy_on(op.device, op.buffers.output, op.run_buffers.output, op.buffers.output_bytes);
 }
 
 void CommImpl::fail_queue(std::exception_ptr error) {
@@ -173,6 +218,7 @@ bool CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until, b
                           ") was aborted by the application (Comm::abort)"));
       if (!head->executor) start_op(*head);
       if (head->executor->advance()) {
+        if (head->staged) stage_out(*head);
         std::lock_guard lock(mutex_);
         head->done = true;
         head->executor = nullptr;

@@ -1,0 +1,200 @@
+#include "core/device.hpp"
+
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "core/text.hpp"
+
+#ifdef BRAID_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "core/device_kernels.hpp"
+#endif
+
+namespace braid {
+
+std::string_view name_of(MemKind kind) {
+  switch (kind) {
+    case MemKind::host: return "host";
+    case MemKind::cuda: return "cuda";
+  }
+  return "unknown";
+}
+
+namespace device {
+
+#ifdef BRAID_HAVE_CUDA
+namespace {
+
+[[noreturn]] void fail(cudaError_t e, std::string_view what) {
+  throw Error(ErrorCode::system, cat("CUDA: ", what, ": ", cudaGetErrorString(e), " (", cudaGetErrorName(e), ")"));
+}
+void check(cudaError_t e, std::string_view what) {
+  if (e != cudaSuccess) fail(e, what);
+}
+
+// What the runtime said at first use: the device count, or why there is none.
+struct Probe {
+  int devices = 0;
+  std::string line;
+};
+const Probe& probe() {
+  static const Probe p = [] {
+    Probe r;
+    int runtime = 0, driver = 0;
+    cudaRuntimeGetVersion(&runtime);
+    cudaDriverGetVersion(&driver);
+    const cudaError_t e = cudaGetDeviceCount(&r.devices);
+    if (e != cudaSuccess) {
+      cudaGetLastError();  // not sticky: leave no error for the application
+      r.devices = 0;
+      r.line = cat("CUDA ", runtime / 1000, ".", runtime % 1000 / 10, " runtime but no usable device: ",
+                   cudaGetErrorString(e), " (", cudaGetErrorName(e), "); device buffers are refused, host memory only");
+      return r;
+    }
+    r.line = cat("CUDA ", runtime / 1000, ".", runtime % 1000 / 10, " runtime, driver ", driver / 1000, ".",
+                 driver % 1000 / 10, ", ", r.devices, r.devices == 1 ? " device" : " devices");
+    for (int d = 0; d < r.devices; ++d) {
+      cudaDeviceProp prop{};
+      if (cudaGetDeviceProperties(&prop, d) == cudaSuccess) r.line += cat(d == 0 ? " (" : ", ", prop.name);
+      if (d + 1 == r.devices) r.line += ")";
+    }
+    return r;
+  }();
+  return p;
+}
+
+// Makes `id` current for the calling thread and returns the process's
+// stream on it.
+cudaStream_t stream_on(int id) {
+  static std::mutex mutex;
+  static std::vector<cudaStream_t> streams;
+  check(cudaSetDevice(id), cat("selecting device ", id));
+  std::lock_guard lock(mutex);
+  if (streams.size() <= static_cast<std::size_t>(id)) streams.resize(static_cast<std::size_t>(id) + 1, nullptr);
+  auto& s = streams[static_cast<std::size_t>(id)];
+  if (!s) check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cat("creating a stream on device ", id));
+  return s;
+}
+
+void require_device(int devices, std::string_view what) {
+  if (devices == 0) throw Error(ErrorCode::unsupported, cat(what, ": ", probe().line));
+}
+
+}  // namespace
+
+bool compiled() { return true; }
+int count() { return probe().devices; }
+std::string status() { return probe().line; }
+
+MemKind kind_of(const void* p) {
+  if (p == nullptr || probe().devices == 0) return MemKind::host;
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return MemKind::host;
+  }
+  return a.type == cudaMemoryTypeDevice ? MemKind::cuda : MemKind::host;
+}
+
+int device_of(const void* p) {
+  cudaPointerAttributes a{};
+  check(cudaPointerGetAttributes(&a, p), "looking up a device pointer");
+  return a.device;
+}
+
+void copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0 || dst == src) return;
+  require_device(count(), "copying device memory");
+  const MemKind d = kind_of(dst);
+  copy_on(d == MemKind::cuda ? device_of(dst) : kind_of(src) == MemKind::cuda ? device_of(src) : 0, dst, src, bytes);
+}
+
+void copy_on(int device, void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0 || dst == src) return;
+  cudaStream_t s = stream_on(device);
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s), cat("copying ", bytes, " bytes"));
+  check(cudaStreamSynchronize(s), cat("copying ", bytes, " bytes"));
+}
+
+void reduce(DataType type, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count) {
+  size_of(type);
+  name_of(op);
+  if (count == 0) return;
+  require_device(device::count(), "reducing device memory");
+  cudaStream_t s = stream_on(device_of(dst));
+  const auto e = static_cast<cudaError_t>(kernels::combine(type, op, dst, a, b, count, s));
+  check(e, cat("launching the ", name_of(type), " ", name_of(op), " kernel"));
+  check(cudaStreamSynchronize(s), cat("the ", name_of(type), " ", name_of(op), " kernel"));
+}
+
+void finish_average(DataType type, void* data, std::size_t count, int ranks) {
+  size_of(type);
+  if (ranks <= 0) throw InvalidArgument(cat("finish_average needs a positive rank count, not ", ranks));
+  if (count == 0) return;
+  require_device(device::count(), "averaging device memory");
+  cudaStream_t s = stream_on(device_of(data));
+  check(static_cast<cudaError_t>(kernels::divide(type, data, count, ranks, s)),
+        cat("launching the ", name_of(type), " average kernel"));
+  check(cudaStreamSynchronize(s), cat("the ", name_of(type), " average kernel"));
+}
+
+Memory::Memory(std::size_t bytes, int id) : bytes_(bytes), id_(id) {
+  if (bytes == 0) return;
+  void* p = nullptr;
+  if (id < 0) {
+    check(cudaMallocHost(&p, bytes), cat("allocating ", bytes, " bytes of pinned host memory"));
+  } else {
+    require_device(count(), "allocating device memory");
+    check(cudaSetDevice(id), cat("selecting device ", id));
+    check(cudaMalloc(&p, bytes), cat("allocating ", bytes, " bytes on device ", id));
+  }
+  data_ = static_cast<std::byte*>(p);
+}
+
+Memory::~Memory() {
+  if (!data_) return;
+  if (id_ < 0) cudaFreeHost(data_);
+  else cudaFree(data_);
+}
+
+#else  // built without CUDA
+
+namespace {
+[[noreturn]] void unsupported(std::string_view what) {
+  throw Error(ErrorCode::unsupported,
+              cat(what, " needs a braid built with CUDA (meson -Dgpu=enabled, with nvcc at /usr/local/cuda/bin)"));
+}
+}  // namespace
+
+bool compiled() { return false; }
+int count() { return 0; }
+std::string status() { return "built without CUDA: host memory only"; }
+MemKind kind_of(const void*) { return MemKind::host; }
+int device_of(const void*) { unsupported("a device pointer"); }
+void copy(void*, const void*, std::size_t) { unsupported("copying device memory"); }
+void copy_on(int, void*, const void*, std::size_t) { unsupported("copying device memory"); }
+void reduce(DataType, ReduceOp, void*, const void*, const void*, std::size_t) { unsupported("reducing device memory"); }
+void finish_average(DataType, void*, std::size_t, int) { unsupported("averaging device memory"); }
+Memory::Memory(std::size_t bytes, int) {
+  if (bytes > 0) unsupported("device or pinned memory");
+}
+Memory::~Memory() = default;
+
+#endif
+
+Memory::Memory(Memory&& o) noexcept
+    : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)), id_(o.id_) {}
+Memory& Memory::operator=(Memory&& o) noexcept {
+  if (this != &o) {
+    Memory old(std::move(*this));
+    data_ = std::exchange(o.data_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+    id_ = o.id_;
+  }
+  return *this;
+}
+
+}  // namespace device
+}  // namespace braid
