@@ -18,7 +18,7 @@ logs=("$build/meson-logs/testlog.json")
 if [ "${QUICK:-0}" != 1 ]; then
   echo "== sanitizers"
   scripts/sanitize.sh || status=1
-  logs+=(build-asan/meson-logs/testlog.json build-tsan/meson-logs/testlog.json)
+  logs+=("${ASAN_BUILD_DIR:-build-asan}/meson-logs/testlog.json" "${TSAN_BUILD_DIR:-build-tsan}/meson-logs/testlog.json")
   echo "== fuzzing, ${FUZZ_SECONDS:-20} s per target"
   scripts/fuzz.sh "${FUZZ_SECONDS:-20}" | tee /tmp/braid-fuzz.$$.log
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
