@@ -20,8 +20,8 @@ jobs=${FUZZ_JOBS:-$(nproc)}
 
 scripts/install-deps.sh --fuzz || exit 1
 if [ ! -f "$build/build.ninja" ]; then
-  CC=clang CXX=clang++ meson setup "$build" -Dfuzz=enabled -Db_lundef=false \
-    -Db_sanitize=address,undefined --buildtype=debugoptimized >/dev/null || exit 1
+  CC=clang CXX=clang++ meson setup "$build" -Dfuzz=enabled -Db_lundef=false -Dgpu=disabled \
+    -Db_sanitize=address,undefined --buildtype=debugoptimized -Doptimization=1 >/dev/null || exit 1
 fi
 
 targets=()

@@ -47,7 +47,7 @@ asan_suites=(--suite unit --suite collectives --suite transport --suite multipro
 # (tests/unit/test_store.cpp: 68 s against 93 s).
 if [ ! -f "$asan/build.ninja" ]; then
   meson setup "$asan" --buildtype=debugoptimized -Doptimization=1 -Db_sanitize=address,undefined -Db_lundef=false \
-    >/dev/null || exit 1
+    -Dgpu=disabled >/dev/null || exit 1
 fi
 # Only what those suites run: the fault worker, the benchmarks and the MPI
 # and Gloo peers stay unbuilt.
@@ -58,7 +58,8 @@ BRAID_SCHEDULE_SAMPLE=4 meson test -C "$asan" --num-processes 2 --timeout-multip
   "${asan_suites[@]}" || status=1
 
 if [ ! -f "$tsan/build.ninja" ]; then
-  meson setup "$tsan" --buildtype=debugoptimized -Db_sanitize=thread -Db_lundef=false >/dev/null || exit 1
+  meson setup "$tsan" --buildtype=debugoptimized -Doptimization=1 -Db_sanitize=thread -Db_lundef=false -Dgpu=disabled \
+    >/dev/null || exit 1
 fi
 ninja -C "$tsan" tests/unit/unit_comm tests/unit/unit_store tests/unit/unit_store_jobs tests/unit/unit_auth tools/braid-run \
   tests/mirrored/mirrored_check tests/transport/transport_conformance >/dev/null || exit 1
