@@ -5,6 +5,9 @@
 
 #include "braid/types.hpp"
 #include "core/text.hpp"
+#ifdef BRAID_HAVE_CUDA
+#include "transport/cuda_ipc/cuda_ipc_transport.hpp"
+#endif
 #include "transport/shm/shm_transport.hpp"
 #include "transport/tcp/tcp_transport.hpp"
 
@@ -30,9 +33,22 @@ std::unique_ptr<Transport> make_shm(const TransportSetup& s) {
   return std::make_unique<ShmTransport>(s.rank, s.comm_id);
 }
 
-// In order of preference: the first that reaches a pair connects it. UCX and
-// CUDA IPC join here, each behind its build option.
+#ifdef BRAID_HAVE_CUDA
+bool same_host_with_gpus(const RankInfo& a, const RankInfo& b) { return same_host(a, b) && a.gpus > 0 && b.gpus > 0; }
+std::unique_ptr<Transport> make_cuda_ipc(const TransportSetup& s) {
+  return std::make_unique<CudaIpcTransport>(s.rank, s.comm_id);
+}
+#endif
+
+// In order of preference: the first that reaches a pair connects it. UCX
+// joins here behind its build option.
 constexpr std::array kCompiled = {
+#ifdef BRAID_HAVE_CUDA
+    // Opt-in (BRAID_TRANSPORT=cuda_ipc,shm,tcp) until it is measured faster
+    // than staging device buffers through shm (README, GPU buffers).
+    TransportKind{"cuda_ipc", make_cuda_ipc, same_host_with_gpus, "both ranks on one host, each with a CUDA device",
+                  true, false},
+#endif
     TransportKind{"shm", make_shm, same_host, "both ranks on one host"},
     TransportKind{"tcp", make_tcp, anywhere, "any two ranks that can reach each other's address"},
 };
@@ -50,7 +66,8 @@ std::span<const TransportKind> compiled_transports() { return kCompiled; }
 std::vector<const TransportKind*> transport_order(std::string_view requested) {
   std::vector<const TransportKind*> order;
   if (requested.empty()) {
-    for (const auto& k : kCompiled) order.push_back(&k);
+    for (const auto& k : kCompiled)
+      if (k.by_default) order.push_back(&k);
     return order;
   }
   std::string_view rest = requested;

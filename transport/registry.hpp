@@ -37,13 +37,18 @@ struct TransportKind {
   bool (*can_reach)(const RankInfo& a, const RankInfo& b);
   /// What can_reach requires, for messages ("any two ranks", "the same host").
   std::string_view reach;
+  /// Whether its links move CUDA device memory themselves (Link::accepts).
+  bool device_memory = false;
+  /// Whether an empty BRAID_TRANSPORT includes it; one that is not in the
+  /// default order is used only when BRAID_TRANSPORT names it.
+  bool by_default = true;
 };
 
 /// Every transport compiled in, in the default order of preference.
 std::span<const TransportKind> compiled_transports();
 
 /// The ordered list a BRAID_TRANSPORT value names ("tcp", "shm,tcp"); an empty
-/// value is every compiled transport in the default order. An unknown name,
+/// value is every compiled transport of the default order (by_default). An unknown name,
 /// an empty item or a repeat is InvalidArgument naming the value and the
 /// transports this braid has.
 std::vector<const TransportKind*> transport_order(std::string_view requested);

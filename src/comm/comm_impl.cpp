@@ -229,6 +229,13 @@ void CommImpl::start(std::vector<RankInfo> infos, Addresses addresses) {
   link_kind_.assign(static_cast<std::size_t>(size_), -1);
   for (int p = 0; p < size_; ++p)
     if (p != rank_) link_kind_[p] = kind_between(rank_, p);
+  // Device buffers travel over the links themselves only when every pair of
+  // ranks has a link that moves device memory; otherwise every rank stages
+  // them through host memory, so that peers always agree on the protocol.
+  device_links_ = true;
+  for (int a = 0; a < size_ && device_links_; ++a)
+    for (int b = a + 1; b < size_ && device_links_; ++b)
+      device_links_ = kinds_[static_cast<std::size_t>(kind_between(a, b))]->device_memory;
   local_rank_ = static_cast<int>(std::count_if(infos_.begin(), infos_.begin() + rank_, [&](const RankInfo& i) {
     return i.host_id == infos_[rank_].host_id;
   }));

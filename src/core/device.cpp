@@ -1,5 +1,7 @@
 #include "core/device.hpp"
 
+#include <cstring>
+#include <deque>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -140,6 +142,61 @@ void finish_average(DataType type, void* data, std::size_t count, int ranks) {
   check(cudaStreamSynchronize(s), cat("the ", name_of(type), " average kernel"));
 }
 
+IpcRegion export_region(const void* p) {
+  // The allocation's base, from the driver's cuMemGetAddressRange (the
+  // runtime has no call for it; the entry point avoids linking libcuda).
+  using GetRange = int (*)(unsigned long long* base, std::size_t* size, unsigned long long ptr);
+  static const GetRange get_range = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    return reinterpret_cast<GetRange>(fn);
+  }();
+  if (!get_range) throw Error(ErrorCode::unsupported, "CUDA IPC: the driver has no cuMemGetAddressRange");
+  unsigned long long base = 0;
+  std::size_t size = 0;
+  if (get_range(&base, &size, reinterpret_cast<unsigned long long>(p)) != 0)
+    throw Error(ErrorCode::system, cat("CUDA IPC: cannot find the allocation holding device pointer ", p));
+  cudaIpcMemHandle_t h{};
+  const cudaError_t e = cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(base));
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw Error(ErrorCode::unsupported,
+                cat("CUDA IPC: device buffer ", p, " cannot be shared with another process (", cudaGetErrorName(e),
+                    "); allocate it with cudaMalloc (memory from cudaMallocAsync pools is not shareable), or set "
+                    "BRAID_TRANSPORT=shm,tcp to copy device buffers through the host"));
+  }
+  IpcRegion r;
+  std::memcpy(r.handle.data(), &h, sizeof h);
+  r.offset = reinterpret_cast<unsigned long long>(p) - base;
+  return r;
+}
+
+std::byte* import_region(const std::array<std::byte, kIpcHandleBytes>& handle) {
+  struct Import {
+    std::array<std::byte, kIpcHandleBytes> handle;
+    std::byte* base;
+  };
+  static std::mutex mutex;
+  static std::deque<Import> imports;  // most recent last
+  constexpr std::size_t kKept = 256;
+  std::lock_guard lock(mutex);
+  for (auto it = imports.rbegin(); it != imports.rend(); ++it)
+    if (it->handle == handle) return it->base;
+  cudaIpcMemHandle_t h{};
+  std::memcpy(&h, handle.data(), sizeof h);
+  void* p = nullptr;
+  check(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), "opening a peer's device buffer (CUDA IPC)");
+  if (imports.size() == kKept) {
+    cudaIpcCloseMemHandle(imports.front().base);
+    imports.pop_front();
+  }
+  imports.push_back(Import{handle, static_cast<std::byte*>(p)});
+  return static_cast<std::byte*>(p);
+}
+
 Memory::Memory(std::size_t bytes, int id) : bytes_(bytes), id_(id) {
   if (bytes == 0) return;
   void* p = nullptr;
@@ -177,6 +234,8 @@ void copy(void*, const void*, std::size_t) { unsupported("copying device memory"
 void copy_on(int, void*, const void*, std::size_t) { unsupported("copying device memory"); }
 void reduce(DataType, ReduceOp, void*, const void*, const void*, std::size_t) { unsupported("reducing device memory"); }
 void finish_average(DataType, void*, std::size_t, int) { unsupported("averaging device memory"); }
+IpcRegion export_region(const void*) { unsupported("CUDA IPC"); }
+std::byte* import_region(const std::array<std::byte, kIpcHandleBytes>&) { unsupported("CUDA IPC"); }
 Memory::Memory(std::size_t bytes, int) {
   if (bytes > 0) unsupported("device or pinned memory");
 }

@@ -8,6 +8,7 @@
 // that stream is done, so a step that follows on the host sees the bytes.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -49,6 +50,21 @@ void copy_on(int device, void* dst, const void* src, std::size_t bytes);
 void reduce(DataType type, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count);
 /// data[i] /= ranks on the device that holds data, as braid::finish_average.
 void finish_average(DataType type, void* data, std::size_t count, int ranks);
+
+/// CUDA IPC between processes of one host: the handle of the allocation
+/// that holds a device pointer, and the pointer's offset inside it.
+inline constexpr std::size_t kIpcHandleBytes = 64;  // cudaIpcMemHandle_t
+struct IpcRegion {
+  std::array<std::byte, kIpcHandleBytes> handle{};
+  std::uint64_t offset = 0;
+};
+/// Exports the allocation holding `p` (cudaMalloc memory; memory from a
+/// stream-ordered pool cannot be shared this way and is refused naming it).
+IpcRegion export_region(const void* p);
+/// Maps a peer's exported allocation into this process and returns its base;
+/// each handle is opened once and kept (at most 256, the oldest closed
+/// first), so a buffer reused call after call costs one lookup.
+std::byte* import_region(const std::array<std::byte, kIpcHandleBytes>& handle);
 
 /// Device memory on device `id` (cudaMalloc), or pinned host memory
 /// (cudaMallocHost) when `id` is -1; freed on destruction.

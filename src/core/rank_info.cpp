@@ -12,6 +12,7 @@
 #include <functional>
 
 #include "braid/types.hpp"
+#include "core/device.hpp"
 #include "core/log.hpp"
 #include "core/wire.hpp"
 
@@ -27,6 +28,7 @@ std::vector<std::byte> RankInfo::encode() const {
   w.u64(kernel_id);
   w.u8(host_id_from_env ? 1 : 0);
   w.u32(static_cast<std::uint32_t>(pid));
+  w.u8(gpus);
   w.u32(static_cast<std::uint32_t>(cpus.size()));
   for (auto word : cpus) w.u64(word);
   w.str(hostname);
@@ -43,6 +45,7 @@ RankInfo RankInfo::decode(std::span<const std::byte> bytes) {
   if (named > 1) throw ProtocolMismatch(cat("rank info: the BRAID_HOST_ID flag is ", int{named}, ", not 0 or 1"));
   info.host_id_from_env = named == 1;
   info.pid = static_cast<int>(r.u32());
+  info.gpus = r.u8();
   const std::uint32_t words = r.u32();
   if (words > kMaxCpuWords) throw ProtocolMismatch(cat("rank info: a CPU mask of ", words, " words (at most ", kMaxCpuWords, ")"));
   for (std::uint32_t i = 0; i < words; ++i) info.cpus.push_back(r.u64());
@@ -68,6 +71,7 @@ RankInfo RankInfo::local(int rank) {
   info.rank = rank;
   info.hostname = std::string(braid::hostname());
   info.pid = static_cast<int>(::getpid());
+  info.gpus = static_cast<std::uint8_t>(std::min(device::count(), 255));
   // Ranks share a host when they share a kernel: the boot id tells that even
   // inside containers that reuse a hostname.
   std::string boot_id;

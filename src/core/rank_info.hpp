@@ -24,6 +24,9 @@ struct RankInfo {
   std::uint64_t kernel_id = 0;
   bool host_id_from_env = false;  // host_id came from BRAID_HOST_ID
   int pid = 0;
+  /// CUDA devices this process can use (0 without CUDA, a driver or a GPU;
+  /// at most 255): whether cuda_ipc can connect it.
+  std::uint8_t gpus = 0;
   /// The CPUs this process may run on (its affinity: taskset, a cgroup
   /// cpuset, braid-run's binding), bit c of word c / 64 for CPU c. The
   /// union over the ranks of one kernel is what they share.

@@ -50,8 +50,9 @@ constexpr std::array kTable = {
                 "(all_reduce:tree,broadcast:binomial). See the algorithm table."},
     SettingInfo{"BRAID_TRANSPORT", "(auto)",
                 "Transports to use, in order of preference, as a name or a list (shm,tcp: shared memory between "
-                "ranks of one host, TCP otherwise); each pair of ranks uses the first that reaches it. Unknown "
-                "names are refused with the list this braid has."},
+                "ranks of one host, TCP otherwise); each pair of ranks uses the first that reaches it. cuda_ipc "
+                "(a braid built with CUDA; ranks of one host that both have a GPU) is used only when named, as in "
+                "cuda_ipc,shm,tcp. Unknown names are refused with the list this braid has."},
     SettingInfo{"BRAID_HOST_ID", "(none)",
                 "Names the host this rank counts as on: ranks with different names are planned and connected as "
                 "on different hosts (TCP between them, not shared memory) even on one machine, to try a multi-host "

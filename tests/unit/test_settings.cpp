@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/device.hpp"
 #include "core/log.hpp"
 #include "core/settings.hpp"
 #include "core/text.hpp"
@@ -124,12 +125,14 @@ TEST_CASE("BRAID_TRANSPORT is an ordered list of transports this braid has") {
     for (const TransportKind* k : transport_order(setting)) out += std::string(out.empty() ? "" : ",") + std::string(k->name);
     return out;
   };
+  // cuda_ipc, where CUDA is compiled in, is used only when named.
   CHECK(names("") == "shm,tcp");
   CHECK(names("tcp,shm") == "tcp,shm");
   CHECK(names("tcp") == "tcp");
   CHECK(names(" tcp ") == "tcp");
   CHECK_THROWS_WITH(transport_order("carrier-pigeon"),
-                    Catch::Contains("BRAID_TRANSPORT='carrier-pigeon'") && Catch::Contains("it has: shm, tcp"));
+                    Catch::Contains("BRAID_TRANSPORT='carrier-pigeon'") &&
+                        Catch::Contains(device::compiled() ? "it has: cuda_ipc, shm, tcp" : "it has: shm, tcp"));
   CHECK_THROWS_WITH(transport_order("tcp,tcp"), Catch::Contains("names 'tcp' twice"));
   CHECK_THROWS_WITH(transport_order("tcp,"), Catch::Contains("empty entry"));
   RankInfo a{.rank = 0, .hostname = "a", .host_id = 1, .pid = 10};
@@ -143,6 +146,21 @@ TEST_CASE("BRAID_TRANSPORT is an ordered list of transports this braid has") {
   CHECK(transport_between(transport_order(""), a, b, "").name == "tcp");
   CHECK_THROWS_WITH(transport_between(transport_order("shm"), a, b, "shm"),
                     Catch::Contains("reaches rank 1 (b) from rank 0 (a)") && Catch::Contains("shm needs both ranks on one host"));
+  if (device::compiled()) {
+    // CUDA IPC between ranks of one host that both have a GPU; shm when
+    // either has none, tcp across hosts whatever they have.
+    RankInfo g1 = a, g2 = a2, gb = b;
+    g1.gpus = g2.gpus = gb.gpus = 1;
+    const auto gpu_first = transport_order("cuda_ipc,shm,tcp");
+    CHECK(transport_between(gpu_first, g1, g2, "").name == "cuda_ipc");
+    CHECK(transport_between(gpu_first, g1, a2, "").name == "shm");
+    CHECK(transport_between(gpu_first, g1, gb, "").name == "tcp");
+    CHECK(transport_between(transport_order(""), g1, g2, "").name == "shm");
+    CHECK(transport_order("cuda_ipc").front()->device_memory);
+    CHECK_THROWS_WITH(transport_between(transport_order("cuda_ipc"), a, a2, "cuda_ipc"),
+                      Catch::Contains("cuda_ipc needs both ranks on one host, each with a CUDA device"));
+  }
+  CHECK_FALSE(transport_order("shm").front()->device_memory);
 }
 
 TEST_CASE("BRAID_HOST_ID names a simulated host; the kernel stays the machine's, and both travel") {
@@ -166,4 +184,7 @@ TEST_CASE("BRAID_HOST_ID names a simulated host; the kernel stays the machine's,
   CHECK(back.kernel_id == on_a.kernel_id);
   CHECK(back.host_id_from_env);
   CHECK(back.pid == on_a.pid);
+  RankInfo with_gpus = on_a;
+  with_gpus.gpus = 8;
+  CHECK(RankInfo::decode(with_gpus.encode()).gpus == 8);
 }

@@ -1,0 +1,57 @@
+// cuda_ipc: ranks of one host that each have a CUDA device. A link moves
+// device buffers from GPU to GPU without a host copy: the sender exports the
+// allocation holding its buffer (a CUDA IPC handle), the receiver maps it once
+// (cached), copies from it or reduces from it with a kernel straight into its
+// own buffer, then acknowledges; the send completes on the acknowledgement,
+// so the sender's buffer stays untouched until the receiver has read it.
+//
+// The notices and acknowledgements travel as small messages over a
+// shared-memory link (transport/shm/) between the pair, which also carries
+// every host-memory message of the pair unchanged, so a cuda_ipc link serves
+// host buffers as shm does, sleeps and detects a dead peer as shm does.
+// Each device send and each device receive expects exactly one control
+// message back (an acknowledgement, a notice), all with the operation's own
+// tag, and receives them in order, so the pair's shared-memory ring keeps its
+// k-th-send-meets-k-th-receive rule.
+//
+// Every rank of an operation passes device buffers, or every rank host
+// buffers: the communicator runs device buffers over these links only when
+// every pair of ranks is connected by cuda_ipc (else it stages them through
+// host memory on every rank), and a rank that passed host memory where its
+// peer passed device memory fails with a ProtocolMismatch naming both.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/shm/shm_transport.hpp"
+#include "transport/transport.hpp"
+
+namespace braid {
+
+class CudaIpcTransport final : public Transport {
+ public:
+  CudaIpcTransport(int rank, const CommId& comm_id);
+
+  std::string_view name() const override { return "cuda_ipc"; }
+  std::vector<std::byte> local_address() const override { return shm_.local_address(); }
+  std::vector<std::unique_ptr<Link>> connect_all(std::span<const PeerRef> peers, Deadline deadline,
+                                                 const PeerWatch& watch) override;
+  void set_identity(int rank, int world_size, const CommId& comm_id) override {
+    shm_.set_identity(rank, world_size, comm_id);
+  }
+  std::string describe() const override;
+  void stop_accepting() override { shm_.stop_accepting(); }
+  bool progress() override { return shm_.progress(); }
+  bool wakes_poller() const override { return shm_.wakes_poller(); }
+  bool arm() override { return shm_.arm(); }
+  void disarm() override { shm_.disarm(); }
+  void wait(std::chrono::microseconds timeout) override { shm_.wait(timeout); }
+  void wake() override { shm_.wake(); }
+
+ private:
+  ShmTransport shm_;  // the pair's control messages and host-memory messages
+};
+
+}  // namespace braid
