@@ -123,9 +123,10 @@ int run(int argc, char** argv) {
                 text_of(machines.data() + 4096 * first, 4096).c_str());
     for (int r : ranks) {
       const RankRecord& rec = all[static_cast<std::size_t>(r)];
-      std::printf("  rank %d: pid %d, CPUs %s%s\n", r, infos[static_cast<std::size_t>(r)].pid,
+      const braid::RankInfo& info = infos[static_cast<std::size_t>(r)];
+      std::printf("  rank %d: pid %d, CPUs %s%s, %d CUDA device(s)\n", r, info.pid,
                   text_of(rec.cpus, sizeof rec.cpus).c_str(),
-                  rec.numa >= 0 ? braid::cat(", NUMA ", rec.numa).c_str() : "");
+                  rec.numa >= 0 ? braid::cat(", NUMA ", rec.numa).c_str() : "", int{info.gpus});
     }
   }
   std::printf("\nplan: %s\n", plan.describe().c_str());
