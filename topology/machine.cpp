@@ -139,6 +139,7 @@ Machine from(hwloc_topology_t topo) {
   read_binding(topo, m);
   m.nics = interfaces(topo);
   m.gpus = gpus(topo);
+  m.rdma = discover_rdma(m.rdma_note);
   return m;
 }
 
@@ -182,6 +183,11 @@ std::string Machine::describe() const {
     out += cat("  gpu ", gpu.name, gpu.pci.empty() ? std::string() : cat(" at ", gpu.pci),
                gpu.numa >= 0 ? cat(", NUMA ", gpu.numa) : std::string(), "\n");
   if (gpus.empty()) out += "  no GPU seen\n";
+  for (const auto& p : rdma)
+    out += cat("  rdma ", p.device, p.port > 0 ? cat(" port ", p.port, ": ", p.state, ", ", p.link_layer) : cat(": ", p.state),
+               p.rate_gbps > 0 ? cat(", ", p.rate_gbps, " Gbit/s") : std::string(),
+               p.numa >= 0 ? cat(", NUMA ", p.numa) : std::string(), "\n");
+  if (rdma.empty()) out += cat("  no RDMA device: ", rdma_note, "\n");
   return out;
 }
 

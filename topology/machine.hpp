@@ -3,7 +3,8 @@
 // this process is bound to and the NUMA nodes they belong to, network
 // interfaces (loopback and virtual bridges marked, link speed where the
 // kernel knows it, NUMA locality where hwloc sees the device on PCI) and GPUs
-// (PCI address and locality) where hwloc sees them.
+// (PCI address and locality) where hwloc sees them, and RDMA ports through
+// libibverbs (rdma.cpp).
 //
 // discover() loads hwloc's topology of this host once per call (tens of
 // milliseconds with I/O devices); local() keeps the first discovery for the
@@ -33,6 +34,19 @@ struct Gpu {
   int numa = -1;
 };
 
+/// One port of an RDMA device (InfiniBand, or RoCE over Ethernet).
+struct RdmaPort {
+  std::string device;      // "mlx5_0"
+  int port = 0;            // from 1; 0 when the device could not be opened
+  std::string state;       // "PORT_ACTIVE", "PORT_DOWN", ...
+  std::string link_layer;  // "InfiniBand" or "Ethernet (RoCE)"
+  double rate_gbps = 0;    // lanes x per-lane signalling rate
+  int numa = -1;
+};
+
+/// The RDMA ports libibverbs sees (rdma.cpp); empty with `note` saying why.
+std::vector<RdmaPort> discover_rdma(std::string& note);
+
 struct Machine {
   int packages = 0;
   int numa_nodes = 0;
@@ -44,6 +58,8 @@ struct Machine {
   std::vector<int> bound_numa;    // NUMA nodes of the binding
   std::vector<NetworkInterface> nics;
   std::vector<Gpu> gpus;
+  std::vector<RdmaPort> rdma;
+  std::string rdma_note;  // why rdma is empty ("libibverbs found no RDMA device")
 
   /// This host now. Throws SystemError naming hwloc's failing call.
   static Machine discover();
@@ -51,7 +67,7 @@ struct Machine {
   static Machine local();
 
   /// Several lines: "1 package, 1 NUMA node, 2 cores, 2 hardware threads; bound to CPUs 0-1 (2 cores, NUMA 0)",
-  /// then one line per interface and GPU.
+  /// then one line per interface, GPU and RDMA port.
   std::string describe() const;
 };
 

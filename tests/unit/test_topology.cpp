@@ -1,8 +1,12 @@
 // The machine as hwloc sees it (topology/machine.hpp) and what ranks tell
-// each other about their CPUs (RankInfo::cpus, shared_cpus).
+// each other about their CPUs (RankInfo::cpus, shared_cpus), and the RDMA
+// ports libibverbs sees.
 #include <sched.h>
 
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <set>
+#include <string>
 
 #include "core/rank_info.hpp"
 #include "topology/machine.hpp"
@@ -53,6 +57,29 @@ TEST_CASE("the binding is read again, and ranks' CPU masks travel and add up per
   const RankInfo only_a[] = {a, a};
   CHECK(RankInfo::shared_cpus(only_a, a.kernel_id) == 1);
   CHECK(RankInfo::shared_cpus(pair, a.kernel_id + 1) == 0);
+}
+
+}  // namespace braid
+
+namespace braid {
+
+TEST_CASE("RDMA ports: libibverbs' devices are the kernel's, and none is said plainly") {
+  const Machine m = Machine::discover();
+  std::set<std::string> listed;
+  for (const RdmaPort& p : m.rdma) {
+    listed.insert(p.device);
+    CHECK_FALSE(p.state.empty());
+    if (p.port > 0) CHECK_FALSE(p.link_layer.empty());
+  }
+  std::set<std::string> kernel;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/sys/class/infiniband", ec))
+    kernel.insert(entry.path().filename().string());
+  if (m.rdma_note.find("without libibverbs") == std::string::npos) CHECK(listed == kernel);
+  if (m.rdma.empty()) {
+    CHECK_FALSE(m.rdma_note.empty());
+    CHECK_THAT(m.describe(), Catch::Contains("no RDMA device: " + m.rdma_note));
+  }
 }
 
 }  // namespace braid
