@@ -10,10 +10,11 @@ set -euo pipefail
 # openssl: the command scripts/make-test-certs.sh (and so the TLS tests) runs.
 # iproute2: `ip netns` and veth for the fault matrix's two-host case.
 # libhwloc-dev: the machine topology (topology/machine.cpp, braid-topo).
-# libibverbs-dev: the RDMA devices it lists (topology/rdma.cpp).
+# libibverbs-dev, ibverbs-providers: the RDMA devices it lists (topology/rdma.cpp;
+# without the providers libibverbs sees no device).
 # openmpi-bin, libopenmpi-dev, libgloo-dev: the peers of bench/compare.py,
 # whose smoke run is a test (tests/bench).
-packages=(g++ meson ninja-build pkg-config catch2 python3 libssl-dev openssl iproute2 libhwloc-dev libibverbs-dev
+packages=(g++ meson ninja-build pkg-config catch2 python3 libssl-dev openssl iproute2 libhwloc-dev libibverbs-dev ibverbs-providers
           openmpi-bin libopenmpi-dev libgloo-dev)
 for arg in "$@"; do
   case "$arg" in
