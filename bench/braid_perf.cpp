@@ -76,15 +76,16 @@ struct PerfBuffers {
     if (p >= send.data() && p <= send.data() + send.size()) return device_send.data() + (p - send.data());
     return device_recv.data() + (p - recv.data());
   }
-  void to_device() {
+  // The first `bytes` of both buffers, where a row's regions all lie.
+  void to_device(std::size_t bytes) {
     if (!device()) return;
-    braid::device::copy(device_send.data(), send.data(), send.size());
-    braid::device::copy(device_recv.data(), recv.data(), recv.size());
+    braid::device::copy_on(device_send.id(), device_send.data(), send.data(), bytes);
+    braid::device::copy_on(device_recv.id(), device_recv.data(), recv.data(), bytes);
   }
-  void to_host() {
+  void to_host(std::size_t bytes) {
     if (!device()) return;
-    braid::device::copy(send.data(), device_send.data(), send.size());
-    braid::device::copy(recv.data(), device_recv.data(), recv.size());
+    braid::device::copy_on(device_send.id(), send.data(), device_send.data(), bytes);
+    braid::device::copy_on(device_recv.id(), recv.data(), device_recv.data(), bytes);
   }
 };
 
@@ -203,14 +204,14 @@ class Case {
         break;
       case Kind::sendrecv: check::fill_block(t, rank_, next(), in_, count_); break;
     }
-    buffers_.to_device();
+    buffers_.to_device(size_bytes());
   }
 
   // Elements of this rank's output that differ from the expected values
   // (only the root's output counts for reduce and gather).
   std::size_t count_wrong() const {
     namespace check = braid::check;
-    buffers_.to_host();
+    buffers_.to_host(size_bytes());
     const auto t = o_.type;
     const bool root = rank_ == o_.root;
     switch (kind_) {

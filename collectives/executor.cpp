@@ -26,11 +26,6 @@ std::span<std::byte> ScratchPool::take(std::size_t bytes, MemKind kind, int devi
   return std::span(data_.get(), bytes);
 }
 
-int Executor::device_id() const {
-  if (buffers_.kind == MemKind::host) return -1;
-  return device::device_of(buffers_.output ? static_cast<const void*>(buffers_.output) : buffers_.input);
-}
-
 void Executor::check_kind(MemKind kind) const {
   if (kind == MemKind::host) return;
   if (!device::compiled())
@@ -62,7 +57,7 @@ Executor::Executor(const Schedule& schedule, Buffers buffers, std::span<Link* co
     scratch_bytes += s.dst.bytes;
   }
   scratch_bytes_ = scratch_bytes;
-  scratch_ = pool_->take(scratch_bytes, buffers_.kind, device_id());
+  scratch_ = pool_->take(scratch_bytes, buffers_.kind, buffers_.device);
   // Without a pool (the schedule tests) scratch starts as garbage on purpose:
   // a schedule that reads scratch before writing it fails there, as it would
   // with a reused pool block.
@@ -104,7 +99,7 @@ void Executor::restart(Buffers buffers, std::uint32_t sequence) {
   buffers_ = buffers;
   sequence_ = sequence;
   // The pool may have handed a larger block to another operation since.
-  scratch_ = pool_->take(scratch_bytes_, buffers_.kind, device_id());
+  scratch_ = pool_->take(scratch_bytes_, buffers_.kind, buffers_.device);
   const auto n = schedule_.steps.size();
   std::fill(state_.begin(), state_.end(), State::waiting);
   for (std::size_t i = 0; i < n; ++i) deps_left_[i] = static_cast<std::uint32_t>(schedule_.steps[i].deps.size());
@@ -166,7 +161,7 @@ void Executor::run_local(std::uint32_t index) {
     std::byte* to = write_ptr(s.dst);
     if (from != to && s.dst.bytes > 0) {
       if (buffers_.kind == MemKind::host) std::memcpy(to, from, s.dst.bytes);
-      else device::copy(to, from, s.dst.bytes);
+      else device::copy_on(buffers_.device, to, from, s.dst.bytes);
     }
   } else if (s.kind == StepKind::reduce) {
     std::byte* to = write_ptr(s.dst);

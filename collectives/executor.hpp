@@ -24,6 +24,7 @@ struct Buffers {
   std::size_t input_bytes = 0;
   std::size_t output_bytes = 0;
   MemKind kind = MemKind::host;  // where input and output live; local steps dispatch on it
+  int device = -1;               // their CUDA device, when kind is cuda
 };
 
 /// Scratch memory for a communicator's operations: one block, grown to the
@@ -32,7 +33,7 @@ struct Buffers {
 /// block serves them all; take() invalidates what an earlier take() returned.
 class ScratchPool {
  public:
-  /// Host scratch, or device scratch on the current CUDA device.
+  /// Host scratch, or device scratch on CUDA device `device_id`.
   std::span<std::byte> take(std::size_t bytes, MemKind kind = MemKind::host, int device_id = -1);
   std::size_t capacity() const { return size_; }
 
@@ -86,8 +87,6 @@ class Executor {
   void combine(std::byte* dst, const std::byte* a, const std::byte* b, std::size_t bytes);
   /// Throws unless this braid and every link of the schedule handle `kind`.
   void check_kind(MemKind kind) const;
-  /// The CUDA device of the buffers (-1 for host memory).
-  int device_id() const;
   const std::byte* read_ptr(const Region& r) const;
   std::byte* write_ptr(const Region& r);
 

@@ -431,9 +431,13 @@ std::shared_ptr<Operation> CommImpl::make_op(OpPlan::Key key, Buffers buffers, s
   auto op = std::make_shared<Operation>();
   op->plan = plans_.front();
   if (device::count() > 0) {
-    op->device_input = device::kind_of(buffers.input) == MemKind::cuda;
-    op->device_output = device::kind_of(buffers.output) == MemKind::cuda;
-    if (op->device_input || op->device_output) buffers.kind = MemKind::cuda;
+    const device::Location in = device::locate(buffers.input), out = device::locate(buffers.output);
+    op->device_input = in.kind == MemKind::cuda;
+    op->device_output = out.kind == MemKind::cuda;
+    if (op->device_input || op->device_output) {
+      buffers.kind = MemKind::cuda;
+      buffers.device = op->device_output ? out.device : in.device;
+    }
   }
   op->buffers = buffers;
   op->sequence = sequence;

@@ -74,7 +74,6 @@ class Operation {
   bool device_input = false;
   bool device_output = false;
   bool staged = false;         // running on the communicator's staging copy
-  int device = -1;             // the CUDA device of the staged buffers
   Buffers run_buffers;         // what the executor runs on (buffers, or the staging copy)
   std::uint32_t sequence = 0;  // the high half of every tag
   bool background = false;     // started with *_async

@@ -109,8 +109,11 @@ void CommImpl::start_op(Operation& op) {
 
 Buffers CommImpl::stage_in(Operation& op) {
   const Buffers& b = op.buffers;
+  Buffers run = b;
+  run.kind = MemKind::host;
+  run.device = -1;
   const bool in = op.device_input && b.input_bytes > 0, out = op.device_output && b.output_bytes > 0;
-  if (!in && !out) return b.kind == MemKind::cuda ? Buffers{b.input, b.output, b.input_bytes, b.output_bytes} : b;
+  if (!in && !out) return run;
   // In-place layouts (one buffer inside the other) stay in place: the copy
   // spans both.
   const bool overlap = in && out && b.input < b.output + b.output_bytes && b.output < b.input + b.input_bytes;
@@ -122,8 +125,6 @@ Buffers CommImpl::stage_in(Operation& op) {
     staging_ = device::Memory();
     staging_ = device::Memory(span, -1);
   }
-  Buffers run = b;
-  run.kind = MemKind::host;
   if (overlap) {
     run.input = staging_.data() + (b.input - base);
     run.output = staging_.data() + (b.output - base);
@@ -131,15 +132,14 @@ Buffers CommImpl::stage_in(Operation& op) {
     if (in) run.input = staging_.data();
     if (out) run.output = staging_.data() + (in ? b.input_bytes : 0);
   }
-  op.device = device::device_of(in ? static_cast<const void*>(b.input) : b.output);
-  if (in) device::copy_on(op.device, const_cast<std::byte*>(run.input), b.input, b.input_bytes);
+  if (in) device::copy_on(b.device, const_cast<std::byte*>(run.input), b.input, b.input_bytes);
   op.staged = in || out;
   return run;
 }
 
 void CommImpl::stage_out(Operation& op) {
   if (op.device_output && op.buffers.output_bytes > 0)
-    device::copy_on(op.device, op.buffers.output, op.run_buffers.output, op.buffers.output_bytes);
+    device::copy_on(op.buffers.device, op.buffers.output, op.run_buffers.output, op.buffers.output_bytes);
 }
 
 void CommImpl::fail_queue(std::exception_ptr error) {

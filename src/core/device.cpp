@@ -47,16 +47,17 @@ const Probe& probe() {
     int runtime = 0, driver = 0;
     cudaRuntimeGetVersion(&runtime);
     cudaDriverGetVersion(&driver);
+    auto version = [](int v) { return cat(v / 1000, ".", v % 1000 / 10); };  // 13000 -> "13.0"
     const cudaError_t e = cudaGetDeviceCount(&r.devices);
     if (e != cudaSuccess) {
       cudaGetLastError();  // not sticky: leave no error for the application
       r.devices = 0;
-      r.line = cat("CUDA ", runtime / 1000, ".", runtime % 1000 / 10, " runtime but no usable device: ",
+      r.line = cat("CUDA ", version(runtime), " runtime but no usable device: ",
                    cudaGetErrorString(e), " (", cudaGetErrorName(e), "); device buffers are refused, host memory only");
       return r;
     }
-    r.line = cat("CUDA ", runtime / 1000, ".", runtime % 1000 / 10, " runtime, driver ", driver / 1000, ".",
-                 driver % 1000 / 10, ", ", r.devices, r.devices == 1 ? " device" : " devices");
+    r.line = cat("CUDA ", version(runtime), " runtime, driver ", version(driver), ", ", r.devices,
+                 r.devices == 1 ? " device" : " devices");
     for (int d = 0; d < r.devices; ++d) {
       cudaDeviceProp prop{};
       if (cudaGetDeviceProperties(&prop, d) == cudaSuccess) r.line += cat(d == 0 ? " (" : ", ", prop.name);
@@ -80,6 +81,13 @@ cudaStream_t stream_on(int id) {
   return s;
 }
 
+// The device holding `p`, which the caller says is device memory.
+int on_device(const void* p) {
+  cudaPointerAttributes a{};
+  check(cudaPointerGetAttributes(&a, p), "looking up a device pointer");
+  return a.device;
+}
+
 void require_device(int devices, std::string_view what) {
   if (devices == 0) throw Error(ErrorCode::unsupported, cat(what, ": ", probe().line));
 }
@@ -90,27 +98,23 @@ bool compiled() { return true; }
 int count() { return probe().devices; }
 std::string status() { return probe().line; }
 
-MemKind kind_of(const void* p) {
-  if (p == nullptr || probe().devices == 0) return MemKind::host;
+Location locate(const void* p) {
+  if (p == nullptr || probe().devices == 0) return {};
   cudaPointerAttributes a{};
   if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
     cudaGetLastError();
-    return MemKind::host;
+    return {};
   }
-  return a.type == cudaMemoryTypeDevice ? MemKind::cuda : MemKind::host;
-}
-
-int device_of(const void* p) {
-  cudaPointerAttributes a{};
-  check(cudaPointerGetAttributes(&a, p), "looking up a device pointer");
-  return a.device;
+  if (a.type != cudaMemoryTypeDevice) return {};
+  return {MemKind::cuda, a.device};
 }
 
 void copy(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0 || dst == src) return;
   require_device(count(), "copying device memory");
-  const MemKind d = kind_of(dst);
-  copy_on(d == MemKind::cuda ? device_of(dst) : kind_of(src) == MemKind::cuda ? device_of(src) : 0, dst, src, bytes);
+  Location on = locate(dst);
+  if (on.kind == MemKind::host) on = locate(src);
+  copy_on(on.kind == MemKind::cuda ? on.device : 0, dst, src, bytes);
 }
 
 void copy_on(int device, void* dst, const void* src, std::size_t bytes) {
@@ -125,7 +129,7 @@ void reduce(DataType type, ReduceOp op, void* dst, const void* a, const void* b,
   name_of(op);
   if (count == 0) return;
   require_device(device::count(), "reducing device memory");
-  cudaStream_t s = stream_on(device_of(dst));
+  cudaStream_t s = stream_on(on_device(dst));
   const auto e = static_cast<cudaError_t>(kernels::combine(type, op, dst, a, b, count, s));
   check(e, cat("launching the ", name_of(type), " ", name_of(op), " kernel"));
   check(cudaStreamSynchronize(s), cat("the ", name_of(type), " ", name_of(op), " kernel"));
@@ -136,7 +140,7 @@ void finish_average(DataType type, void* data, std::size_t count, int ranks) {
   if (ranks <= 0) throw InvalidArgument(cat("finish_average needs a positive rank count, not ", ranks));
   if (count == 0) return;
   require_device(device::count(), "averaging device memory");
-  cudaStream_t s = stream_on(device_of(data));
+  cudaStream_t s = stream_on(on_device(data));
   check(static_cast<cudaError_t>(kernels::divide(type, data, count, ranks, s)),
         cat("launching the ", name_of(type), " average kernel"));
   check(cudaStreamSynchronize(s), cat("the ", name_of(type), " average kernel"));
@@ -228,8 +232,7 @@ namespace {
 bool compiled() { return false; }
 int count() { return 0; }
 std::string status() { return "built without CUDA: host memory only"; }
-MemKind kind_of(const void*) { return MemKind::host; }
-int device_of(const void*) { unsupported("a device pointer"); }
+Location locate(const void*) { return {}; }
 void copy(void*, const void*, std::size_t) { unsupported("copying device memory"); }
 void copy_on(int, void*, const void*, std::size_t) { unsupported("copying device memory"); }
 void reduce(DataType, ReduceOp, void*, const void*, const void*, std::size_t) { unsupported("reducing device memory"); }

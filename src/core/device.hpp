@@ -35,11 +35,15 @@ int count();
 /// (cudaErrorInsufficientDriver): device buffers are refused, host memory only").
 std::string status();
 
-/// Where `p` lives. Without CUDA, or for a pointer the CUDA runtime does not
-/// know, host.
-MemKind kind_of(const void* p);
-/// The CUDA device that holds `p` (which kind_of said is cuda).
-int device_of(const void* p);
+/// Where a pointer lives: host memory (device -1), or memory of CUDA device
+/// `device`.
+struct Location {
+  MemKind kind = MemKind::host;
+  int device = -1;
+};
+/// One lookup (cudaPointerGetAttributes). Without CUDA, or for a pointer the
+/// CUDA runtime does not know, host.
+Location locate(const void* p);
 
 /// dst = src, bytes long, in any direction between host and device memory.
 void copy(void* dst, const void* src, std::size_t bytes);

@@ -109,12 +109,12 @@ void check_kernels() {
 void check_memory() {
   device::Memory d(4096, 0), pinned(4096, -1);
   std::vector<std::byte> host(4096);
-  expect(device::kind_of(d.data()) == MemKind::cuda, "cudaMalloc memory is cuda");
-  expect(device::kind_of(d.data() + 100) == MemKind::cuda, "an interior device pointer is cuda");
-  expect(device::kind_of(pinned.data()) == MemKind::host, "pinned memory is host");
-  expect(device::kind_of(host.data()) == MemKind::host, "pageable memory is host");
-  expect(device::kind_of(nullptr) == MemKind::host, "null is host");
-  expect(device::device_of(d.data()) == 0, "device_of names device 0");
+  expect(device::locate(d.data()).kind == MemKind::cuda, "cudaMalloc memory is cuda");
+  expect(device::locate(d.data() + 100).kind == MemKind::cuda, "an interior device pointer is cuda");
+  expect(device::locate(pinned.data()).kind == MemKind::host, "pinned memory is host");
+  expect(device::locate(host.data()).kind == MemKind::host, "pageable memory is host");
+  expect(device::locate(nullptr).kind == MemKind::host, "null is host");
+  expect(device::locate(d.data()).device == 0, "locate names device 0");
   for (std::size_t i = 0; i < host.size(); ++i) host[i] = static_cast<std::byte>(i * 7);
   device::copy(d.data(), host.data(), host.size());
   device::copy(pinned.data(), d.data(), host.size());

@@ -68,7 +68,7 @@ class CudaIpcLink final : public Link {
       record->bytes = src.bytes;
       Staging* staging = nullptr;
       if (src.bytes > 0) {
-        staging = &take_staging(src.bytes, device::device_of(src.data));
+        staging = &take_staging(src.bytes, device::locate(src.data).device);
         device::copy_on(staging->device, staging->memory.data(), src.data, src.bytes);
         record->handle = staging->region.handle;
         record->offset = staging->region.offset;
@@ -95,17 +95,9 @@ class CudaIpcLink final : public Link {
   bool progress() override {
     bool moved = shm_->progress();
     if (broken_) return moved;
+    moved |= take_arrived();
+    if (broken_) return true;
     try {
-      while (!incoming_.empty() && incoming_.front().request->done()) {
-        Incoming in = std::move(incoming_.front());
-        incoming_.pop_front();
-        if (in.request->failed()) {
-          fail_all(explain_control_failure(in.request->error(), in.tag));
-          return true;
-        }
-        take(*in.record);
-        moved = true;
-      }
       moved |= serve_notices();
     } catch (...) {
       fail_all(std::current_exception());
@@ -206,7 +198,10 @@ class CudaIpcLink final : public Link {
   // repeated operation reuses the same few buffers, which the peer has
   // mapped already.
   Staging& take_staging(std::size_t bytes, int id) {
-    absorb();  // acknowledgements that arrived since free their buffers
+    // Acknowledgements that arrived since free their buffers.
+    shm_->progress();
+    take_arrived();
+    if (broken_) std::rethrow_exception(broken_);
     for (auto& s : staging_)
       if (!s->busy && s->device == id && s->memory.size() >= bytes) {
         s->busy = true;
@@ -221,14 +216,27 @@ class CudaIpcLink final : public Link {
     return *staging_.back();
   }
 
-  // Takes the control messages that have arrived (without serving notices).
-  void absorb() {
-    shm_->progress();
-    while (!incoming_.empty() && incoming_.front().request->done() && !incoming_.front().request->failed()) {
-      Incoming in = std::move(incoming_.front());
-      incoming_.pop_front();
-      take(*in.record);
+  // Takes the control messages that have arrived, in order (notices wait
+  // for serve_notices); true if any did. One that failed, or that is not a
+  // control message, breaks the link.
+  bool take_arrived() {
+    bool moved = false;
+    try {
+      while (!incoming_.empty() && incoming_.front().request->done()) {
+        Incoming in = std::move(incoming_.front());
+        incoming_.pop_front();
+        if (in.request->failed()) {
+          fail_all(explain_control_failure(in.request->error(), in.tag));
+          return true;
+        }
+        take(*in.record);
+        moved = true;
+      }
+    } catch (...) {
+      fail_all(std::current_exception());
+      return true;
     }
+    return moved;
   }
 
   // Reads every announced buffer that a posted receive waits for, in order.
@@ -254,7 +262,7 @@ class CudaIpcLink final : public Link {
         if (r.reduce)
           device::reduce(r.type, r.op, r.dst.data, r.local.data, from, r.dst.bytes / size_of(r.type));
         else
-          device::copy_on(device::device_of(r.dst.data), r.dst.data, from, r.dst.bytes);
+          device::copy_on(device::locate(r.dst.data).device, r.dst.data, from, r.dst.bytes);
       }
       // The receive completes once its acknowledgement is in the ring: a
       // finished operation no longer progresses this link, and the peer's
