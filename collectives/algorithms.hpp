@@ -57,6 +57,27 @@ Schedule direct_gather(const CollectiveShape& shape);
 /// The root sends every rank its block at once.
 Schedule direct_scatter(const CollectiveShape& shape);
 
+// The uneven collectives (uneven.cpp). A BlockLayout places each rank's block
+// in a buffer (bytes, by rank); blocks may be empty and need not be in rank
+// order. CollectiveShape::count is unused by them.
+struct BlockLayout {
+  std::vector<std::size_t> offset;  // bytes from the buffer's start, by rank
+  std::vector<std::size_t> bytes;   // by rank
+  Region at(BufferId buffer, int rank) const;
+  /// The end of the furthest non-empty block: the buffer size it needs.
+  std::size_t extent() const;
+};
+/// Block p of the input to rank p; block p of the output from rank p.
+Schedule pairwise_all_to_allv(const CollectiveShape& shape, const BlockLayout& send, const BlockLayout& recv);
+/// The whole input (recv.bytes[rank]) to every rank; block p of the output from rank p.
+Schedule pairwise_all_gatherv(const CollectiveShape& shape, const BlockLayout& recv);
+/// Output (send.bytes[rank]) = op over ranks of their input block `rank`.
+Schedule pairwise_reduce_scatterv(const CollectiveShape& shape, const BlockLayout& send);
+/// The root's output block p = rank p's input (send_bytes); `recv` is read at the root only.
+Schedule direct_gatherv(const CollectiveShape& shape, std::size_t send_bytes, const BlockLayout& recv);
+/// Rank p's output (recv_bytes) = the root's input block p; `send` is read at the root only.
+Schedule direct_scatterv(const CollectiveShape& shape, const BlockLayout& send, std::size_t recv_bytes);
+
 // barrier
 /// Ring barrier (chain.cpp): n-1 rounds of empty messages around the ring.
 Schedule ring_barrier(const CollectiveShape& shape);

@@ -111,6 +111,14 @@ void Executor::restart(Buffers buffers, std::uint32_t sequence) {
   moved_ = false;
 }
 
+void Executor::set_step_tags(std::vector<StepTag> tags) {
+  BRAID_CHECK(tags.empty() || tags.size() == schedule_.steps.size(), "step tags for ", tags.size(), " of ",
+              schedule_.steps.size(), " steps");
+  step_tags_ = std::move(tags);
+  step_contexts_.clear();
+  for (const StepTag& t : step_tags_) step_contexts_.push_back(t.descriptor.encode());
+}
+
 const std::byte* Executor::read_ptr(const Region& r) const {
   switch (r.buffer) {
     case BufferId::input: return buffers_.input + r.offset;
@@ -132,7 +140,8 @@ std::byte* Executor::write_ptr(const Region& r) {
 void Executor::post(std::uint32_t index) {
   const Step& s = schedule_.steps[index];
   Link& link = *links_[s.peer];
-  Tag tag = make_tag(sequence_, s.tag_index, context_);
+  Tag tag = step_tags_.empty() ? make_tag(sequence_, s.tag_index, context_)
+                               : make_tag(step_tags_[index].sequence, s.tag_index, step_contexts_[index]);
   switch (s.kind) {
     case StepKind::send:
       requests_[index] = link.send(ConstMemView{read_ptr(s.src), s.src.bytes, buffers_.kind}, tag);
@@ -233,15 +242,17 @@ void Executor::explain_failure(std::uint32_t index) const {
   } catch (const TagMismatch& m) {
     const Step& s = schedule_.steps[index];
     OpDescriptor theirs = OpDescriptor::decode(m.received.context);
-    std::uint32_t my_op = sequence_ & 0x7fffffffu, their_op = static_cast<std::uint32_t>(m.received.id >> 32) & 0x7fffffffu;
+    const OpDescriptor& mine = step_tags_.empty() ? schedule_.descriptor : step_tags_[index].descriptor;
+    const std::uint32_t my_sequence = step_tags_.empty() ? sequence_ : step_tags_[index].sequence;
+    std::uint32_t my_op = my_sequence & 0x7fffffffu, their_op = static_cast<std::uint32_t>(m.received.id >> 32) & 0x7fffffffu;
     std::string peer = cat("rank ", self_rank_, ": ", links_[s.peer]->describe_peer());
     if (m.received.context != m.expected.context)
       throw ProtocolMismatch(cat(peer, " called ", theirs.describe(), " as op #", their_op, " while this rank called ",
-                                 schedule_.descriptor.describe(), " as op #", my_op,
+                                 mine.describe(), " as op #", my_op,
                                  ": every rank must call the same collectives in the same order"));
     if ((m.received.id >> 32) != (m.expected.id >> 32))
       throw ProtocolMismatch(cat(peer, " is at op #", their_op, " while this rank is at op #", my_op, " (",
-                                 schedule_.descriptor.describe(),
+                                 mine.describe(),
                                  "): a rank skipped or added an operation"));
     throw;
   }

@@ -43,6 +43,15 @@ class ScratchPool {
   device::Memory device_;
 };
 
+/// The tag of one step of a fused group of sends and receives (a
+/// braid_group_start/end block): each step matches the peer's own call, grouped
+/// or not, so it carries that call's sequence and descriptor instead of the
+/// operation's.
+struct StepTag {
+  std::uint32_t sequence = 0;
+  OpDescriptor descriptor;
+};
+
 class Executor {
  public:
   /// links[p] is the link to rank p (null for self and unused peers). Scratch
@@ -56,6 +65,9 @@ class Executor {
   /// of a shape already seen starts without allocating. The previous run
   /// must be over (finished, or failed and abandoned with its links).
   void restart(Buffers buffers, std::uint32_t sequence);
+  /// Per-step tags (one per step) in place of the operation's sequence and
+  /// descriptor; empty: every step uses the operation's.
+  void set_step_tags(std::vector<StepTag> tags);
 
   /// One pass of posting, progress and completion. Returns true once every
   /// step is done; throws the first error of any step.
@@ -100,6 +112,8 @@ class Executor {
   std::span<Link* const> links_;
   std::uint32_t sequence_;
   std::array<std::byte, 16> context_;
+  std::vector<StepTag> step_tags_;                 // by step, or empty
+  std::vector<std::array<std::byte, 16>> step_contexts_;  // their descriptors, encoded
   int self_rank_;
   std::vector<State> state_;
   std::vector<std::uint32_t> deps_left_;

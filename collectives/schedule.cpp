@@ -24,7 +24,8 @@ namespace {
 constexpr std::string_view kAlgorithmNames[] = {"(unknown)", "ring", "direct", "recdbl", "rabenseifner", "tree",
                                                 "chain", "binomial", "pairwise", "p2p"};
 constexpr std::string_view kKindNames[] = {"(unknown)", "all_reduce", "broadcast", "reduce", "all_gather",
-                                           "reduce_scatter", "all_to_all", "gather", "scatter", "send/recv", "barrier"};
+                                           "reduce_scatter", "all_to_all", "gather", "scatter", "send/recv", "barrier",
+                                           "all_to_allv", "all_gatherv", "reduce_scatterv", "gatherv", "scatterv"};
 
 }  // namespace
 
@@ -65,9 +66,13 @@ OpDescriptor OpDescriptor::decode(const std::array<std::byte, 16>& bytes) {
 
 std::string OpDescriptor::describe() const {
   std::string out = cat(kKindNames[static_cast<std::size_t>(kind)], "(", name_of(type));
-  bool reduces = kind == Kind::all_reduce || kind == Kind::reduce || kind == Kind::reduce_scatter;
+  bool reduces = kind == Kind::all_reduce || kind == Kind::reduce || kind == Kind::reduce_scatter ||
+                 kind == Kind::reduce_scatterv;
   if (reduces) out += cat(" ", name_of(op));
-  out += cat(", ", count, " elements");
+  // The uneven collectives carry the total count where every rank knows it
+  // (all_gatherv, reduce_scatterv), else none: each rank's counts differ.
+  if (kind >= Kind::all_to_allv) out += count > 0 ? cat(", ", count, " elements in all") : std::string(", uneven counts");
+  else out += cat(", ", count, " elements");
   if (root >= 0) out += cat(", root ", root);
   if (algorithm > 0 && algorithm < std::size(kAlgorithmNames)) out += cat(", ", kAlgorithmNames[algorithm]);
   return out + ")";

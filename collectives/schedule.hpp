@@ -53,7 +53,8 @@ struct Step {
 /// running something else can say exactly what each side called.
 struct OpDescriptor {
   enum class Kind : std::uint8_t {
-    none, all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, gather, scatter, point_to_point, barrier
+    none, all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, gather, scatter, point_to_point, barrier,
+    all_to_allv, all_gatherv, reduce_scatterv, gatherv, scatterv
   };
   Kind kind = Kind::none;
   DataType type = DataType::u8;

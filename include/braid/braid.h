@@ -84,6 +84,26 @@ typedef struct braid_work* braid_work_t;
 braid_result_t braid_get_unique_id(braid_unique_id_t* id);
 /** Joins communicator `id` as `rank` of `nranks`. */
 braid_result_t braid_comm_init_rank(braid_comm_t* comm, int nranks, braid_unique_id_t id, int rank);
+/** Settings of a communicator made by braid_comm_init_rank_config (NCCL's
+ * ncclConfig_t). Start from BRAID_CONFIG_INITIALIZER: a zero or NULL field
+ * keeps braid's default (the BRAID_* environment). */
+typedef struct {
+  size_t size;           /* sizeof(braid_config_t), set by the initializer */
+  long timeout_ms;       /* bound on every wait (BRAID_TIMEOUT); 0: default */
+  const char* transport; /* "shm,tcp" (BRAID_TRANSPORT); NULL: default */
+  const char* algorithm; /* "ring" or "all_reduce:tree,broadcast:binomial" (BRAID_ALGO); NULL: default */
+  int blocking;          /* 1: calls block until done (the only mode so far; 0 is refused
+                            with braid_unsupported: use the *_async calls) */
+} braid_config_t;
+#define BRAID_CONFIG_INITIALIZER {sizeof(braid_config_t), 0, NULL, NULL, 1}
+/** braid_comm_init_rank with settings from `config` (NULL: all defaults). */
+braid_result_t braid_comm_init_rank_config(braid_comm_t* comm, int nranks, braid_unique_id_t id, int rank,
+                                           const braid_config_t* config);
+/** The unique id as 2 x BRAID_UNIQUE_ID_BYTES hex digits and a NUL, into buf
+ * (len at least BRAID_UNIQUE_ID_HEX_BYTES), to pass on a command line. */
+#define BRAID_UNIQUE_ID_HEX_BYTES (2 * BRAID_UNIQUE_ID_BYTES + 1)
+braid_result_t braid_unique_id_to_hex(const braid_unique_id_t* id, char* buf, size_t len);
+braid_result_t braid_unique_id_from_hex(const char* hex, braid_unique_id_t* id);
 /** Joins the communicator described by BRAID_RANK, BRAID_WORLD_SIZE, BRAID_STORE_ADDR,
  * or, when BRAID_RANK is not set, by TensorFlow's TF_CONFIG (see braid::ClusterSpec). */
 braid_result_t braid_comm_init_env(braid_comm_t* comm);
@@ -114,11 +134,17 @@ braid_result_t braid_comm_get_async_error(braid_comm_t comm, braid_result_t* err
 /** Writes the flight recorder (recent operations, their state, whom a stuck
  * one waits on) into buf as a NUL-terminated string, cut to len bytes. */
 braid_result_t braid_comm_dump_state(braid_comm_t comm, char* buf, size_t len);
+/** Finishes every operation queued on the communicator (each bounded by
+ * BRAID_TIMEOUT) and returns the first error among them; the communicator
+ * stays allocated (free it with braid_comm_destroy). As ncclCommFinalize. */
+braid_result_t braid_comm_finalize(braid_comm_t comm);
 /** Frees the communicator after finishing the operations still queued on it
  * (each bounded by BRAID_TIMEOUT). Accepts NULL. */
 braid_result_t braid_comm_destroy(braid_comm_t comm);
 braid_result_t braid_comm_rank(braid_comm_t comm, int* rank);
 braid_result_t braid_comm_count(braid_comm_t comm, int* count);
+/** The same as braid_comm_rank (NCCL's name). */
+braid_result_t braid_comm_user_rank(braid_comm_t comm, int* rank);
 /** This rank's index among the ranks of its host, in rank order, and their number. */
 braid_result_t braid_comm_local_rank(braid_comm_t comm, int* local_rank);
 braid_result_t braid_comm_local_size(braid_comm_t comm, int* local_size);
@@ -175,6 +201,48 @@ braid_result_t braid_send(const void* buf, size_t count, braid_datatype_t dataty
 /** Receives count elements from `peer` into buf. */
 braid_result_t braid_recv(void* buf, size_t count, braid_datatype_t datatype, int peer, braid_comm_t comm);
 
+/** Sends sendcount elements to `dest` and receives recvcount from `source`
+ * at once (a group of the two), so a ring shift cannot deadlock. */
+braid_result_t braid_sendrecv(const void* sendbuf, size_t sendcount, int dest, void* recvbuf, size_t recvcount,
+                              int source, braid_datatype_t datatype, braid_comm_t comm);
+/* Groups, as ncclGroupStart/ncclGroupEnd: between the calling thread's
+ * outermost braid_group_start and its braid_group_end, calls on any
+ * communicator return braid_success at once without running. At the end,
+ * each communicator's sends and receives run as one operation whose
+ * transfers progress together (a ring of receive-then-send or an all-to-all
+ * of sends and receives cannot deadlock), followed by its collectives in call
+ * order; braid_group_end then waits for the blocking calls among them and
+ * returns the first error. Handles of *_async calls in a group can be waited
+ * for only after the end. Groups nest; the outermost end issues. Device
+ * buffers cannot be grouped yet. */
+braid_result_t braid_group_start(void);
+braid_result_t braid_group_end(void);
+/* Uneven collectives (MPI's *v forms): counts and displacements in elements,
+ * n entries each; displacements NULL means blocks packed in rank order.
+ * Blocks written by different ranks must not overlap; counts may be 0. What
+ * rank a sends to rank b must be what b receives from a, else both fail with
+ * a size mismatch naming each other. */
+/** sendcounts[p] elements at sdispls[p] go to rank p; recvcounts[p] from rank p
+ * land at rdispls[p]. Not in place. */
+braid_result_t braid_all_to_allv(const void* sendbuf, const size_t* sendcounts, const size_t* sdispls, void* recvbuf,
+                                 const size_t* recvcounts, const size_t* rdispls, braid_datatype_t datatype,
+                                 braid_comm_t comm);
+/** Block p of recvbuf (recvcounts[p] at displs[p]) = rank p's sendbuf
+ * (sendcount == recvcounts[rank]). In place: sendbuf == recvbuf + displs[rank]. */
+braid_result_t braid_all_gatherv(const void* sendbuf, size_t sendcount, void* recvbuf, const size_t* recvcounts,
+                                 const size_t* displs, braid_datatype_t datatype, braid_comm_t comm);
+/** recvbuf (recvcounts[rank]) = op over ranks of their block `rank` of
+ * sendbuf, whose blocks are packed in rank order (MPI_Reduce_scatter). */
+braid_result_t braid_reduce_scatterv(const void* sendbuf, void* recvbuf, const size_t* recvcounts,
+                                     braid_datatype_t datatype, braid_redop_t op, braid_comm_t comm);
+/** root's recvbuf block p (recvcounts[p] at displs[p]) = rank p's sendbuf
+ * (sendcount); recvbuf, recvcounts and displs are read at the root only. */
+braid_result_t braid_gatherv(const void* sendbuf, size_t sendcount, void* recvbuf, const size_t* recvcounts,
+                             const size_t* displs, braid_datatype_t datatype, int root, braid_comm_t comm);
+/** Rank p's recvbuf (recvcount) = root's sendbuf block p (sendcounts[p] at
+ * displs[p]); sendbuf, sendcounts and displs are read at the root only. */
+braid_result_t braid_scatterv(const void* sendbuf, const size_t* sendcounts, const size_t* displs, void* recvbuf,
+                              size_t recvcount, braid_datatype_t datatype, int root, braid_comm_t comm);
 /* The same, started in the background: each returns at once with a handle in
  * *work (NULL if the call fails) for braid_work_wait / braid_work_test. The
  * buffers must stay valid and untouched until the operation is done. */
@@ -202,6 +270,21 @@ braid_result_t braid_send_async(const void* buf, size_t count, braid_datatype_t 
 braid_result_t braid_recv_async(void* buf, size_t count, braid_datatype_t datatype, int peer, braid_comm_t comm,
                                 braid_work_t* work);
 
+braid_result_t braid_all_to_allv_async(const void* sendbuf, const size_t* sendcounts, const size_t* sdispls,
+                                       void* recvbuf, const size_t* recvcounts, const size_t* rdispls,
+                                       braid_datatype_t datatype, braid_comm_t comm, braid_work_t* work);
+braid_result_t braid_all_gatherv_async(const void* sendbuf, size_t sendcount, void* recvbuf, const size_t* recvcounts,
+                                       const size_t* displs, braid_datatype_t datatype, braid_comm_t comm,
+                                       braid_work_t* work);
+braid_result_t braid_reduce_scatterv_async(const void* sendbuf, void* recvbuf, const size_t* recvcounts,
+                                           braid_datatype_t datatype, braid_redop_t op, braid_comm_t comm,
+                                           braid_work_t* work);
+braid_result_t braid_gatherv_async(const void* sendbuf, size_t sendcount, void* recvbuf, const size_t* recvcounts,
+                                   const size_t* displs, braid_datatype_t datatype, int root, braid_comm_t comm,
+                                   braid_work_t* work);
+braid_result_t braid_scatterv_async(const void* sendbuf, const size_t* sendcounts, const size_t* displs,
+                                    void* recvbuf, size_t recvcount, braid_datatype_t datatype, int root,
+                                    braid_comm_t comm, braid_work_t* work);
 /** Waits until the operation is done or `timeout_ms` milliseconds pass
  * (timeout_ms < 0: until done, which the communicator's BRAID_TIMEOUT bounds;
  * 0: just look). Sets *done to 1 when done, else 0, and returns braid_success.

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <exception>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -49,8 +50,10 @@ struct UniqueId {
 /// the BRAID_* environment (see the README's table).
 struct CommOptions {
   std::optional<std::chrono::milliseconds> timeout;  ///< bound on every wait (BRAID_TIMEOUT)
-  /// Transports to use, in order of preference ("tcp"; BRAID_TRANSPORT).
+  /// Transports to use, in order of preference ("shm,tcp"; BRAID_TRANSPORT).
   std::optional<std::string> transport;
+  /// Algorithms to force ("ring", or "all_reduce:tree,broadcast:binomial"; BRAID_ALGO).
+  std::optional<std::string> algorithm;
   /// Settings of the TCP transport.
   struct Tcp {
     std::optional<int> streams;                ///< sockets per peer (BRAID_TCP_STREAMS)
@@ -81,6 +84,13 @@ class Work {
   bool test();
   /// The error of a failed operation, or null.
   std::exception_ptr error() const;
+  /// Calls `callback(error)` once the operation is done (error null on
+  /// success, else what wait() would throw), on the thread that completes it
+  /// (possibly just after wait() returns elsewhere), or at once on this thread
+  /// if it is done already. Each callback runs once.
+  /// It may start operations (the *_async calls) but must not wait for one of
+  /// the same communicator: it may run on the thread driving it.
+  void then(std::function<void(std::exception_ptr)> callback);
 
  private:
   friend class Comm;
@@ -93,6 +103,37 @@ class Work {
  private:
   std::shared_ptr<Operation> op_;
 };
+
+/// Groups, as NCCL's ncclGroupStart/ncclGroupEnd: between the calling
+/// thread's outermost group_start() and its group_end(), calls on any
+/// communicator return at once without running. At the end, each
+/// communicator's sends and receives run as one operation whose transfers
+/// progress together (so a ring of receive-then-send, or an all-to-all made of
+/// sends and receives, cannot deadlock), followed by its collectives in call
+/// order; group_end() then waits for the calls that were blocking ones and
+/// throws the first error. A Work from a grouped *_async call completes with
+/// its group's operation and cannot be waited for before group_end(). Groups
+/// nest; only the outermost end issues. Device buffers cannot be grouped yet.
+/// Destroying a communicator inside an open group drops its calls (an error
+/// is logged and their Work fails).
+void group_start();
+void group_end();
+/// group_start(), calls(), group_end(); if calls() throws, the group is still
+/// ended (issuing what was deferred) and the exception passed on.
+template <typename Calls>
+void group(Calls&& calls) {
+  group_start();
+  try {
+    calls();
+  } catch (...) {
+    try {
+      group_end();
+    } catch (...) {
+    }
+    throw;
+  }
+  group_end();
+}
 
 /// A group of ranks that run collectives together. Movable, not copyable.
 /// One thread at a time may call into a given communicator (a Work may be
@@ -179,6 +220,40 @@ class Comm {
   void recv(void* buffer, std::size_t count, DataType type, int peer);
   /// Returns once every rank has entered the barrier.
   void barrier();
+  /// Sends send_count elements to `dest` and receives recv_count from
+  /// `source` at once (a group of the two), so a ring shift cannot deadlock.
+  void sendrecv(const void* send, std::size_t send_count, int dest, void* recv, std::size_t recv_count, int source,
+                DataType type);
+
+  // Uneven collectives: counts and displacements in elements, one entry per
+  // rank (MPI's and c10d's *v forms). Empty displacements mean blocks packed
+  // in rank order. Blocks written by different ranks must not overlap; any
+  // count may be 0. Each rank's counts must match its peers' (what rank a
+  // sends to b is what b receives from a), else the call fails on both with a
+  // size mismatch naming them.
+
+  /// send_counts[p] elements at send_displs[p] go to rank p; recv_counts[p]
+  /// from rank p land at recv_displs[p]. Not in place.
+  void all_to_allv(const void* send, std::span<const std::size_t> send_counts, std::span<const std::size_t> send_displs,
+                   void* recv, std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
+                   DataType type);
+  /// Block p of recv (recv_counts[p] at recv_displs[p]) = rank p's send
+  /// (send_count == recv_counts[rank()]). In place: send == recv + recv_displs[rank()].
+  void all_gatherv(const void* send, std::size_t send_count, void* recv, std::span<const std::size_t> recv_counts,
+                   std::span<const std::size_t> recv_displs, DataType type);
+  /// recv (recv_counts[rank()]) = op over ranks of their block rank() of
+  /// send, whose blocks are packed in rank order (MPI_Reduce_scatter). In
+  /// place: recv == send + (recv_counts[0] + ... + recv_counts[rank()-1]).
+  void reduce_scatterv(const void* send, void* recv, std::span<const std::size_t> recv_counts, DataType type,
+                       ReduceOp op);
+  /// The root's recv block p (recv_counts[p] at recv_displs[p]) = rank p's
+  /// send (send_count). recv, recv_counts and recv_displs are read at the root only.
+  void gatherv(const void* send, std::size_t send_count, void* recv, std::span<const std::size_t> recv_counts,
+               std::span<const std::size_t> recv_displs, DataType type, int root);
+  /// Rank p's recv (recv_count) = the root's send block p (send_counts[p] at
+  /// send_displs[p]), which are read at the root only.
+  void scatterv(const void* send, std::span<const std::size_t> send_counts, std::span<const std::size_t> send_displs,
+                void* recv, std::size_t recv_count, DataType type, int root);
 
   // The same, started in the background.
   Work all_reduce_async(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
@@ -192,6 +267,18 @@ class Comm {
   Work send_async(const void* buffer, std::size_t count, DataType type, int peer);
   Work recv_async(void* buffer, std::size_t count, DataType type, int peer);
   Work barrier_async();
+  Work all_to_allv_async(const void* send, std::span<const std::size_t> send_counts,
+                         std::span<const std::size_t> send_displs, void* recv, std::span<const std::size_t> recv_counts,
+                         std::span<const std::size_t> recv_displs, DataType type);
+  Work all_gatherv_async(const void* send, std::size_t send_count, void* recv, std::span<const std::size_t> recv_counts,
+                         std::span<const std::size_t> recv_displs, DataType type);
+  Work reduce_scatterv_async(const void* send, void* recv, std::span<const std::size_t> recv_counts, DataType type,
+                             ReduceOp op);
+  Work gatherv_async(const void* send, std::size_t send_count, void* recv, std::span<const std::size_t> recv_counts,
+                     std::span<const std::size_t> recv_displs, DataType type, int root);
+  Work scatterv_async(const void* send, std::span<const std::size_t> send_counts,
+                      std::span<const std::size_t> send_displs, void* recv, std::size_t recv_count, DataType type,
+                      int root);
 
   /// Gives up on this communicator, from any thread, within milliseconds (it
   /// never waits for a peer or a connection in progress): every pending and
@@ -201,6 +288,9 @@ class Comm {
   /// peer's operation that had already received all it needed from this rank
   /// may complete. A new communicator can be created afterwards.
   void abort();
+  /// Waits until every operation started here (the *_async ones included) is
+  /// done, each bounded by the timeout; throws the error of a failed one.
+  void flush();
 
   /// Splits this communicator (a collective call: every rank calls it):
   /// ranks passing the same color form a new communicator, ordered by key

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <new>
 #include <optional>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -114,6 +115,31 @@ braid_result_t started(braid_work_t* work, Start&& start) {
   });
 }
 
+// n entries of a C array of counts or displacements (n: the communicator's
+// size), or none for NULL.
+std::span<const std::size_t> per_rank(const size_t* p, braid::Comm& comm) {
+  return p ? std::span<const std::size_t>(p, static_cast<std::size_t>(comm.size())) : std::span<const std::size_t>();
+}
+
+braid::CommOptions options_of(const braid_config_t* config) {
+  braid::CommOptions options;
+  if (config == nullptr) return options;
+  if (config->size != sizeof(braid_config_t))
+    throw braid::InvalidArgument(braid::cat("braid_config_t.size is ", config->size, " but this braid's is ",
+                                            sizeof(braid_config_t), ": start from BRAID_CONFIG_INITIALIZER"));
+  if (config->timeout_ms < 0)
+    throw braid::InvalidArgument(braid::cat("braid_config_t.timeout_ms is ", config->timeout_ms, "; give 0 for the default"));
+  if (config->timeout_ms > 0) options.timeout = std::chrono::milliseconds(config->timeout_ms);
+  if (config->transport) options.transport = config->transport;
+  if (config->algorithm) options.algorithm = config->algorithm;
+  if (config->blocking != 1)
+    throw braid::Error(braid::ErrorCode::unsupported,
+                       braid::cat("braid_config_t.blocking is ", config->blocking,
+                                  ": only blocking communicators (1) exist so far; start operations in the background "
+                                  "with the *_async calls instead"));
+  return options;
+}
+
 }  // namespace
 
 extern "C" {
@@ -141,6 +167,157 @@ braid_result_t braid_comm_init_env(braid_comm_t* comm) {
     require(comm, "the communicator pointer");
     *comm = nullptr;
     *comm = new braid_comm{braid::Comm::from_env()};
+  });
+}
+
+braid_result_t braid_comm_init_rank_config(braid_comm_t* comm, int nranks, braid_unique_id_t id, int rank,
+                                           const braid_config_t* config) {
+  return guarded([&] {
+    require(comm, "the communicator pointer");
+    *comm = nullptr;
+    const braid::CommOptions options = options_of(config);
+    braid::UniqueId uid;
+    std::memcpy(uid.bytes.data(), id.internal, uid.bytes.size());
+    *comm = new braid_comm{braid::Comm::init(uid, rank, nranks, options)};
+  });
+}
+
+braid_result_t braid_unique_id_to_hex(const braid_unique_id_t* id, char* buf, size_t len) {
+  return guarded([&] {
+    require(id, "the unique id pointer");
+    require(buf, "the buffer");
+    if (len < BRAID_UNIQUE_ID_HEX_BYTES)
+      throw braid::InvalidArgument(braid::cat("braid_unique_id_to_hex: the buffer holds ", len, " bytes; it needs ",
+                                              BRAID_UNIQUE_ID_HEX_BYTES, " (BRAID_UNIQUE_ID_HEX_BYTES)"));
+    braid::UniqueId uid;
+    std::memcpy(uid.bytes.data(), id->internal, uid.bytes.size());
+    const std::string hex = uid.to_hex();
+    std::memcpy(buf, hex.c_str(), hex.size() + 1);
+  });
+}
+
+braid_result_t braid_unique_id_from_hex(const char* hex, braid_unique_id_t* id) {
+  return guarded([&] {
+    require(hex, "the hex text");
+    require(id, "the unique id pointer");
+    const braid::UniqueId uid = braid::UniqueId::from_hex(hex);
+    std::memcpy(id->internal, uid.bytes.data(), sizeof id->internal);
+  });
+}
+
+braid_result_t braid_comm_finalize(braid_comm_t comm) {
+  return guarded([&] {
+    braid::Comm& c = comm_of(comm);
+    if (std::exception_ptr e = c.async_error()) std::rethrow_exception(e);
+    c.flush();
+    if (std::exception_ptr e = c.async_error()) std::rethrow_exception(e);
+  });
+}
+
+braid_result_t braid_comm_user_rank(braid_comm_t comm, int* rank) { return braid_comm_rank(comm, rank); }
+
+braid_result_t braid_sendrecv(const void* sendbuf, size_t sendcount, int dest, void* recvbuf, size_t recvcount,
+                              int source, braid_datatype_t datatype, braid_comm_t comm) {
+  return guarded(
+      [&] { comm_of(comm).sendrecv(sendbuf, sendcount, dest, recvbuf, recvcount, source, to_type(datatype)); });
+}
+
+braid_result_t braid_group_start(void) {
+  return guarded([] { braid::group_start(); });
+}
+
+braid_result_t braid_group_end(void) {
+  return guarded([] { braid::group_end(); });
+}
+
+braid_result_t braid_all_to_allv(const void* sendbuf, const size_t* sendcounts, const size_t* sdispls, void* recvbuf,
+                                 const size_t* recvcounts, const size_t* rdispls, braid_datatype_t datatype,
+                                 braid_comm_t comm) {
+  return guarded([&] {
+    braid::Comm& c = comm_of(comm);
+    c.all_to_allv(sendbuf, per_rank(sendcounts, c), per_rank(sdispls, c), recvbuf, per_rank(recvcounts, c),
+                  per_rank(rdispls, c), to_type(datatype));
+  });
+}
+
+braid_result_t braid_all_gatherv(const void* sendbuf, size_t sendcount, void* recvbuf, const size_t* recvcounts,
+                                 const size_t* displs, braid_datatype_t datatype, braid_comm_t comm) {
+  return guarded([&] {
+    braid::Comm& c = comm_of(comm);
+    c.all_gatherv(sendbuf, sendcount, recvbuf, per_rank(recvcounts, c), per_rank(displs, c), to_type(datatype));
+  });
+}
+
+braid_result_t braid_reduce_scatterv(const void* sendbuf, void* recvbuf, const size_t* recvcounts,
+                                     braid_datatype_t datatype, braid_redop_t op, braid_comm_t comm) {
+  return guarded([&] {
+    braid::Comm& c = comm_of(comm);
+    c.reduce_scatterv(sendbuf, recvbuf, per_rank(recvcounts, c), to_type(datatype), to_op(op));
+  });
+}
+
+braid_result_t braid_gatherv(const void* sendbuf, size_t sendcount, void* recvbuf, const size_t* recvcounts,
+                             const size_t* displs, braid_datatype_t datatype, int root, braid_comm_t comm) {
+  return guarded([&] {
+    braid::Comm& c = comm_of(comm);
+    c.gatherv(sendbuf, sendcount, recvbuf, per_rank(recvcounts, c), per_rank(displs, c), to_type(datatype), root);
+  });
+}
+
+braid_result_t braid_scatterv(const void* sendbuf, const size_t* sendcounts, const size_t* displs, void* recvbuf,
+                              size_t recvcount, braid_datatype_t datatype, int root, braid_comm_t comm) {
+  return guarded([&] {
+    braid::Comm& c = comm_of(comm);
+    c.scatterv(sendbuf, per_rank(sendcounts, c), per_rank(displs, c), recvbuf, recvcount, to_type(datatype), root);
+  });
+}
+
+braid_result_t braid_all_to_allv_async(const void* sendbuf, const size_t* sendcounts, const size_t* sdispls,
+                                       void* recvbuf, const size_t* recvcounts, const size_t* rdispls,
+                                       braid_datatype_t datatype, braid_comm_t comm, braid_work_t* work) {
+  return started(work, [&] {
+    braid::Comm& c = comm_of(comm);
+    return c.all_to_allv_async(sendbuf, per_rank(sendcounts, c), per_rank(sdispls, c), recvbuf,
+                               per_rank(recvcounts, c), per_rank(rdispls, c), to_type(datatype));
+  });
+}
+
+braid_result_t braid_all_gatherv_async(const void* sendbuf, size_t sendcount, void* recvbuf, const size_t* recvcounts,
+                                       const size_t* displs, braid_datatype_t datatype, braid_comm_t comm,
+                                       braid_work_t* work) {
+  return started(work, [&] {
+    braid::Comm& c = comm_of(comm);
+    return c.all_gatherv_async(sendbuf, sendcount, recvbuf, per_rank(recvcounts, c), per_rank(displs, c),
+                               to_type(datatype));
+  });
+}
+
+braid_result_t braid_reduce_scatterv_async(const void* sendbuf, void* recvbuf, const size_t* recvcounts,
+                                           braid_datatype_t datatype, braid_redop_t op, braid_comm_t comm,
+                                           braid_work_t* work) {
+  return started(work, [&] {
+    braid::Comm& c = comm_of(comm);
+    return c.reduce_scatterv_async(sendbuf, recvbuf, per_rank(recvcounts, c), to_type(datatype), to_op(op));
+  });
+}
+
+braid_result_t braid_gatherv_async(const void* sendbuf, size_t sendcount, void* recvbuf, const size_t* recvcounts,
+                                   const size_t* displs, braid_datatype_t datatype, int root, braid_comm_t comm,
+                                   braid_work_t* work) {
+  return started(work, [&] {
+    braid::Comm& c = comm_of(comm);
+    return c.gatherv_async(sendbuf, sendcount, recvbuf, per_rank(recvcounts, c), per_rank(displs, c),
+                           to_type(datatype), root);
+  });
+}
+
+braid_result_t braid_scatterv_async(const void* sendbuf, const size_t* sendcounts, const size_t* displs,
+                                    void* recvbuf, size_t recvcount, braid_datatype_t datatype, int root,
+                                    braid_comm_t comm, braid_work_t* work) {
+  return started(work, [&] {
+    braid::Comm& c = comm_of(comm);
+    return c.scatterv_async(sendbuf, per_rank(sendcounts, c), per_rank(displs, c), recvbuf, recvcount,
+                            to_type(datatype), root);
   });
 }
 

@@ -3,6 +3,7 @@
 
 #include "braid/braid.hpp"
 #include "comm_impl.hpp"
+#include "group.hpp"
 #include "core/log.hpp"
 #include "core/text.hpp"
 
@@ -19,6 +20,7 @@ Settings settings_with(const CommOptions& options) {
     s.timeout = *options.timeout;
   }
   if (options.transport) s.transport = *options.transport;
+  if (options.algorithm) s.algo = *options.algorithm;
   if (options.tcp.streams) {
     if (*options.tcp.streams < 1 || *options.tcp.streams > 16)
       throw InvalidArgument(cat("CommOptions::tcp.streams=", *options.tcp.streams, " is outside [1, 16]"));
@@ -105,7 +107,11 @@ namespace {
 
 // Runs an operation to completion on the calling thread (or waits for the
 // thread that drives).
-void run(CommImpl& comm, const std::shared_ptr<Operation>& op) { comm.run(op); }
+// Inside a group, the operation is deferred to the group's end instead.
+void run(CommImpl& comm, const std::shared_ptr<Operation>& op) {
+  if (group_open()) group_defer(comm, op, true);
+  else comm.run(op);
+}
 
 Work start(CommImpl& comm, std::shared_ptr<Operation> op);
 
@@ -142,6 +148,34 @@ void Comm::recv(void* buffer, std::size_t count, DataType type, int peer) {
   run(impl(), impl().recv(buffer, count, type, peer));
 }
 void Comm::barrier() { run(impl(), impl().barrier()); }
+void Comm::sendrecv(const void* send, std::size_t send_count, int dest, void* recv, std::size_t recv_count, int source,
+                    DataType type) {
+  group([&] {
+    run(impl(), impl().send(send, send_count, type, dest));
+    run(impl(), impl().recv(recv, recv_count, type, source));
+  });
+}
+void Comm::all_to_allv(const void* send, std::span<const std::size_t> send_counts,
+                       std::span<const std::size_t> send_displs, void* recv, std::span<const std::size_t> recv_counts,
+                       std::span<const std::size_t> recv_displs, DataType type) {
+  run(impl(), impl().all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs, type));
+}
+void Comm::all_gatherv(const void* send, std::size_t send_count, void* recv, std::span<const std::size_t> recv_counts,
+                       std::span<const std::size_t> recv_displs, DataType type) {
+  run(impl(), impl().all_gatherv(send, send_count, recv, recv_counts, recv_displs, type));
+}
+void Comm::reduce_scatterv(const void* send, void* recv, std::span<const std::size_t> recv_counts, DataType type,
+                           ReduceOp op) {
+  run(impl(), impl().reduce_scatterv(send, recv, recv_counts, type, op));
+}
+void Comm::gatherv(const void* send, std::size_t send_count, void* recv, std::span<const std::size_t> recv_counts,
+                   std::span<const std::size_t> recv_displs, DataType type, int root) {
+  run(impl(), impl().gatherv(send, send_count, recv, recv_counts, recv_displs, type, root));
+}
+void Comm::scatterv(const void* send, std::span<const std::size_t> send_counts, std::span<const std::size_t> send_displs,
+                    void* recv, std::size_t recv_count, DataType type, int root) {
+  run(impl(), impl().scatterv(send, send_counts, send_displs, recv, recv_count, type, root));
+}
 
 Work Comm::all_reduce_async(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
   return start(impl(), impl().all_reduce(send, recv, count, type, op));
@@ -174,9 +208,34 @@ Work Comm::recv_async(void* buffer, std::size_t count, DataType type, int peer) 
   return start(impl(), impl().recv(buffer, count, type, peer));
 }
 Work Comm::barrier_async() { return start(impl(), impl().barrier()); }
+Work Comm::all_to_allv_async(const void* send, std::span<const std::size_t> send_counts,
+                             std::span<const std::size_t> send_displs, void* recv,
+                             std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
+                             DataType type) {
+  return start(impl(), impl().all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs, type));
+}
+Work Comm::all_gatherv_async(const void* send, std::size_t send_count, void* recv,
+                             std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
+                             DataType type) {
+  return start(impl(), impl().all_gatherv(send, send_count, recv, recv_counts, recv_displs, type));
+}
+Work Comm::reduce_scatterv_async(const void* send, void* recv, std::span<const std::size_t> recv_counts, DataType type,
+                                 ReduceOp op) {
+  return start(impl(), impl().reduce_scatterv(send, recv, recv_counts, type, op));
+}
+Work Comm::gatherv_async(const void* send, std::size_t send_count, void* recv, std::span<const std::size_t> recv_counts,
+                         std::span<const std::size_t> recv_displs, DataType type, int root) {
+  return start(impl(), impl().gatherv(send, send_count, recv, recv_counts, recv_displs, type, root));
+}
+Work Comm::scatterv_async(const void* send, std::span<const std::size_t> send_counts,
+                          std::span<const std::size_t> send_displs, void* recv, std::size_t recv_count, DataType type,
+                          int root) {
+  return start(impl(), impl().scatterv(send, send_counts, send_displs, recv, recv_count, type, root));
+}
 
 Comm Comm::split(int color, int key) { return Comm(impl().split(color, key)); }  // empty for kNoColor
 void Comm::abort() { impl().abort(); }
+void Comm::flush() { impl().flush(); }
 
 void Comm::check_span_sizes(std::size_t small, std::size_t big, int factor, const char* op) {
   if (big != small * static_cast<std::size_t>(factor)) {
@@ -195,12 +254,16 @@ void Comm::check_divisible(std::size_t elements, int ranks, const char* op) {
 namespace {
 
 Work start(CommImpl& comm, std::shared_ptr<Operation> op) {
+  if (group_open()) return Work::from_operation(group_defer(comm, std::move(op), false));
   comm.submit(op, true);
   return Work::from_operation(std::move(op));
 }
 
 }  // namespace
 
+constexpr const char* kInOpenGroup =
+    "this operation belongs to a group that is still open on this thread: it starts at group_end() "
+    "(braid_group_end), so wait for it after that";
 Work::Work() = default;
 Work::Work(std::shared_ptr<Operation> op) : op_(std::move(op)) {}
 Work::Work(Work&&) noexcept = default;
@@ -216,6 +279,7 @@ bool Work::wait(std::optional<std::chrono::milliseconds> timeout) {
     return true;
   }
   CommImpl* comm = op_->comm;
+  if (comm == nullptr) throw InvalidArgument(kInOpenGroup);
   Deadline until = timeout ? Deadline::after(*timeout) : Deadline::never();
   return comm->wait(op_, until);
 }
@@ -226,7 +290,13 @@ bool Work::test() {
     if (op_->error) std::rethrow_exception(op_->error);
     return true;
   }
+  if (op_->comm == nullptr) throw InvalidArgument(kInOpenGroup);
   return op_->comm->test(op_);
+}
+void Work::then(std::function<void(std::exception_ptr)> callback) {
+  if (!op_) throw InvalidArgument("Work::then on an empty Work");
+  if (!callback) throw InvalidArgument("Work::then: the callback is empty");
+  op_->add_callback(std::move(callback));
 }
 
 std::exception_ptr Work::error() const { return op_ && op_->done.load() ? op_->error : nullptr; }

@@ -1,4 +1,6 @@
 #include "comm_impl.hpp"
+#include "group.hpp"
+#include "make_op.hpp"
 
 #include <unistd.h>
 
@@ -25,6 +27,7 @@ CommImpl::CommImpl(int rank, int size, Settings settings)
 }
 
 CommImpl::~CommImpl() {
+  group_forget(*this);
   progress_thread_ = {};  // request stop and join
   drain();
   linger_with_store();
@@ -405,46 +408,6 @@ OpDescriptor CommImpl::descriptor_of(OpDescriptor::Kind kind, DataType type, Red
   return OpDescriptor{kind, type, op, OpDescriptor::algorithm_id(algorithm), root, count};
 }
 
-template <typename Build, typename Describe>
-std::shared_ptr<Operation> CommImpl::make_op(OpPlan::Key key, Buffers buffers, std::uint32_t sequence,
-                                             Build&& build, Describe&& describe) {
-  // The caller's buffer sizes are part of the shape (the root's differ).
-  key.input_bytes = buffers.input_bytes;
-  key.output_bytes = buffers.output_bytes;
-  auto hit = std::find_if(plans_.begin(), plans_.end(), [&](const auto& p) { return p->key == key; });
-  if (hit != plans_.end()) {
-    std::rotate(plans_.begin(), hit, hit + 1);
-  } else {
-    auto plan = std::make_shared<OpPlan>();
-    plan->key = key;
-    plan->schedule = build();
-    validate(plan->schedule, BufferSizes{key.input_bytes, key.output_bytes}, rank_);
-    // On the wire the descriptor names the algorithm the schedule says it
-    // is (a builder may hand a degenerate shape to another one).
-    plan->schedule.descriptor = key.descriptor;
-    plan->schedule.descriptor.algorithm = OpDescriptor::algorithm_id(plan->schedule.algorithm);
-    plan->what = std::make_shared<const std::string>(describe());
-    plan->peers = plan->schedule.peers();
-    if (plans_.size() == kPlanCache) plans_.pop_back();
-    plans_.insert(plans_.begin(), std::move(plan));
-  }
-  auto op = std::make_shared<Operation>();
-  op->plan = plans_.front();
-  if (device::count() > 0) {
-    const device::Location in = device::locate(buffers.input), out = device::locate(buffers.output);
-    op->device_input = in.kind == MemKind::cuda;
-    op->device_output = out.kind == MemKind::cuda;
-    if (op->device_input || op->device_output) {
-      buffers.kind = MemKind::cuda;
-      buffers.device = op->device_output ? out.device : in.device;
-    }
-  }
-  op->buffers = buffers;
-  op->sequence = sequence;
-  op->comm = this;
-  return op;
-}
-
 // ---- argument checks -------------------------------------------------------------
 
 void CommImpl::check_buffer(const void* p, std::size_t count, std::string_view op, std::string_view which) const {
@@ -464,25 +427,6 @@ std::size_t CommImpl::checked_bytes(std::size_t count, DataType type, std::size_
   return count * element;
 }
 
-namespace {
-
-// Two regions that overlap without being the same are a caller bug.
-void check_overlap(int rank, std::string_view op, const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes,
-                   const void* allowed_b_start) {
-  auto* pa = static_cast<const std::byte*>(a);
-  auto* pb = static_cast<const std::byte*>(b);
-  if (pa == nullptr || pb == nullptr || a_bytes == 0 || b_bytes == 0) return;
-  if (pa == allowed_b_start) return;
-  if (pa < pb + b_bytes && pb < pa + a_bytes)
-    throw InvalidArgument(cat("rank ", rank, ": ", op, ": send and recv buffers overlap (in place needs the exact layout "
-                              "the API describes)"));
-}
-
-std::string shape_text(std::string_view op, DataType type, std::string_view detail, std::size_t count) {
-  return cat(op, "(", name_of(type), detail.empty() ? "" : " ", detail, ", ", count, " elements)");
-}
-
-}  // namespace
 
 // ---- collectives ------------------------------------------------------------------
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "braid/braid.hpp"
+#include "collectives/algorithms.hpp"
 #include "collectives/executor.hpp"
 #include "collectives/schedule.hpp"
 #include "core/poller.hpp"
@@ -60,6 +61,7 @@ struct OpPlan {
   std::shared_ptr<const std::string> what;  // "all_reduce(f32 sum, 1024 elements)", for messages
   std::vector<int> peers;
   std::unique_ptr<Executor> executor;  // made by the first operation that runs
+  std::vector<StepTag> step_tags;      // a group's: each step's own tag (Executor::set_step_tags)
 };
 
 /// One queued collective or point-to-point operation.
@@ -86,10 +88,19 @@ class Operation {
   std::atomic<bool> done{false};
   std::exception_ptr error;
 
+  /// Work::then's callbacks: run once, by whoever completes the operation
+  /// (after `done` is set), or at once by then() when it is done already.
+  void add_callback(std::function<void(std::exception_ptr)> callback);
+  void run_callbacks();
+
   // Touched only by the driving thread.
   Executor* executor = nullptr;  // the plan's, while this operation runs
   Clock::time_point started;
   Deadline deadline = Deadline::never();
+
+ private:
+  std::mutex callbacks_mutex_;
+  std::vector<std::function<void(std::exception_ptr)>> callbacks_;
 };
 
 class CommImpl {
@@ -116,6 +127,27 @@ class CommImpl {
   std::shared_ptr<Operation> send(const void* buffer, std::size_t count, DataType type, int peer);
   std::shared_ptr<Operation> recv(void* buffer, std::size_t count, DataType type, int peer);
   std::shared_ptr<Operation> barrier();
+  // The uneven collectives (comm_uneven.cpp); empty displacements: blocks packed in rank order.
+  std::shared_ptr<Operation> all_to_allv(const void* send, std::span<const std::size_t> send_counts,
+                                         std::span<const std::size_t> send_displs, void* recv,
+                                         std::span<const std::size_t> recv_counts,
+                                         std::span<const std::size_t> recv_displs, DataType type);
+  std::shared_ptr<Operation> all_gatherv(const void* send, std::size_t send_count, void* recv,
+                                         std::span<const std::size_t> recv_counts,
+                                         std::span<const std::size_t> recv_displs, DataType type);
+  std::shared_ptr<Operation> reduce_scatterv(const void* send, void* recv, std::span<const std::size_t> recv_counts,
+                                             DataType type, ReduceOp op);
+  std::shared_ptr<Operation> gatherv(const void* send, std::size_t send_count, void* recv,
+                                     std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
+                                     DataType type, int root);
+  std::shared_ptr<Operation> scatterv(const void* send, std::span<const std::size_t> send_counts,
+                                      std::span<const std::size_t> send_displs, void* recv, std::size_t recv_count,
+                                      DataType type, int root);
+  /// Makes `shell` one operation running the sends and receives `members`
+  /// (made by send() and recv(), never submitted) concurrently, each with its
+  /// own tag (group.cpp). Throws InvalidArgument when a receive overlaps
+  /// another call's buffer.
+  void fuse(Operation& shell, std::span<const std::shared_ptr<Operation>> members);
 
   /// Queues `op`; a background op wakes the progress thread.
   void submit(const std::shared_ptr<Operation>& op, bool background);
@@ -129,6 +161,9 @@ class CommImpl {
   /// lock round trip, so a small collective pays no hand-off.
   void run(const std::shared_ptr<Operation>& op);
 
+  /// Waits until every queued operation is done; throws the last one's
+  /// error (an earlier failure fails every later operation).
+  void flush();
   std::unique_ptr<CommImpl> split(int color, int key);
   /// The flight recorder's text: recent operations and who waits on whom.
   std::string dump_state() const { return recorder_.dump(); }
@@ -203,9 +238,11 @@ class CommImpl {
   /// An operation of the plan for `key` (from the plan cache, or made with
   /// build() and describe() and validated); the key's descriptor names the
   /// algorithm build() uses, and its buffer sizes are taken from `buffers`.
+  /// Without `cache` the plan is built for this operation only (shapes the
+  /// key cannot tell apart: the uneven collectives, groups).
   template <typename Build, typename Describe>
   std::shared_ptr<Operation> make_op(OpPlan::Key key, Buffers buffers, std::uint32_t sequence, Build&& build,
-                                     Describe&& describe);
+                                     Describe&& describe, bool cache = true);
   /// The descriptor of a collective whose schedule comes from `algorithm`.
   static OpDescriptor descriptor_of(OpDescriptor::Kind kind, DataType type, ReduceOp op, int root, std::size_t count,
                                     std::string_view algorithm);
@@ -219,6 +256,11 @@ class CommImpl {
   void check_buffer(const void* p, std::size_t count, std::string_view op, std::string_view which) const;
   void check_root(int root, std::string_view op) const;
   std::size_t checked_bytes(std::size_t count, DataType type, std::size_t blocks, std::string_view op) const;
+  /// The bytes of `counts` at `displs` (elements, by rank; empty displs: packed
+  /// in rank order), checked: one entry per rank, no overflow, and for an
+  /// output no two blocks overlapping. `what` is "send" or "recv".
+  BlockLayout layout_of(std::string_view op, std::string_view what, std::span<const std::size_t> counts,
+                        std::span<const std::size_t> displs, DataType type, bool output) const;
 
   // Progress (comm_progress.cpp).
   /// With driving_ held; true when it released driving_ (see comm_progress.cpp).

@@ -9,13 +9,35 @@
 
 namespace braid {
 
+void Operation::add_callback(std::function<void(std::exception_ptr)> callback) {
+  {
+    std::lock_guard lock(callbacks_mutex_);
+    if (!done.load()) {
+      callbacks_.push_back(std::move(callback));
+      return;
+    }
+  }
+  callback(error);
+}
+
+void Operation::run_callbacks() {
+  std::vector<std::function<void(std::exception_ptr)>> run;
+  {
+    std::lock_guard lock(callbacks_mutex_);
+    run.swap(callbacks_);
+  }
+  for (auto& callback : run) callback(error);
+}
+
 void CommImpl::submit(const std::shared_ptr<Operation>& op, bool background) {
   op->background = background;
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   if (!broken_.empty()) {
     op->error = std::make_exception_ptr(Aborted(cat("rank ", rank_, ": ", op->what(),
                                                     ": the communicator is unusable after an earlier error: ", broken_)));
     op->done = true;
+    lock.unlock();
+    op->run_callbacks();
     return;
   }
   op->record = ++records_;
@@ -99,8 +121,12 @@ void CommImpl::start_op(Operation& op) {
     const bool direct = device_links_ && (op.device_input || !op.buffers.input) && (op.device_output || !op.buffers.output);
     if (!direct) op.run_buffers = stage_in(op);
   }
-  if (plan.executor) plan.executor->restart(op.run_buffers, op.sequence);
-  else plan.executor = std::make_unique<Executor>(plan.schedule, op.run_buffers, link_ptrs_, op.sequence, rank_, &scratch_);
+  if (plan.executor) {
+    plan.executor->restart(op.run_buffers, op.sequence);
+  } else {
+    plan.executor = std::make_unique<Executor>(plan.schedule, op.run_buffers, link_ptrs_, op.sequence, rank_, &scratch_);
+    if (!plan.step_tags.empty()) plan.executor->set_step_tags(plan.step_tags);
+  }
   op.executor = plan.executor.get();
   op.started = coarse_now();
   op.deadline = Deadline(op.started + settings_.timeout);
@@ -156,7 +182,7 @@ void CommImpl::fail_queue(std::exception_ptr error) {
   for (auto& link : links_)
     if (link) link->abort(notice);
   announce_failure(notice);
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   // Links may still hold requests that point into callers' buffers: the
   // communicator must not move another byte.
   broken_ = why;
@@ -171,9 +197,12 @@ void CommImpl::fail_queue(std::exception_ptr error) {
     op->executor = nullptr;
     first = false;
   }
+  std::deque<std::shared_ptr<Operation>> failed = std::move(queue_);
   queue_.clear();
   background_queued_ = 0;
   changed_.notify_all();
+  lock.unlock();
+  for (auto& op : failed) op->run_callbacks();
 }
 
 void CommImpl::announce_failure(const std::string& why) {
@@ -218,18 +247,20 @@ bool CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until, b
       if (!head->executor) start_op(*head);
       if (head->executor->advance()) {
         if (head->staged) stage_out(*head);
-        std::lock_guard lock(mutex_);
-        head->done = true;
-        head->executor = nullptr;
-        recorder_.finished(head->record);
-        if (head->background) --background_queued_;
-        queue_.pop_front();
-        if (head == target) {
-          if (release) driving_ = false;
+        const bool was_target = head == target;
+        {
+          std::lock_guard lock(mutex_);
+          head->done = true;
+          head->executor = nullptr;
+          recorder_.finished(head->record);
+          if (head->background) --background_queued_;
+          queue_.pop_front();
+          if (was_target && release) driving_ = false;
           changed_.notify_all();
-          return release;
         }
-        changed_.notify_all();
+        // Outside the lock: a callback may start operations here.
+        head->run_callbacks();
+        if (was_target) return release;
         head.reset();
         continue;
       }
@@ -364,6 +395,16 @@ void CommImpl::abort() {
 std::exception_ptr CommImpl::async_error() const {
   std::lock_guard lock(mutex_);
   return first_error_;
+}
+
+void CommImpl::flush() {
+  std::shared_ptr<Operation> last;
+  {
+    std::lock_guard lock(mutex_);
+    if (queue_.empty()) return;
+    last = queue_.back();
+  }
+  wait(last, Deadline::never());
 }
 
 void CommImpl::drain() {
