@@ -75,7 +75,8 @@ Schedule pairwise_blocks(const CollectiveShape& shape, std::string_view name,
 
 Region BlockLayout::at(BufferId buffer, int rank) const {
   const auto r = static_cast<std::size_t>(rank);
-  return Region{buffer, offset.at(r), bytes.at(r)};
+  // An empty block may say any offset; its region stays inside the buffer.
+  return Region{buffer, bytes.at(r) == 0 ? 0 : offset.at(r), bytes.at(r)};
 }
 
 std::size_t BlockLayout::extent() const {

@@ -430,6 +430,135 @@ static void unique_id_and_timeout(braid_comm_t comm, int rank, int n) {
   EXPECT_OK(braid_comm_destroy(second));
 }
 
+/* A ring in which every rank receives before it sends, grouped (it deadlocks
+ * ungrouped); a nested group with a collective; sendrecv. */
+static void groups(braid_comm_t comm, int rank, int n) {
+  int left = (rank + n - 1) % n, right = (rank + 1) % n, i;
+  int32_t out[100], in[100], sum = rank + 1;
+  braid_work_t w = NULL;
+  for (i = 0; i < 100; ++i) {
+    out[i] = value(rank, i);
+    in[i] = -1;
+  }
+  EXPECT_OK(braid_group_start());
+  EXPECT_OK(braid_recv(in, 100, braid_i32, left, comm));
+  EXPECT_OK(braid_group_start());
+  EXPECT_OK(braid_send_async(out, 100, braid_i32, right, comm, &w));
+  EXPECT_CODE(braid_work_wait(w, 0, NULL), braid_invalid_argument); /* not issued before the end */
+  EXPECT_OK(braid_group_end());
+  EXPECT_OK(braid_all_reduce(&sum, &sum, 1, braid_i32, braid_sum, comm));
+  EXPECT_OK(braid_group_end());
+  EXPECT_OK(braid_work_wait(w, -1, NULL));
+  EXPECT_OK(braid_work_free(w));
+  EXPECT(sum == n * (n + 1) / 2);
+  for (i = 0; i < 100; ++i) EXPECT(in[i] == value(left, i));
+  EXPECT_CODE(braid_group_end(), braid_invalid_argument);
+  for (i = 0; i < 100; ++i) in[i] = -1;
+  EXPECT_OK(braid_sendrecv(out, 100, right, in, 100, left, braid_i32, comm));
+  for (i = 0; i < 100; ++i) EXPECT(in[i] == value(left, i));
+}
+
+/* all_to_allv with random uneven counts (zeros included): the same matrix on
+ * every rank from a shared seed; counts[a][b] is what a sends b. */
+static void uneven(braid_comm_t comm, int rank, int n) {
+  size_t counts[8][8], sc[8], sd[8], rc[8], rd[8], at_s = 0, at_r = 0, total = 0;
+  int32_t *send, *recv;
+  unsigned seed = 77;
+  int a, b, round;
+  for (round = 0; round < 4; ++round) {
+    at_s = at_r = 0;
+    for (a = 0; a < n; ++a)
+      for (b = 0; b < n; ++b) {
+        seed = seed * 1103515245u + 12345u;
+        counts[a][b] = (seed >> 16) % 4 == 0 ? 0 : (seed >> 16) % 300;
+      }
+    for (b = 0; b < n; ++b) {
+      sc[b] = counts[rank][b];
+      sd[b] = at_s;
+      at_s += sc[b] + 1; /* a gap after every block */
+      rc[b] = counts[b][rank];
+      rd[b] = at_r;
+      at_r += rc[b];
+    }
+    send = malloc((at_s + 1) * sizeof *send);
+    recv = malloc((at_r + 1) * sizeof *recv);
+    for (b = 0; b < n; ++b)
+      for (total = 0; total < sc[b]; ++total) send[sd[b] + total] = value(rank * 8 + b, (int)total);
+    if (round % 2 == 0) {
+      EXPECT_OK(braid_all_to_allv(send, sc, sd, recv, rc, rd, braid_i32, comm));
+    } else {
+      braid_work_t w = NULL;
+      /* rdispls NULL: packed in rank order, as rd is */
+      EXPECT_OK(braid_all_to_allv_async(send, sc, sd, recv, rc, NULL, braid_i32, comm, &w));
+      EXPECT_OK(braid_work_wait(w, -1, NULL));
+      EXPECT_OK(braid_work_free(w));
+    }
+    for (a = 0; a < n; ++a)
+      for (total = 0; total < rc[a]; ++total)
+        if (recv[rd[a] + total] != value(a * 8 + rank, (int)total)) {
+          EXPECT(recv[rd[a] + total] == value(a * 8 + rank, (int)total));
+          break;
+        }
+    free(send);
+    free(recv);
+  }
+  {
+    /* The wrong number of entries cannot be told in C, but overlapping
+     * receive blocks and a negative count can. */
+    size_t ones[8], zero_displs[8] = {0};
+    int32_t x[16], y[16];
+    for (b = 0; b < n; ++b) ones[b] = 1;
+    EXPECT_CODE(braid_all_to_allv(x, ones, NULL, y, ones, zero_displs, braid_i32, comm), braid_invalid_argument);
+    EXPECT(strstr(braid_last_error(), "overlap") != NULL);
+    ones[0] = (size_t)-1;
+    EXPECT_CODE(braid_all_to_allv(x, ones, NULL, y, ones, NULL, braid_i32, comm), braid_invalid_argument);
+  }
+}
+
+/* Config init, hex ids, finalize. */
+static void config_and_ids(braid_comm_t comm, int rank, int n) {
+  braid_unique_id_t id, back;
+  braid_comm_t third = NULL;
+  braid_config_t config = BRAID_CONFIG_INITIALIZER;
+  char hex[BRAID_UNIQUE_ID_HEX_BYTES];
+  int user_rank = -1;
+  float x = 1.f;
+  memset(&id, 0, sizeof id);
+  if (rank == 0) EXPECT_OK(braid_get_unique_id(&id));
+  EXPECT_OK(braid_unique_id_to_hex(&id, hex, sizeof hex));
+  EXPECT(strlen(hex) == 2 * BRAID_UNIQUE_ID_BYTES);
+  EXPECT_CODE(braid_unique_id_to_hex(&id, hex, 10), braid_invalid_argument);
+  EXPECT_OK(braid_broadcast(hex, hex, sizeof hex, braid_u8, 0, comm));
+  EXPECT_OK(braid_unique_id_from_hex(hex, &back));
+  EXPECT_CODE(braid_unique_id_from_hex("xyz", &back), braid_invalid_argument);
+  config.timeout_ms = 20000;
+  config.transport = "tcp";
+  config.algorithm = "all_reduce:tree";
+  config.blocking = 0;
+  EXPECT_CODE(braid_comm_init_rank_config(&third, n, back, rank, &config), braid_unsupported);
+  config.blocking = 1;
+  config.size = 3;
+  EXPECT_CODE(braid_comm_init_rank_config(&third, n, back, rank, &config), braid_invalid_argument);
+  config.size = sizeof config;
+  EXPECT_OK(braid_comm_init_rank_config(&third, n, back, rank, &config));
+  EXPECT_OK(braid_comm_user_rank(third, &user_rank));
+  EXPECT(user_rank == rank);
+  EXPECT_OK(braid_all_reduce(&x, &x, 1, braid_f32, braid_sum, third));
+  EXPECT(x == (float)n);
+  {
+    char description[512];
+    braid_work_t w = NULL;
+    EXPECT_OK(braid_comm_dump_state(third, description, sizeof description));
+    EXPECT_OK(braid_all_reduce_async(&x, &x, 1, braid_f32, braid_sum, third, &w));
+    EXPECT_OK(braid_comm_finalize(third)); /* finishes w */
+    EXPECT_OK(braid_work_test(w, &user_rank));
+    EXPECT(user_rank == 1);
+    EXPECT(x == (float)(n * n));
+    EXPECT_OK(braid_work_free(w));
+  }
+  EXPECT_OK(braid_comm_destroy(third));
+}
+
 int main(void) {
   braid_comm_t comm = NULL;
   int rank = -1, n = 0;
@@ -466,6 +595,9 @@ int main(void) {
   argument_errors(comm, rank, n);
   nccl_numbers(comm, rank, n);
   split(comm, rank, n);
+  groups(comm, rank, n);
+  uneven(comm, rank, n);
+  config_and_ids(comm, rank, n);
   unique_id_and_timeout(comm, rank, n);
   EXPECT_OK(braid_comm_destroy(comm));
   printf("rank %d of %d: %d C ABI cases right, %d wrong\n", rank, n, g_cases - g_failed, g_failed);
