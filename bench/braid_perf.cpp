@@ -19,6 +19,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -94,8 +96,8 @@ struct PerfBuffers {
 class Case {
  public:
   Case(const CaseSpec& o, braid::Comm& comm, PerfBuffers& buffers, std::size_t bytes)
-      : o_(o), comm_(comm), buffers_(buffers), kind_(o.collective->kind), rank_(comm.rank()), n_(comm.size()),
-        element_(braid::size_of(o.type)) {
+      : o_(o), comm_(comm), buffers_(buffers), kind_(even_form(o.collective->kind)), call_(o.collective->kind),
+        rank_(comm.rank()), n_(comm.size()), element_(braid::size_of(o.type)) {
     std::vector<std::byte>& send = buffers.send;
     std::vector<std::byte>& recv = buffers.recv;
     const std::size_t blocks = o.collective->blocked ? static_cast<std::size_t>(n_) : 1;
@@ -122,6 +124,7 @@ class Case {
     }
     call_in_ = buffers.target(in_);
     call_out_ = buffers.target(out_);
+    counts_.assign(static_cast<std::size_t>(n_), count_);
   }
 
   std::size_t size_bytes() const { return total_ * element_; }
@@ -131,6 +134,10 @@ class Case {
     const auto t = o_.type;
     const auto op = o_.op;
     const int root = o_.root;
+    if (call_ != kind_) {
+      start_uneven(nullptr);
+      return;
+    }
     switch (kind_) {
       case Kind::all_reduce: comm_.all_reduce(call_in_, call_out_, count_, t, op); break;
       case Kind::broadcast: comm_.broadcast(call_in_, call_out_, count_, t, root); break;
@@ -153,6 +160,7 @@ class Case {
           comm_.send(call_in_, count_, t, next());
         }
         break;
+      default: break;  // the uneven kinds run as their even form
     }
   }
 
@@ -162,6 +170,10 @@ class Case {
     const auto t = o_.type;
     const auto op = o_.op;
     const int root = o_.root;
+    if (call_ != kind_) {
+      start_uneven(&works);
+      return;
+    }
     switch (kind_) {
       case Kind::all_reduce: works.push_back(comm_.all_reduce_async(call_in_, call_out_, count_, t, op)); break;
       case Kind::broadcast: works.push_back(comm_.broadcast_async(call_in_, call_out_, count_, t, root)); break;
@@ -180,7 +192,41 @@ class Case {
           works.push_back(comm_.send_async(call_in_, count_, t, next()));
         }
         break;
+      default: break;  // the uneven kinds run as their even form
     }
+  }
+
+  // The uneven call with equal counts (blocks packed in rank order): blocking,
+  // or started into `works`.
+  void start_uneven(std::vector<braid::Work>* works) {
+    const auto t = o_.type;
+    const int root = o_.root;
+    const std::span<const std::size_t> counts = counts_, packed;
+    std::optional<braid::Work> w;
+    switch (call_) {
+      case Kind::all_to_allv:
+        if (works) w = comm_.all_to_allv_async(call_in_, counts, packed, call_out_, counts, packed, t);
+        else comm_.all_to_allv(call_in_, counts, packed, call_out_, counts, packed, t);
+        break;
+      case Kind::all_gatherv:
+        if (works) w = comm_.all_gatherv_async(call_in_, count_, call_out_, counts, packed, t);
+        else comm_.all_gatherv(call_in_, count_, call_out_, counts, packed, t);
+        break;
+      case Kind::reduce_scatterv:
+        if (works) w = comm_.reduce_scatterv_async(call_in_, call_out_, counts, t, o_.op);
+        else comm_.reduce_scatterv(call_in_, call_out_, counts, t, o_.op);
+        break;
+      case Kind::gatherv:
+        if (works) w = comm_.gatherv_async(call_in_, count_, call_out_, counts, packed, t, root);
+        else comm_.gatherv(call_in_, count_, call_out_, counts, packed, t, root);
+        break;
+      case Kind::scatterv:
+        if (works) w = comm_.scatterv_async(call_in_, counts, packed, call_out_, count_, t, root);
+        else comm_.scatterv(call_in_, counts, packed, call_out_, count_, t, root);
+        break;
+      default: break;
+    }
+    if (w) works->push_back(std::move(*w));
   }
 
   // Poisons the output, then writes this rank's input (which in place
@@ -203,6 +249,7 @@ class Case {
         if (rank_ == o_.root) check::fill_all_to_all_input(t, o_.root, n_, in_, count_);
         break;
       case Kind::sendrecv: check::fill_block(t, rank_, next(), in_, count_); break;
+      default: break;  // the uneven kinds run as their even form
     }
     buffers_.to_device(size_bytes());
   }
@@ -224,6 +271,7 @@ class Case {
       case Kind::all_to_all: return check::count_wrong_all_to_all(t, rank_, n_, out_, count_);
       case Kind::scatter: return check::count_wrong_block(t, o_.root, rank_, out_, count_);
       case Kind::sendrecv: return check::count_wrong_block(t, previous(), rank_, out_, count_);
+      default: break;  // the uneven kinds run as their even form
     }
     return 0;
   }
@@ -235,7 +283,9 @@ class Case {
   const CaseSpec o_;
   braid::Comm& comm_;
   PerfBuffers& buffers_;
-  Kind kind_;
+  Kind kind_;  // the even form: sizes, inputs and expected outputs
+  Kind call_;  // what is called (kind_, or its uneven form)
+  std::vector<std::size_t> counts_;  // count_ for every rank, for the uneven calls
   int rank_, n_;
   std::size_t element_;
   std::size_t count_ = 0;         // the count argument of the call
@@ -248,7 +298,7 @@ class Case {
 };
 
 std::string algorithm_at(const CaseSpec& s, const braid::Plan& plan, std::size_t bytes, int n) {
-  if (s.collective->kind == Kind::sendrecv) return "p2p";
+  if (const char* fixed = fixed_algorithm(s.collective->kind)) return fixed;
   return std::string(plan.algorithm_for(s.collective->name, bytes, n));
 }
 
@@ -256,6 +306,8 @@ std::string algorithm_at(const CaseSpec& s, const braid::Plan& plan, std::size_t
 // when the size decides.
 std::string algorithm_text(const Options& o, const CaseSpec& s, const braid::Plan& plan, int n) {
   if (s.collective->kind == Kind::sendrecv) return "point to point (send and recv, ordered by rank parity)";
+  if (const char* fixed = fixed_algorithm(s.collective->kind))
+    return std::string(fixed) + " (the uneven call, with equal counts)";
   const std::string name = s.collective->name;
   if (plan.forced.count(name)) return plan.forced.at(name) + (o.algo.empty() ? " (forced by BRAID_ALGO)" : " (--algo)");
   struct Run {
@@ -408,7 +460,7 @@ int main(int argc, char** argv) {
 
     // Times one placement of one row on every rank; nullopt for sendrecv in place.
     auto run_placement = [&](const CaseSpec& s, std::size_t bytes) -> std::optional<Measurement> {
-      if (s.in_place && kind == Kind::sendrecv) return std::nullopt;
+      if (s.in_place && (kind == Kind::sendrecv || kind == Kind::all_to_allv)) return std::nullopt;
       Case one(s, comm, buffers, bytes);
       const int iters = o.iters > 0 ? o.iters : auto_iterations(one.size_bytes());
       const int warmup = o.iters > 0 ? o.warmup : auto_warmup(one.size_bytes());

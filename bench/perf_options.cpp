@@ -15,8 +15,9 @@ constexpr std::string_view kUsage =
     R"(usage: braid-perf COLLECTIVE [options]     (run it under braid-run: braid-run -n 4 braid-perf all_reduce)
 
   COLLECTIVE  all_reduce broadcast reduce all_gather reduce_scatter all_to_all gather scatter
-              sendrecv (each rank sends to the next, receives from the previous); nccl-tests'
-              names (allreduce, all_reduce_perf, ...) work too
+              sendrecv (each rank sends to the next, receives from the previous);
+              all_to_allv all_gatherv reduce_scatterv gatherv scatterv (the uneven calls,
+              with equal counts); nccl-tests' names (allreduce, all_reduce_perf, ...) work too
 
 Options take "-x VALUE", "-xVALUE", "--name VALUE" or "--name=VALUE", as in nccl-tests:
   -b, --minbytes SIZE      smallest size (8, 1K, 64M, 1G); default 8
@@ -51,7 +52,7 @@ Options take "-x VALUE", "-xVALUE", "--name VALUE" or "--name=VALUE", as in nccl
   -h, --help               this text
 
 Each row times the out-of-place and the in-place form (output aliasing input as the API
-defines it for each collective; sendrecv has no in-place form: N/A). The size is the whole
+defines it for each collective; sendrecv and all_to_allv have no in-place form: N/A). The size is the whole
 buffer, as in nccl-tests: n x the per-rank block for all_gather, gather (output),
 reduce_scatter (input), all_to_all and scatter (root's input). algbw = size / time;
 busbw = algbw x 2(n-1)/n (all_reduce), x (n-1)/n (all_gather, reduce_scatter, all_to_all,
@@ -106,7 +107,7 @@ DataType parse_type(std::string_view text) {
 std::string usage() {
   std::string algorithms;
   for (const auto& c : collectives()) {
-    if (c.kind == Kind::sendrecv) continue;
+    if (fixed_algorithm(c.kind)) continue;
     algorithms.append("                             ").append(c.name).append(":");
     for (auto a : algorithms_of(c.name)) algorithms.append(" ").append(a);
     algorithms.append("\n");
@@ -185,8 +186,9 @@ ParsedCommandLine parse_options(const std::vector<std::string_view>& args) {
   if (o.step != 0 && !factor_given) o.factor = 1;
   if (o.min_bytes > o.max_bytes) throw UsageError("-b is larger than -e");
   if (!o.collective->reduces) o.ops = {ReduceOp::sum};  // not used; one pass
-  if (o.collective->kind == Kind::sendrecv && !o.algo.empty())
-    throw UsageError("sendrecv has no algorithms to choose from");
+  if (fixed_algorithm(o.collective->kind) && !o.algo.empty())
+    throw UsageError(std::string(o.collective->name) + " has one algorithm (" + fixed_algorithm(o.collective->kind) +
+                     "), nothing to choose from");
   if (!o.algo.empty()) {
     auto known = algorithms_of(o.collective->name);
     if (std::find(known.begin(), known.end(), o.algo) == known.end()) {

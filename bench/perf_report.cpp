@@ -17,6 +17,11 @@ constexpr CollectiveInfo kCollectives[] = {
     {Kind::gather, "gather", false, true, true},
     {Kind::scatter, "scatter", false, true, true},
     {Kind::sendrecv, "sendrecv", false, false, false},
+    {Kind::all_to_allv, "all_to_allv", false, false, true},
+    {Kind::all_gatherv, "all_gatherv", false, false, true},
+    {Kind::reduce_scatterv, "reduce_scatterv", true, false, true},
+    {Kind::gatherv, "gatherv", false, true, true},
+    {Kind::scatterv, "scatterv", false, true, true},
 };
 
 std::string printf_string(const char* format, auto... args) {
@@ -62,9 +67,32 @@ const CollectiveInfo* find_collective(std::string_view name) {
   return nullptr;
 }
 
+Kind even_form(Kind kind) {
+  switch (kind) {
+    case Kind::all_to_allv: return Kind::all_to_all;
+    case Kind::all_gatherv: return Kind::all_gather;
+    case Kind::reduce_scatterv: return Kind::reduce_scatter;
+    case Kind::gatherv: return Kind::gather;
+    case Kind::scatterv: return Kind::scatter;
+    default: return kind;
+  }
+}
+
+const char* fixed_algorithm(Kind kind) {
+  switch (kind) {
+    case Kind::sendrecv: return "p2p";
+    case Kind::all_to_allv:
+    case Kind::all_gatherv:
+    case Kind::reduce_scatterv: return "pairwise";
+    case Kind::gatherv:
+    case Kind::scatterv: return "direct";
+    default: return nullptr;
+  }
+}
+
 double bus_factor(Kind kind, int ranks) {
   const double n = ranks;
-  switch (kind) {
+  switch (even_form(kind)) {
     case Kind::all_reduce: return 2.0 * (n - 1) / n;
     case Kind::all_gather:
     case Kind::reduce_scatter:
@@ -74,8 +102,8 @@ double bus_factor(Kind kind, int ranks) {
     case Kind::broadcast:
     case Kind::reduce:
     case Kind::sendrecv: return 1.0;
+    default: return 1.0;
   }
-  return 1.0;
 }
 
 std::vector<std::size_t> sweep_sizes(std::size_t min_bytes, std::size_t max_bytes, std::size_t factor, std::size_t step) {

@@ -14,7 +14,17 @@
 
 namespace braid::perf {
 
-enum class Kind { all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, gather, scatter, sendrecv };
+enum class Kind {
+  all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, gather, scatter, sendrecv,
+  // The uneven forms, run with equal counts (what the even form moves, through the v call).
+  all_to_allv, all_gatherv, reduce_scatterv, gatherv, scatterv
+};
+/// The even collective a v form with equal counts matches (its sizes, inputs
+/// and expected outputs); any other kind itself.
+Kind even_form(Kind kind);
+/// The one algorithm of a collective that has no choice ("p2p", "pairwise",
+/// "direct"), or null when the plan chooses.
+const char* fixed_algorithm(Kind kind);
 
 struct CollectiveInfo {
   Kind kind;
