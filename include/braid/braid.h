@@ -64,6 +64,11 @@ typedef enum {
   braid_avg = 4,  /* ncclAvg */
 } braid_redop_t;
 
+/* Where the scalar of a pre-multiplied sum lives (ncclScalarResidence_t). */
+typedef enum {
+  braid_scalar_device = 0,         /* not supported yet */
+  braid_scalar_host_immediate = 1, /* host memory, read when the operator is made */
+} braid_scalar_residence_t;
 #define BRAID_UNIQUE_ID_BYTES 128
 typedef struct {
   char internal[BRAID_UNIQUE_ID_BYTES];
@@ -143,6 +148,14 @@ braid_result_t braid_comm_finalize(braid_comm_t comm);
 braid_result_t braid_comm_destroy(braid_comm_t comm);
 braid_result_t braid_comm_rank(braid_comm_t comm, int* rank);
 braid_result_t braid_comm_count(braid_comm_t comm, int* count);
+/** A reduction that multiplies every rank's input by *scalar (one value of
+ * `datatype`, read now) and sums, as ncclRedOpCreatePreMulSum: *op (a value
+ * from 5 up) works on `comm` with all_reduce, reduce and reduce_scatter (and
+ * their _async forms) of that datatype, on host buffers, until
+ * braid_red_op_destroy. Each rank may pass its own scalar. */
+braid_result_t braid_red_op_create_pre_mul_sum(braid_redop_t* op, void* scalar, braid_datatype_t datatype,
+                                               braid_scalar_residence_t residence, braid_comm_t comm);
+braid_result_t braid_red_op_destroy(braid_redop_t op, braid_comm_t comm);
 /** The same as braid_comm_rank (NCCL's name). */
 braid_result_t braid_comm_user_rank(braid_comm_t comm, int* rank);
 /** This rank's index among the ranks of its host, in rank order, and their number. */

@@ -4,6 +4,9 @@
 #include "braid/braid.h"
 
 #include <algorithm>
+#include <array>
+#include <memory>
+#include <vector>
 #include <chrono>
 #include <cstring>
 #include <string_view>
@@ -15,12 +18,22 @@
 #include <utility>
 
 #include "braid/braid.hpp"
+#include "core/device.hpp"
+#include "core/reduce.hpp"
+#include "group.hpp"
 #include "core/text.hpp"
 
 static_assert(BRAID_SPLIT_NOCOLOR == braid::Comm::kNoColor);
 
+// A pre-multiplied sum made by braid_red_op_create_pre_mul_sum.
+struct PreMulSum {
+  braid::DataType type;
+  std::array<std::byte, 8> scalar{};  // one value of `type`
+};
+
 struct braid_comm {
   braid::Comm comm;
+  std::vector<std::optional<PreMulSum>> pre_mul_sums;  // braid_redop_t kFirstCustomOp + index
 };
 
 struct braid_work {
@@ -113,6 +126,51 @@ braid_result_t started(braid_work_t* work, Start&& start) {
     braid::Work w = start();
     *work = new braid_work{std::move(w)};
   });
+}
+
+// Custom reductions (pre-multiplied sums) take braid_redop_t values from here
+// on, as NCCL's take ncclNumOps and up.
+constexpr int kFirstCustomOp = 5;
+static_assert(kFirstCustomOp == braid::kReduceOpCount);
+
+// What a reducing call runs: the operator, and the input to give it. For a
+// pre-multiplied sum that is a scaled copy of the caller's input (kept alive
+// by `keep` until the operation is done) and the operator is sum.
+struct Reduction {
+  braid::ReduceOp op;
+  const void* send;
+  std::shared_ptr<std::vector<std::byte>> keep;
+};
+
+Reduction reduction_of(braid_comm_t comm, const braid_redop_t& op, braid::DataType type, const void* send,
+                       std::size_t elements) {
+  const int v = raw_value(op);
+  if (v < kFirstCustomOp) return Reduction{to_op(op), send, nullptr};
+  const auto index = static_cast<std::size_t>(v - kFirstCustomOp);
+  if (comm == nullptr || index >= comm->pre_mul_sums.size() || !comm->pre_mul_sums[index])
+    return Reduction{to_op(op), send, nullptr};  // names the bad value
+  const PreMulSum& pre = *comm->pre_mul_sums[index];
+  if (pre.type != type)
+    throw braid::InvalidArgument(braid::cat("braid_redop_t ", v, " is a pre-multiplied sum of ", braid::name_of(pre.type),
+                                            " but the call's datatype is ", braid::name_of(type)));
+  if (elements > 0 && send == nullptr) throw braid::InvalidArgument("sendbuf is NULL");
+  if (braid::device::count() > 0 && braid::device::locate(send).kind == braid::MemKind::cuda)
+    throw braid::Error(braid::ErrorCode::unsupported,
+                       "pre-multiplied sums scale on the host: device buffers are not supported with them yet");
+  auto scaled = std::make_shared<std::vector<std::byte>>(elements * braid::size_of(type));
+  braid::scale(type, scaled->data(), send, elements, pre.scalar.data());
+  return Reduction{braid::ReduceOp::sum, scaled->data(), std::move(scaled)};
+}
+
+// Runs `start` (an *_async call on r's input): with a scaled copy, holds it
+// until the operation is done, and for a blocking call outside a group
+// waits.
+template <typename Start>
+braid::Work run_reduction(const Reduction& r, bool blocking, Start&& start) {
+  braid::Work w = start();
+  if (r.keep) w.then([keep = r.keep](std::exception_ptr) {});
+  if (blocking && !braid::group_open()) w.wait();
+  return w;
 }
 
 // n entries of a C array of counts or displacements (n: the communicator's
@@ -211,6 +269,43 @@ braid_result_t braid_comm_finalize(braid_comm_t comm) {
     if (std::exception_ptr e = c.async_error()) std::rethrow_exception(e);
     c.flush();
     if (std::exception_ptr e = c.async_error()) std::rethrow_exception(e);
+  });
+}
+
+braid_result_t braid_red_op_create_pre_mul_sum(braid_redop_t* op, void* scalar, braid_datatype_t datatype,
+                                               braid_scalar_residence_t residence, braid_comm_t comm) {
+  return guarded([&] {
+    require(op, "the operator pointer");
+    require(scalar, "the scalar pointer");
+    comm_of(comm);
+    const braid::DataType t = to_type(datatype);
+    const int where = raw_value(residence);
+    if (where != braid_scalar_host_immediate)
+      throw braid::Error(braid::ErrorCode::unsupported,
+                         braid::cat("braid_red_op_create_pre_mul_sum: residence ", where,
+                                    ": only braid_scalar_host_immediate (the scalar read now, from host memory) is "
+                                    "supported"));
+    PreMulSum pre{t, {}};
+    std::memcpy(pre.scalar.data(), scalar, braid::size_of(t));
+    auto& table = comm->pre_mul_sums;
+    auto free_slot = std::find_if(table.begin(), table.end(), [](const auto& e) { return !e.has_value(); });
+    if (free_slot == table.end()) free_slot = table.insert(table.end(), std::nullopt);
+    *free_slot = pre;
+    const int value = kFirstCustomOp + static_cast<int>(free_slot - table.begin());
+    std::memcpy(op, &value, sizeof value);
+  });
+}
+
+braid_result_t braid_red_op_destroy(braid_redop_t op, braid_comm_t comm) {
+  return guarded([&] {
+    comm_of(comm);
+    const int v = raw_value(op);
+    const auto index = static_cast<std::size_t>(v - kFirstCustomOp);
+    if (v < kFirstCustomOp || index >= comm->pre_mul_sums.size() || !comm->pre_mul_sums[index])
+      throw braid::InvalidArgument(braid::cat("braid_red_op_destroy: ", v,
+                                              " is not an operator made by braid_red_op_create_pre_mul_sum on this "
+                                              "communicator"));
+    comm->pre_mul_sums[index].reset();
   });
 }
 
@@ -394,7 +489,12 @@ braid_result_t braid_comm_dump_state(braid_comm_t comm, char* buf, size_t len) {
 
 braid_result_t braid_all_reduce(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
                                 braid_redop_t op, braid_comm_t comm) {
-  return guarded([&] { comm_of(comm).all_reduce(sendbuf, recvbuf, count, to_type(datatype), to_op(op)); });
+  return guarded([&] {
+    const braid::DataType t = to_type(datatype);
+    const Reduction r = reduction_of(comm, op, t, sendbuf, count);
+    if (!r.keep) return comm_of(comm).all_reduce(sendbuf, recvbuf, count, t, r.op);
+    run_reduction(r, true, [&] { return comm_of(comm).all_reduce_async(r.send, recvbuf, count, t, r.op); });
+  });
 }
 
 braid_result_t braid_broadcast(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype, int root,
@@ -404,7 +504,12 @@ braid_result_t braid_broadcast(const void* sendbuf, void* recvbuf, size_t count,
 
 braid_result_t braid_reduce(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
                             braid_redop_t op, int root, braid_comm_t comm) {
-  return guarded([&] { comm_of(comm).reduce(sendbuf, recvbuf, count, to_type(datatype), to_op(op), root); });
+  return guarded([&] {
+    const braid::DataType t = to_type(datatype);
+    const Reduction r = reduction_of(comm, op, t, sendbuf, count);
+    if (!r.keep) return comm_of(comm).reduce(sendbuf, recvbuf, count, t, r.op, root);
+    run_reduction(r, true, [&] { return comm_of(comm).reduce_async(r.send, recvbuf, count, t, r.op, root); });
+  });
 }
 
 braid_result_t braid_all_gather(const void* sendbuf, void* recvbuf, size_t sendcount, braid_datatype_t datatype,
@@ -414,7 +519,12 @@ braid_result_t braid_all_gather(const void* sendbuf, void* recvbuf, size_t sendc
 
 braid_result_t braid_reduce_scatter(const void* sendbuf, void* recvbuf, size_t recvcount, braid_datatype_t datatype,
                                     braid_redop_t op, braid_comm_t comm) {
-  return guarded([&] { comm_of(comm).reduce_scatter(sendbuf, recvbuf, recvcount, to_type(datatype), to_op(op)); });
+  return guarded([&] {
+    const braid::DataType t = to_type(datatype);
+    const Reduction r = reduction_of(comm, op, t, sendbuf, recvcount * static_cast<std::size_t>(comm_of(comm).size()));
+    if (!r.keep) return comm_of(comm).reduce_scatter(sendbuf, recvbuf, recvcount, t, r.op);
+    run_reduction(r, true, [&] { return comm_of(comm).reduce_scatter_async(r.send, recvbuf, recvcount, t, r.op); });
+  });
 }
 
 braid_result_t braid_all_to_all(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
@@ -449,7 +559,9 @@ braid_result_t braid_recv(void* buf, size_t count, braid_datatype_t datatype, in
 braid_result_t braid_all_reduce_async(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
                                       braid_redop_t op, braid_comm_t comm, braid_work_t* work) {
   return started(work, [&] {
-    return comm_of(comm).all_reduce_async(sendbuf, recvbuf, count, to_type(datatype), to_op(op));
+    const braid::DataType t = to_type(datatype);
+    const Reduction r = reduction_of(comm, op, t, sendbuf, count);
+    return run_reduction(r, false, [&] { return comm_of(comm).all_reduce_async(r.send, recvbuf, count, t, r.op); });
   });
 }
 
@@ -461,7 +573,9 @@ braid_result_t braid_broadcast_async(const void* sendbuf, void* recvbuf, size_t 
 braid_result_t braid_reduce_async(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
                                   braid_redop_t op, int root, braid_comm_t comm, braid_work_t* work) {
   return started(work, [&] {
-    return comm_of(comm).reduce_async(sendbuf, recvbuf, count, to_type(datatype), to_op(op), root);
+    const braid::DataType t = to_type(datatype);
+    const Reduction r = reduction_of(comm, op, t, sendbuf, count);
+    return run_reduction(r, false, [&] { return comm_of(comm).reduce_async(r.send, recvbuf, count, t, r.op, root); });
   });
 }
 
@@ -474,7 +588,10 @@ braid_result_t braid_reduce_scatter_async(const void* sendbuf, void* recvbuf, si
                                           braid_datatype_t datatype, braid_redop_t op, braid_comm_t comm,
                                           braid_work_t* work) {
   return started(work, [&] {
-    return comm_of(comm).reduce_scatter_async(sendbuf, recvbuf, recvcount, to_type(datatype), to_op(op));
+    const braid::DataType t = to_type(datatype);
+    const Reduction r = reduction_of(comm, op, t, sendbuf, recvcount * static_cast<std::size_t>(comm_of(comm).size()));
+    return run_reduction(
+        r, false, [&] { return comm_of(comm).reduce_scatter_async(r.send, recvbuf, recvcount, t, r.op); });
   });
 }
 

@@ -401,6 +401,50 @@ void finish_average(DataType type, void* data, std::size_t count, int ranks) {
   finish_average_with(best_kernel_isa(), type, data, count, ranks);
 }
 
+namespace {
+
+template <typename T>
+void scale_as(void* dst, const void* src, std::size_t count, const void* scalar) {
+  T k;
+  std::memcpy(&k, scalar, sizeof k);
+  auto* d = static_cast<T*>(dst);
+  const auto* s = static_cast<const T*>(src);
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;  // wraps instead of overflowing
+    for (std::size_t i = 0; i < count; ++i) d[i] = static_cast<T>(static_cast<U>(s[i]) * static_cast<U>(k));
+  } else {
+    for (std::size_t i = 0; i < count; ++i) d[i] = s[i] * k;
+  }
+}
+
+template <float (*Widen)(std::uint16_t), std::uint16_t (*Narrow)(float)>
+void scale_half(void* dst, const void* src, std::size_t count, const void* scalar) {
+  std::uint16_t k;
+  std::memcpy(&k, scalar, sizeof k);
+  const float factor = Widen(k);
+  auto* d = static_cast<std::uint16_t*>(dst);
+  const auto* s = static_cast<const std::uint16_t*>(src);
+  for (std::size_t i = 0; i < count; ++i) d[i] = Narrow(Widen(s[i]) * factor);
+}
+
+}  // namespace
+
+void scale(DataType type, void* dst, const void* src, std::size_t count, const void* scalar) {
+  switch (type) {
+    case DataType::f16: return scale_half<half::f16_bits_to_f32, half::f32_to_f16_bits>(dst, src, count, scalar);
+    case DataType::bf16: return scale_half<half::bf16_bits_to_f32, half::f32_to_bf16_bits>(dst, src, count, scalar);
+    case DataType::f32: return scale_as<float>(dst, src, count, scalar);
+    case DataType::f64: return scale_as<double>(dst, src, count, scalar);
+    case DataType::i8: return scale_as<std::int8_t>(dst, src, count, scalar);
+    case DataType::u8: return scale_as<std::uint8_t>(dst, src, count, scalar);
+    case DataType::i32: return scale_as<std::int32_t>(dst, src, count, scalar);
+    case DataType::u32: return scale_as<std::uint32_t>(dst, src, count, scalar);
+    case DataType::i64: return scale_as<std::int64_t>(dst, src, count, scalar);
+    case DataType::u64: return scale_as<std::uint64_t>(dst, src, count, scalar);
+  }
+  throw InvalidArgument(cat("scale: unknown data type ", static_cast<int>(type)));
+}
+
 float f16_to_f32(std::uint16_t bits) { return half::f16_bits_to_f32(bits); }
 std::uint16_t f32_to_f16(float value) { return half::f32_to_f16_bits(value); }
 float bf16_to_f32(std::uint16_t bits) { return half::bf16_bits_to_f32(bits); }

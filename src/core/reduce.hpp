@@ -23,6 +23,11 @@ void reduce(DataType type, ReduceOp op, void* dst, const void* a, const void* b,
 /// Throws InvalidArgument unless ranks > 0.
 void finish_average(DataType type, void* data, std::size_t count, int ranks);
 
+/// dst[i] = src[i] x *scalar (a value of `type`) for i < count: the first
+/// half of a pre-multiplied sum. f16 and bf16 multiply in f32 and round to
+/// nearest even; integers multiply modulo 2^bits. dst may alias src exactly.
+void scale(DataType type, void* dst, const void* src, std::size_t count, const void* scalar);
+
 /// Scalar conversions used by Float16/BFloat16 and the tests.
 float f16_to_f32(std::uint16_t bits);
 std::uint16_t f32_to_f16(float value);   // round to nearest even, overflow to inf, NaN stays NaN

@@ -559,6 +559,36 @@ static void config_and_ids(braid_comm_t comm, int rank, int n) {
   EXPECT_OK(braid_comm_destroy(third));
 }
 
+/* Pre-multiplied sums: every rank scales by its own rank + 1. */
+static void pre_mul_sums(braid_comm_t comm, int rank, int n) {
+  braid_redop_t op, iop;
+  float scalar = (float)(rank + 1), x[5], y[5];
+  int32_t iscalar = rank + 1, in[16], out[2];
+  braid_work_t w = NULL;
+  int i;
+  EXPECT_OK(braid_red_op_create_pre_mul_sum(&op, &scalar, braid_f32, braid_scalar_host_immediate, comm));
+  EXPECT((int)op >= 5);
+  EXPECT_OK(braid_red_op_create_pre_mul_sum(&iop, &iscalar, braid_i32, braid_scalar_host_immediate, comm));
+  EXPECT(op != iop);
+  for (i = 0; i < 5; ++i) x[i] = 2.f * (float)i;
+  EXPECT_OK(braid_all_reduce(x, y, 5, braid_f32, op, comm));
+  for (i = 0; i < 5; ++i) EXPECT(y[i] == (float)(i * n * (n + 1)));       /* sum of 2i (r + 1) */
+  for (i = 0; i < 5; ++i) EXPECT(x[i] == 2.f * (float)i);                  /* input untouched */
+  EXPECT_OK(braid_all_reduce_async(x, x, 5, braid_f32, op, comm, &w));     /* in place, async */
+  EXPECT_OK(braid_work_wait(w, -1, NULL));
+  EXPECT_OK(braid_work_free(w));
+  for (i = 0; i < 5; ++i) EXPECT(x[i] == (float)(i * n * (n + 1)));
+  for (i = 0; i < 2 * n; ++i) in[i] = i;
+  EXPECT_OK(braid_reduce_scatter(in, out, 2, braid_i32, iop, comm));
+  for (i = 0; i < 2; ++i) EXPECT(out[i] == (2 * rank + i) * n * (n + 1) / 2);
+  EXPECT_CODE(braid_all_reduce(x, y, 5, braid_f64, op, comm), braid_invalid_argument); /* made for f32 */
+  EXPECT_CODE(braid_red_op_create_pre_mul_sum(&op, &scalar, braid_f32, braid_scalar_device, comm), braid_unsupported);
+  EXPECT_OK(braid_red_op_destroy(iop, comm));
+  EXPECT_CODE(braid_red_op_destroy(iop, comm), braid_invalid_argument);
+  EXPECT_CODE(braid_all_reduce(in, out, 1, braid_i32, iop, comm), braid_invalid_argument);
+  EXPECT_OK(braid_red_op_destroy(op, comm));
+}
+
 int main(void) {
   braid_comm_t comm = NULL;
   int rank = -1, n = 0;
@@ -596,6 +626,7 @@ int main(void) {
   nccl_numbers(comm, rank, n);
   split(comm, rank, n);
   groups(comm, rank, n);
+  pre_mul_sums(comm, rank, n);
   uneven(comm, rank, n);
   config_and_ids(comm, rank, n);
   unique_id_and_timeout(comm, rank, n);
