@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "braid/braid.hpp"
+#include "tally.hpp"
 #include "expected_values.hpp"
 
 namespace {
@@ -43,18 +44,7 @@ constexpr DataType kSliceTypes[] = {DataType::bf16, DataType::f64, DataType::i8}
 constexpr std::byte kPoison{0xcd};
 constexpr std::size_t kGuard = 64;  // poisoned bytes after every buffer
 
-struct Tally {
-  int rank = 0;
-  int cases = 0;
-  int failed = 0;
-  void record(bool ok, const std::string& what) {
-    ++cases;
-    if (!ok) {
-      ++failed;
-      std::fprintf(stderr, "rank %d: FAILED %s\n", rank, what.c_str());
-    }
-  }
-};
+using Tally = braid::check::Tally;
 
 // A poisoned buffer of `bytes` plus a guard; reports writes past the end.
 struct Buffer {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "braid/braid.hpp"
+#include "tally.hpp"
 
 namespace {
 
@@ -32,18 +33,7 @@ using braid::DataType;
 using braid::ReduceOp;
 using Counts = std::vector<std::size_t>;
 
-struct Tally {
-  int rank = 0;
-  int cases = 0;
-  int failed = 0;
-  void record(bool ok, const std::string& what) {
-    ++cases;
-    if (!ok) {
-      ++failed;
-      std::fprintf(stderr, "rank %d: FAILED %s\n", rank, what.c_str());
-    }
-  }
-};
+using Tally = braid::check::Tally;
 
 // The value element i of what rank `from` sends rank `to` carries: exact in
 // every type used here.
