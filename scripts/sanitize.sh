@@ -62,8 +62,8 @@ if [ ! -f "$tsan/build.ninja" ]; then
     >/dev/null || exit 1
 fi
 ninja -C "$tsan" tests/unit/unit_comm tests/unit/unit_store tests/unit/unit_store_jobs tests/unit/unit_auth tools/braid-run \
-  tests/mirrored/mirrored_check tests/transport/transport_conformance >/dev/null || exit 1
+  tests/mirrored/mirrored_check tests/transport/transport_conformance tests/multiprocess/group_uneven_check >/dev/null || exit 1
 meson test -C "$tsan" --no-rebuild --num-processes 1 --timeout-multiplier 4 --print-errorlogs \
   unit/comm unit/store unit/store_jobs unit/auth mirrored/mirrored_1x3_replicas mirrored/mirrored_2x2_replicas \
-  mirrored/parameter_server_2_workers_2_servers transport/conformance_shm || status=1
+  mirrored/parameter_server_2_workers_2_servers transport/conformance_shm multiprocess/group_uneven_3_ranks || status=1
 exit $status
