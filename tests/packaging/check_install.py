@@ -33,7 +33,7 @@ SKIP = 77
 OWNER_PREFIXES = ("typeinfo for ", "typeinfo name for ", "vtable for ")
 # Internal classes that must never be exported (a sample, on top of the rule).
 INTERNAL = ("braid::CommImpl", "braid::TcpTransport", "braid::ShmTransport", "braid::Operation", "braid::Executor",
-            "braid::Settings", "braid::Plan")
+            "braid::Settings", "braid::Plan", "braid::Poller", "braid::TcpStoreServer")
 REQUIRED = ("braid_all_reduce", "braid_comm_init_env", "braid_get_version", "braid_last_error",
             "braid::Comm::all_reduce(void const*, void*, unsigned long, braid::DataType, braid::ReduceOp)",
             "braid::Comm::from_env(braid::CommOptions const&)", "typeinfo for braid::Error",
@@ -99,7 +99,9 @@ def check_exports(library, include_dir):
     for name in missing_c:
         problems.append(f"{name}: declared in braid.h, not exported")
     if problems:
-        raise Failure(f"{library} exports the wrong symbols:\n  " + "\n  ".join(sorted(set(problems))))
+        problems = sorted(set(problems))
+        more = f"\n  ... and {len(problems) - 40} more" if len(problems) > 40 else ""
+        raise Failure(f"{library} exports the wrong symbols:\n  " + "\n  ".join(problems[:40]) + more)
     return len(raw)
 
 
@@ -147,7 +149,7 @@ def main():
         example = tmp / "external"
         shutil.copytree(source / "examples" / "external", example)
         run(["make", "-C", example, "--no-print-directory"], env=env)
-        run([meson, "setup", example / "build", example, "--quiet"], env=env)
+        run([meson, "setup", example / "build", example], env=env)
         run(["ninja", "-C", example / "build"], env=env)
         built = time.monotonic()
 
