@@ -19,7 +19,7 @@ CommImpl, the transports, the collectives and core stay local. The script
 lists the names exactly (quoted, demangled), one per line.
 
 So a new public function, class or member needs no edit here: declare it in
-a public header (one that src/meson.build lists, or that braid.hpp includes)
+a public header (one that src/meson.build lists, or one they include)
 and define it in a layer; the next build exports it. The depfile names every
 header read, so editing one regenerates the script.
 """
@@ -107,6 +107,21 @@ def scan_namespace(body, classes, templates, enums, functions):
         i += 1
 
 
+def with_included(headers):
+    """The headers and the public headers they include ("braid/x.hpp"), transitively;
+    braid/mirrored* belongs to libbraid_mirrored."""
+    found, todo = [], [Path(h).resolve() for h in headers]
+    while todo:
+        header = todo.pop(0)
+        if header in found:
+            continue
+        found.append(header)
+        for name in re.findall(r'^\s*#\s*include\s*[<"]braid/([\w./]+)[>"]', header.read_text(), re.M):
+            if not name.startswith("mirrored"):
+                todo.append(header.parent / name)
+    return found
+
+
 def public_names(headers):
     classes, templates, enums, functions = set(), set(), set(), set()
     for header in headers:
@@ -159,7 +174,7 @@ def main():
     if len(args) < 5 or "--headers" not in args or "--libs" not in args:
         raise SystemExit(__doc__)
     output, depfile, nm = args[0], args[1], args[2]
-    headers = args[args.index("--headers") + 1:args.index("--libs")]
+    headers = with_included(args[args.index("--headers") + 1:args.index("--libs")])
     libraries = args[args.index("--libs") + 1:]
     classes, enums, functions = public_names(headers)
     c_functions = set()
@@ -176,7 +191,7 @@ def main():
     lines += [f'      "{name}";' for name in cpp_exports]
     lines += ["    };", "  local:", "    *;", "};", ""]
     Path(output).write_text("\n".join(lines))
-    Path(depfile).write_text(f"{output}: " + " ".join(str(Path(h).resolve()) for h in headers) + "\n")
+    Path(depfile).write_text(f"{output}: " + " ".join(str(h) for h in headers) + "\n")
 
 
 if __name__ == "__main__":
