@@ -17,7 +17,7 @@
 4. Each program runs on 2 ranks over loopback under the installed braid-run
    and prints the right sums; the shared ones load the installed libbraid.so.
 
-Exits 77 (skipped) when pkg-config, nm, make or a compiler is missing.
+Exits 77 (skipped) when pkg-config, nm, make, ninja or a compiler is missing.
 """
 
 import os
@@ -107,7 +107,7 @@ def check_exports(library, include_dir):
 
 def main():
     meson, build, source = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
-    for tool in ("pkg-config", "nm", "make", "cc", "c++", "ldd"):
+    for tool in ("pkg-config", "nm", "make", "ninja", "cc", "c++", "ldd"):
         if not shutil.which(tool):
             print(f"skipped: {tool} not found (scripts/install-deps.sh installs it)")
             return SKIP
