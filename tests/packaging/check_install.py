@@ -60,12 +60,14 @@ def public_declarations(include_dir):
         if header.name == "mirrored.hpp":
             continue
         text = re.sub(r"/\*.*?\*/|//[^\n]*", " ", header.read_text(), flags=re.S)
-        c_functions.update(re.findall(r"\b(braid_\w+)\s*\(", text))
+        # static inline helpers a header may define are not the library's
+        inline = set(re.findall(r"\bstatic\s+inline\b[^;{]*?\b(braid_\w+)\s*\(", text))
+        c_functions.update(set(re.findall(r"\b(braid_\w+)\s*\(", text)) - inline)
         if "namespace braid {" not in text:
             continue
         cpp_names.update(re.findall(r"^(?:class|struct|enum class|enum)\s+(\w+)[^;{]*\{", text, re.M))
-        cpp_names.update(re.findall(r"^(?!class |struct |enum |template|namespace|using |typedef |#|\})"
-                                    r"[\w:<>,*& ]+?\b(\w+)\(", text, re.M))
+        cpp_names.update(re.findall(r"^(?!class |struct |enum |template|namespace|using |typedef |\})(?=[\w:\[])"
+                                    r"[\w:<>,*&\[\] ]+?\b(\w+)\(", text, re.M))
     return c_functions, cpp_names
 
 
