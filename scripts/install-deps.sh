@@ -14,7 +14,9 @@ set -euo pipefail
 # without the providers libibverbs sees no device).
 # openmpi-bin, libopenmpi-dev, libgloo-dev: the peers of bench/compare.py,
 # whose smoke run is a test (tests/bench).
-packages=(g++ meson ninja-build pkg-config catch2 python3 libssl-dev openssl iproute2 libhwloc-dev libibverbs-dev ibverbs-providers
+# pkg-config, make: the packaging test builds examples/external against an
+# installed braid with them (tests/packaging).
+packages=(g++ make meson ninja-build pkg-config catch2 python3 libssl-dev openssl iproute2 libhwloc-dev libibverbs-dev ibverbs-providers
           openmpi-bin libopenmpi-dev libgloo-dev)
 for arg in "$@"; do
   case "$arg" in
