@@ -14,7 +14,12 @@
 // replica would compute it. So the chief also trains a 1-replica reference
 // with the same global batches in-process, and prints both loss curves: the
 // synchronous strategies match it up to float summation order. Each epoch
-// prints the replica hash and verify_replicas()'s verdict.
+// prints the replica hash and verify_replicas()'s verdict. With --per-rank,
+// every rank also prints its own line per epoch (its replica hash, the step
+// time and samples/s), so that two machines each show the same hash: the
+// two-laptop demo (README, Two machines).
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -46,6 +51,7 @@ struct Config {
   std::string save_path;
   std::string restore_path;
   bool reference = true;
+  bool per_rank = false;  // --per-rank: every rank prints a line per epoch
 };
 
 // The dataset: the same on every rank (seeded), labels from a fixed teacher.
@@ -194,9 +200,16 @@ Config parse_args(int argc, char** argv) {
     else if (a == "--save") cfg.save_path = value();
     else if (a == "--restore") cfg.restore_path = value();
     else if (a == "--no-reference") cfg.reference = false;
+    else if (a == "--per-rank") cfg.per_rank = true;
     else throw braid::InvalidArgument("unknown argument '" + a + "' (see the comment at the top of train_mirrored.cpp)");
   }
   return cfg;
+}
+
+std::string braid_host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "?";
+  return name;
 }
 
 int train(const Config& cfg) {
@@ -260,6 +273,7 @@ int train(const Config& cfg) {
   bool consistent = true;
   double worst = 0;
   for (int epoch = first_epoch; epoch < cfg.epochs; ++epoch) {
+    const auto epoch_start = std::chrono::steady_clock::now();
     strategy->run([&](mr::ReplicaContext& ctx) {
       const mr::DataShard shard = strategy->shard(sharding, ctx);
       auto& grads = ctx.gradients();
@@ -284,8 +298,17 @@ int train(const Config& cfg) {
       if (chief) std::printf("  epoch %d  loss %.6f  (asynchronous: replicas differ until finish)\n", epoch + 1, total / count);
       continue;
     }
+    const double epoch_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
     auto report = strategy->verify_replicas();
     consistent = consistent && report.consistent();
+    if (cfg.per_rank) {
+      const long long steps = (cfg.samples + cfg.global_batch - 1) / cfg.global_batch;
+      std::printf("rank %d on %s: epoch %d  replica hash %016llx  step %.2f ms  %.0f samples/s\n",
+                  strategy->comm()->rank(), braid_host_name().c_str(), epoch + 1,
+                  static_cast<unsigned long long>(strategy->replica_hash()), 1e3 * epoch_s / static_cast<double>(steps),
+                  static_cast<double>(cfg.samples) / epoch_s);
+      std::fflush(stdout);
+    }
     if (chief) {
       std::printf("  epoch %d  loss %.6f", epoch + 1, total / count);
       if (static_cast<std::size_t>(epoch) < reference.size()) {
