@@ -144,14 +144,14 @@ std::optional<LaunchIdentity> launch_identity(const EnvLookup& env) {
   LaunchIdentity id;
   if (env("BRAID_RANK")) {
     id.source = "braid (BRAID_RANK, BRAID_WORLD_SIZE, BRAID_STORE_ADDR)";
-    const char* hint = " (braid-run sets BRAID_RANK, BRAID_WORLD_SIZE and BRAID_STORE_ADDR together)";
-    if (!env("BRAID_WORLD_SIZE")) throw InvalidArgument(cat("BRAID_RANK is set but BRAID_WORLD_SIZE is not", hint));
+    const char* hint = " (BRAID_RANK is; braid-run sets BRAID_RANK, BRAID_WORLD_SIZE and BRAID_STORE_ADDR together)";
+    if (!env("BRAID_WORLD_SIZE")) throw InvalidArgument(cat("BRAID_WORLD_SIZE is not set", hint));
     id.size = integer(env, "BRAID_WORLD_SIZE", 1, kMaxRanks);
     id.rank = integer(env, "BRAID_RANK", 0, kMaxRanks - 1);
     id.local_rank = optional_integer(env, "BRAID_LOCAL_RANK", 0, kMaxRanks);
     id.local_size = optional_integer(env, "BRAID_LOCAL_SIZE", 1, kMaxRanks);
     auto store = env("BRAID_STORE_ADDR");
-    if (!store) throw InvalidArgument(cat("BRAID_RANK is set but BRAID_STORE_ADDR is not", hint));
+    if (!store) throw InvalidArgument(cat("BRAID_STORE_ADDR is not set", hint));
     id.store_addr = *store;
     check_rank(id, "BRAID_RANK", "BRAID_WORLD_SIZE");
     return id;

@@ -206,7 +206,6 @@ def demo(net, args, logdir, tag, extra, samples=None):
     summary = [l for l in results[0][1].splitlines() if "Summary:" in l]
     if len(summary) != 1 or "replicas identical after every epoch" not in summary[0]:
         raise Failed(f"demo ({tag}): the chief's Summary does not say the replicas stayed identical: {summary}")
-    steps = [sum(float(m.group(5)) for m in ls) / len(ls) for ls in lines]
     return lines, summary[0], results
 
 
@@ -229,12 +228,17 @@ def measure(net, args, logdir):
         iperf = json.loads(p.stdout)["end"]["sum_received"]["bits_per_second"] / 1e9
         print(f"measure: iperf3 laptop-b -> laptop-a: {iperf:.3f} Gbit/s", flush=True)
     if args.perf:
-        perf = [args.perf, "-b", "64M", "-e", "64M", "-n", "10", "-w", "3", "-d", "float", "-o", "sum"]
+        perf = [args.perf, "all_reduce", "-b", "64M", "-e", "64M", "-n", "10", "-w", "3", "-d", "float", "-o", "sum"]
         results = run_pair(net, lambda h: braid_run(args, h, perf), 150, logdir, "perf")
         check_pair("braid-perf", results)
         print("measure: braid-perf all_reduce 64 MiB across the pair (rank 0's output):", flush=True)
         for line in results[0][1].splitlines():
             print(f"  {line}", flush=True)
+        m = re.search(r"Avg bus bandwidth\s*:\s*(\S+)", results[0][1])
+        if m and iperf:
+            busbw = float(m.group(1)) * 8  # GB/s to Gbit/s
+            print(f"measure: braid all_reduce busbw at 64 MiB {busbw:.3f} Gbit/s = {100 * busbw / iperf:.1f}% of "
+                  f"iperf3's {iperf:.3f} Gbit/s on the same pair", flush=True)
     for extra, name in (([], "no compression"), (["--compression", "bf16"], "bf16 compression")):
         lines, summary, _ = demo(net, args, logdir, "measure-" + name.replace(" ", "-"), extra, samples=args.samples)
         steps = [float(m.group(5)) for m in lines[0]]
