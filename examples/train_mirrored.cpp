@@ -17,7 +17,10 @@
 // prints the replica hash and verify_replicas()'s verdict. With --per-rank,
 // every rank also prints its own line per epoch (its replica hash, the step
 // time and samples/s), so that two machines each show the same hash: the
-// two-laptop demo (README, Two machines).
+// two-laptop demo (README, Two machines). --hidden N widens the hidden layer
+// (default 32), so that the gradient, 18 N + 1 floats, loads a network link;
+// --bucket-kib K fuses gradients into buckets of K KiB (default 4: several
+// buckets even for the small model, to show the mechanism).
 #include <unistd.h>
 
 #include <chrono>
@@ -35,7 +38,7 @@ namespace mr = braid::mirrored;
 
 namespace {
 
-constexpr int kInputs = 16, kHidden = 32;
+constexpr int kInputs = 16;
 
 struct Config {
   std::string strategy = "multi_worker_mirrored";
@@ -52,6 +55,8 @@ struct Config {
   std::string restore_path;
   bool reference = true;
   bool per_rank = false;  // --per-rank: every rank prints a line per epoch
+  int hidden = 32;        // --hidden: tanh units; the gradient is 18 x hidden + 1 floats
+  std::size_t bucket_bytes = 4096;  // --bucket-kib: small by default, to show several buckets
 };
 
 // The dataset: the same on every rank (seeded), labels from a fixed teacher.
@@ -91,7 +96,9 @@ struct Params {
 double forward_backward(const Dataset& d, std::span<const std::int64_t> batch, const Params& p, const Params& g,
                         double scale) {
   double loss = 0;
-  float hidden[kHidden];
+  const int kHidden = static_cast<int>(p.b1.size());
+  thread_local std::vector<float> hidden;
+  hidden.resize(p.b1.size());
   for (std::int64_t s : batch) {
     const float* x = &d.x[static_cast<std::size_t>(s) * kInputs];
     float z = p.b2[0];
@@ -162,7 +169,7 @@ std::unique_ptr<mr::Strategy> make_strategy(const Config& cfg, std::shared_ptr<m
   mr::StrategyOptions options;
   options.gradients.aggregation = mr::Aggregation::sum;  // gradients are already divided by the global batch
   options.gradients.compression = parse_compression(cfg.compression);
-  options.gradients.bucket_bytes = 4096;  // a small model: several buckets to show the mechanism
+  options.gradients.bucket_bytes = cfg.bucket_bytes;
   if (cfg.strategy == "multi_worker_mirrored") return mr::MultiWorkerMirrored::from_env(options);
   if (cfg.strategy == "mirrored") return std::make_unique<mr::Mirrored>(braid::Comm::from_env(), cfg.local_replicas, options);
   if (cfg.strategy == "central_storage")
@@ -201,6 +208,11 @@ Config parse_args(int argc, char** argv) {
     else if (a == "--restore") cfg.restore_path = value();
     else if (a == "--no-reference") cfg.reference = false;
     else if (a == "--per-rank") cfg.per_rank = true;
+    else if (a == "--bucket-kib") cfg.bucket_bytes = static_cast<std::size_t>(std::stoul(value())) * 1024;
+    else if (a == "--hidden") {
+      cfg.hidden = std::stoi(value());
+      if (cfg.hidden < 1 || cfg.hidden > (1 << 20)) throw braid::InvalidArgument("--hidden must be in [1, 1048576]");
+    }
     else throw braid::InvalidArgument("unknown argument '" + a + "' (see the comment at the top of train_mirrored.cpp)");
   }
   return cfg;
@@ -227,8 +239,10 @@ int train(const Config& cfg) {
   {
     auto scope = strategy->scope();
     unsigned seed = 1000u + static_cast<unsigned>(strategy->comm()->rank());
-    init = {initial_values(kInputs * kHidden, seed, 0.3f), std::vector<float>(kHidden, 0.f),
-            initial_values(kHidden, seed + 1, 0.3f), std::vector<float>(1, 0.f)};
+    const std::int64_t kHidden = cfg.hidden;
+    const auto units = static_cast<std::size_t>(cfg.hidden);
+    init = {initial_values(kInputs * units, seed, 0.3f), std::vector<float>(units, 0.f),
+            initial_values(units, seed + 1, 0.3f), std::vector<float>(1, 0.f)};
     w1 = strategy->create_variable<float>("dense1/kernel", {kInputs, kHidden}, init[0]);
     b1 = strategy->create_variable<float>("dense1/bias", {kHidden}, init[1]);
     w2 = strategy->create_variable<float>("dense2/kernel", {kHidden, 1}, init[2]);

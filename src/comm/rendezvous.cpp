@@ -26,16 +26,18 @@ std::optional<InterfaceFilter> ifname_filter(const Settings& settings) {
 
 // The interface this host advertises when no route decides: BRAID_SOCKET_IFNAME's
 // choice, else the first real (not loopback, not virtual) one, else loopback
-// when `allow_loopback`. `why` ends the error message when there is none.
+// when `allow_loopback`. `why` ends the error message when there is none;
+// `rank` is -1 for UniqueId::create.
 SockAddr chosen_address(const Settings& settings, int rank, bool allow_loopback, std::string_view why) {
   auto interfaces = list_interfaces();
   auto filter = ifname_filter(settings);
   if (auto n = choose_interface(interfaces, filter, allow_loopback)) return n->address;
+  const std::string who = rank >= 0 ? cat("rank ", rank) : std::string("UniqueId::create");
   if (filter)
-    throw InvalidArgument(cat("rank ", rank, ": BRAID_SOCKET_IFNAME='", settings.socket_ifname,
+    throw InvalidArgument(cat(who, ": BRAID_SOCKET_IFNAME='", settings.socket_ifname,
                               "' matches no interface that is up with an address; this host has: ",
                               describe_interfaces(interfaces)));
-  throw InvalidArgument(cat("rank ", rank, ": no network interface that is up and not loopback or virtual (docker, "
+  throw InvalidArgument(cat(who, ": no network interface that is up and not loopback or virtual (docker, "
                             "virbr, veth, br-, tun, tap) ", why, "; this host has: ", describe_interfaces(interfaces),
                             ". Name one with BRAID_SOCKET_IFNAME"));
 }
