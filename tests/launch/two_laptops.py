@@ -14,13 +14,15 @@ it, its own name maps to 127.0.1.1; on laptop-b, laptop-a maps to 10.213.0.1.
 Then, with the store address given as the host name laptop-a, exactly as a
 person would on two real laptops:
 
-  1. on each laptop, braid-run -n 1 --nnodes 2 --node-rank K --master
+  1. on each laptop, braid-run -n R --nnodes 2 --node-rank K --master
      laptop-a:40000 -- launch_check: both all-reduce correctly, and every
      socket they listen on is in BRAID_PORT_RANGE=40000-40050;
   2. the demo: braid-run ... -- braid-train --per-rank (MultiWorkerMirrored,
-     one rank per laptop): both laptops print a line per epoch, and their
-     replica hashes are equal at every epoch and the chief says the replicas
-     stayed identical.
+     R = --ranks ranks per laptop, default 1): every rank prints a line per
+     epoch, the replica hashes are equal on both laptops at every epoch, the
+     chief says the replicas stayed identical, and every rank advertises its
+     laptop's Ethernet address (laptop-a's too, though its store address is
+     loopback there).
 
 With --measure (for the record, not a pass/fail bound) it also runs iperf3
 from laptop-b to laptop-a, braid-perf's all-reduce at 64 MiB across the pair,
@@ -170,7 +172,7 @@ def run_pair(net, argv_of, bound, logdir, tag, env=None):
 
 
 def braid_run(args, host, nodes_args):
-    return [args.run, "-n", "1", "--nnodes", "2", "--node-rank", str(host), "--master",
+    return [args.run, "-n", str(args.ranks), "--nnodes", "2", "--node-rank", str(host), "--master",
             f"{HOSTNAME[0]}:{STORE_PORT}", "--timeout", "90s", "--"] + nodes_args
 
 
@@ -194,15 +196,20 @@ def demo(net, args, logdir, tag, extra, samples=None):
     results = run_pair(net, lambda h: braid_run(args, h, train), 150, logdir, tag)
     check_pair(f"demo ({tag})", results)
     lines = [[PER_RANK.search(l) for l in r[1].splitlines() if PER_RANK.search(l)] for r in results]
-    hashes = [[(int(m.group(3)), m.group(4)) for m in ls] for ls in lines]
-    want = list(range(1, args.epochs + 1))
+    # Every rank of a laptop prints one line per epoch; all must agree.
+    hashes = []
     for h in (0, 1):
-        if [e for e, _ in hashes[h]] != want:
-            raise Failed(f"demo ({tag}): {HOSTNAME[h]} printed epochs {[e for e, _ in hashes[h]]}, expected {want}")
-        if lines[h][0].group(2) != HOSTNAME[h]:
-            raise Failed(f"demo ({tag}): the rank on {HOSTNAME[h]} says it runs on {lines[h][0].group(2)}")
-    if hashes[0] != hashes[1]:
-        raise Failed(f"demo ({tag}): the laptops' replica hashes differ: {hashes[0]} against {hashes[1]}")
+        ranks = range(args.ranks * h, args.ranks * (h + 1))
+        got = sorted((int(m.group(3)), int(m.group(1))) for m in lines[h])
+        expected = sorted((e, r) for e in range(1, args.epochs + 1) for r in ranks)
+        if got != expected:
+            raise Failed(f"demo ({tag}): {HOSTNAME[h]} printed (epoch, rank) {got}, expected {expected}")
+        if any(m.group(2) != HOSTNAME[h] for m in lines[h]):
+            raise Failed(f"demo ({tag}): a rank on {HOSTNAME[h]} says it runs elsewhere: {lines[h][0].group(0)}")
+        hashes.append(sorted({(int(m.group(3)), m.group(4)) for m in lines[h]}))
+    if hashes[0] != hashes[1] or len(hashes[0]) != args.epochs:
+        raise Failed(f"demo ({tag}): the replica hashes differ (between the laptops or between ranks): "
+                     f"{hashes[0]} against {hashes[1]}")
     summary = [l for l in results[0][1].splitlines() if "Summary:" in l]
     if len(summary) != 1 or "replicas identical after every epoch" not in summary[0]:
         raise Failed(f"demo ({tag}): the chief's Summary does not say the replicas stayed identical: {summary}")
@@ -240,8 +247,9 @@ def measure(net, args, logdir):
             print(f"measure: braid all_reduce busbw at 64 MiB {busbw:.3f} Gbit/s = {100 * busbw / iperf:.1f}% of "
                   f"iperf3's {iperf:.3f} Gbit/s on the same pair", flush=True)
     # A wider model than the demo's (18 x 4096 + 1 floats of gradient, 288 KiB,
-    # in one bucket), so that the link, not the latency, sets the step time.
-    wide = ["--hidden", str(args.hidden), "--bucket-kib", "1024"]
+    # in one bucket) and one sample per replica and step, so that the link,
+    # not the latency or the (scalar) model code, sets the step time.
+    wide = ["--hidden", str(args.hidden), "--bucket-kib", "1024", "--global-batch", "2"]
     for extra, name in ((wide, "no compression"), (wide + ["--compression", "bf16"], "bf16 compression")):
         lines, summary, _ = demo(net, args, logdir, "measure-" + name.replace(" ", "-"), extra, samples=args.samples)
         steps = [float(m.group(5)) for m in lines[0]]
@@ -263,7 +271,8 @@ def main():
     ap.add_argument("--perf", help="braid-perf, for --measure")
     ap.add_argument("--measure", action="store_true")
     ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--samples", type=int, default=4096, help="dataset size of the --measure demo runs")
+    ap.add_argument("--ranks", type=int, default=1, help="ranks per laptop")
+    ap.add_argument("--samples", type=int, default=512, help="dataset size of the --measure demo runs")
     ap.add_argument("--hidden", type=int, default=4096, help="hidden units of the --measure demo runs")
     ap.add_argument("--keep-logs", action="store_true")
     args = ap.parse_args()
@@ -284,7 +293,7 @@ def main():
                 for line in r[1].splitlines():
                     if "launch_check:" in line:
                         print(f"  {HOSTNAME[h]}: {line}", flush=True)
-            print(f"launch_check: 2 ranks across the pair all-reduced; ports in {PORT_RANGE} "
+            print(f"launch_check: {2 * args.ranks} ranks across the pair all-reduced; ports in {PORT_RANGE} "
                   f"({time.monotonic() - t0:.1f} s)", flush=True)
             t0 = time.monotonic()
             lines, summary, results = demo(net, args, logdir, "demo", [])
@@ -292,9 +301,13 @@ def main():
                 for m in lines[h]:
                     print(f"  {HOSTNAME[h]}: {m.group(0)}", flush=True)
             print(f"  {summary.strip()}", flush=True)
-            chosen = [l for l in results[1][2].splitlines() if "advertising" in l]
-            if chosen:
-                print(f"  {HOSTNAME[1]}: {chosen[0].strip()}", flush=True)
+            for h in (0, 1):
+                # laptop-a reached its store through 127.0.1.1, yet advertises its Ethernet address.
+                chosen = [l for l in results[h][2].splitlines() if "advertising" in l]
+                if not chosen or any(f"advertising {ADDR[h]} ({net.dev[h]})" not in l for l in chosen):
+                    raise Failed(f"demo: the ranks on {HOSTNAME[h]} do not all advertise {ADDR[h]} ({net.dev[h]}): "
+                                 f"{chosen}")
+                print(f"  {HOSTNAME[h]}: {chosen[0].strip()}", flush=True)
             print(f"demo: both laptops printed the same replica hash every epoch ({time.monotonic() - t0:.1f} s)",
                   flush=True)
             if args.measure:
