@@ -58,9 +58,10 @@ SockAddr advertised_address(const SockAddr& store, const Settings& settings, int
 
 void log_addresses(const Rendezvous& rv, int rank, const Settings& settings) {
   std::string ifname = interface_of(list_interfaces(), rv.advertise);
+  const std::string ports = settings.port_range ? cat("; listening ports in ", settings.port_range->to_string()) : "";
   log_info("rank ", rank, ": advertising ", rv.advertise.host_string(), ifname.empty() ? "" : cat(" (", ifname, ")"),
-           "; store at ", rv.store_name, settings.port_range ? cat("; listening ports in ", settings.port_range->to_string()) : "",
-           "; identity from ", settings.launch_source.empty() ? std::string("the caller") : settings.launch_source);
+           "; store at ", rv.store_name, ports, "; identity from ",
+           settings.launch_source.empty() ? std::string("the caller") : settings.launch_source);
 }
 
 // Stores created by UniqueId::create, kept alive until a communicator of this
@@ -118,7 +119,7 @@ Rendezvous rendezvous_at_store(const std::string& requested, int rank, int size,
     throw InvalidArgument(cat("rank ", rank, ": the braid store address '", where, "' resolves to ",
                               addrs.front().host_string(), " (loopback) on this host, but the job spans hosts (",
                               *settings.local_size, " of ", size, " ranks per host) and rank 0 is on another one: "
-                              "give rank 0's routable address (BRAID_STORE_ADDR=192.168.1.20:", hp.port,
+                              "give rank 0's routable address (for example BRAID_STORE_ADDR=192.168.1.20:", hp.port,
                               ", braid-run --master, MASTER_ADDR), or map its host name to that address in "
                               "/etc/hosts here"));
   if (rank == 0) {
