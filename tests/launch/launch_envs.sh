@@ -23,8 +23,10 @@ check=$2
 for v in $(env | sed -n 's/^\(BRAID_[A-Z_]*\|RANK\|WORLD_SIZE\|LOCAL_RANK\|LOCAL_WORLD_SIZE\|MASTER_[A-Z]*\|SLURM_[A-Z_]*\|OMPI_[A-Z_]*\|PMIX_[A-Z_]*\|TF_CONFIG\|TORCHELASTIC_[A-Z_]*\)=.*/\1/p'); do
   unset "$v"
 done
-# A range of its own per run, so that cases running in parallel do not meet.
-base=$((41000 + ($$ % 300) * 50))
+# A range of its own per run, so that cases running in parallel do not meet,
+# above Linux's ephemeral ports (32768-60999), which any outgoing connection
+# on this machine may hold at the moment rank 0 binds.
+base=$((61000 + ($$ % 90) * 50))
 range="$base-$((base + 39))"
 export BRAID_PORT_RANGE=$range BRAID_TIMEOUT=30s BRAID_SOCKET_IFNAME=lo
 logdir=$(mktemp -d)
