@@ -14,7 +14,15 @@
 // replica would compute it. So the chief also trains a 1-replica reference
 // with the same global batches in-process, and prints both loss curves: the
 // synchronous strategies match it up to float summation order. Each epoch
-// prints the replica hash and verify_replicas()'s verdict.
+// prints the replica hash and verify_replicas()'s verdict. With --per-rank,
+// every rank also prints its own line per epoch (its replica hash, the step
+// time and samples/s), so that two machines each show the same hash: the
+// two-laptop demo (README, Two machines). --hidden N widens the hidden layer
+// (default 32), so that the gradient, 18 N + 1 floats, loads a network link;
+// --bucket-kib K fuses gradients into buckets of K KiB (default 4: several
+// buckets even for the small model, to show the mechanism).
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -30,7 +38,7 @@ namespace mr = braid::mirrored;
 
 namespace {
 
-constexpr int kInputs = 16, kHidden = 32;
+constexpr int kInputs = 16;
 
 struct Config {
   std::string strategy = "multi_worker_mirrored";
@@ -46,6 +54,9 @@ struct Config {
   std::string save_path;
   std::string restore_path;
   bool reference = true;
+  bool per_rank = false;  // --per-rank: every rank prints a line per epoch
+  int hidden = 32;        // --hidden: tanh units; the gradient is 18 x hidden + 1 floats
+  std::size_t bucket_bytes = 4096;  // --bucket-kib: small by default, to show several buckets
 };
 
 // The dataset: the same on every rank (seeded), labels from a fixed teacher.
@@ -85,7 +96,9 @@ struct Params {
 double forward_backward(const Dataset& d, std::span<const std::int64_t> batch, const Params& p, const Params& g,
                         double scale) {
   double loss = 0;
-  float hidden[kHidden];
+  const int kHidden = static_cast<int>(p.b1.size());
+  thread_local std::vector<float> hidden;
+  hidden.resize(p.b1.size());
   for (std::int64_t s : batch) {
     const float* x = &d.x[static_cast<std::size_t>(s) * kInputs];
     float z = p.b2[0];
@@ -156,7 +169,7 @@ std::unique_ptr<mr::Strategy> make_strategy(const Config& cfg, std::shared_ptr<m
   mr::StrategyOptions options;
   options.gradients.aggregation = mr::Aggregation::sum;  // gradients are already divided by the global batch
   options.gradients.compression = parse_compression(cfg.compression);
-  options.gradients.bucket_bytes = 4096;  // a small model: several buckets to show the mechanism
+  options.gradients.bucket_bytes = cfg.bucket_bytes;
   if (cfg.strategy == "multi_worker_mirrored") return mr::MultiWorkerMirrored::from_env(options);
   if (cfg.strategy == "mirrored") return std::make_unique<mr::Mirrored>(braid::Comm::from_env(), cfg.local_replicas, options);
   if (cfg.strategy == "central_storage")
@@ -194,9 +207,21 @@ Config parse_args(int argc, char** argv) {
     else if (a == "--save") cfg.save_path = value();
     else if (a == "--restore") cfg.restore_path = value();
     else if (a == "--no-reference") cfg.reference = false;
+    else if (a == "--per-rank") cfg.per_rank = true;
+    else if (a == "--bucket-kib") cfg.bucket_bytes = static_cast<std::size_t>(std::stoul(value())) * 1024;
+    else if (a == "--hidden") {
+      cfg.hidden = std::stoi(value());
+      if (cfg.hidden < 1 || cfg.hidden > (1 << 20)) throw braid::InvalidArgument("--hidden must be in [1, 1048576]");
+    }
     else throw braid::InvalidArgument("unknown argument '" + a + "' (see the comment at the top of train_mirrored.cpp)");
   }
   return cfg;
+}
+
+std::string braid_host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "?";
+  return name;
 }
 
 int train(const Config& cfg) {
@@ -214,8 +239,10 @@ int train(const Config& cfg) {
   {
     auto scope = strategy->scope();
     unsigned seed = 1000u + static_cast<unsigned>(strategy->comm()->rank());
-    init = {initial_values(kInputs * kHidden, seed, 0.3f), std::vector<float>(kHidden, 0.f),
-            initial_values(kHidden, seed + 1, 0.3f), std::vector<float>(1, 0.f)};
+    const std::int64_t kHidden = cfg.hidden;
+    const auto units = static_cast<std::size_t>(cfg.hidden);
+    init = {initial_values(kInputs * units, seed, 0.3f), std::vector<float>(units, 0.f),
+            initial_values(units, seed + 1, 0.3f), std::vector<float>(1, 0.f)};
     w1 = strategy->create_variable<float>("dense1/kernel", {kInputs, kHidden}, init[0]);
     b1 = strategy->create_variable<float>("dense1/bias", {kHidden}, init[1]);
     w2 = strategy->create_variable<float>("dense2/kernel", {kHidden, 1}, init[2]);
@@ -260,6 +287,7 @@ int train(const Config& cfg) {
   bool consistent = true;
   double worst = 0;
   for (int epoch = first_epoch; epoch < cfg.epochs; ++epoch) {
+    const auto epoch_start = std::chrono::steady_clock::now();
     strategy->run([&](mr::ReplicaContext& ctx) {
       const mr::DataShard shard = strategy->shard(sharding, ctx);
       auto& grads = ctx.gradients();
@@ -284,8 +312,17 @@ int train(const Config& cfg) {
       if (chief) std::printf("  epoch %d  loss %.6f  (asynchronous: replicas differ until finish)\n", epoch + 1, total / count);
       continue;
     }
+    const double epoch_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
     auto report = strategy->verify_replicas();
     consistent = consistent && report.consistent();
+    if (cfg.per_rank) {
+      const long long steps = (cfg.samples + cfg.global_batch - 1) / cfg.global_batch;
+      std::printf("rank %d on %s: epoch %d  replica hash %016llx  step %.2f ms  %.0f samples/s\n",
+                  strategy->comm()->rank(), braid_host_name().c_str(), epoch + 1,
+                  static_cast<unsigned long long>(strategy->replica_hash()), 1e3 * epoch_s / static_cast<double>(steps),
+                  static_cast<double>(cfg.samples) / epoch_s);
+      std::fflush(stdout);
+    }
     if (chief) {
       std::printf("  epoch %d  loss %.6f", epoch + 1, total / count);
       if (static_cast<std::size_t>(epoch) < reference.size()) {

@@ -78,6 +78,7 @@ constexpr Millis kReapAfterKill{5000};         // longer: a rank stuck in the ke
 
 constexpr std::string_view kUsage =
     R"(usage: braid-run -n N [options] [--] program [args...]
+       braid-run -n N --nnodes M --node-rank K --master HOST:PORT [options] [--] program [args...]
 
 Starts N ranks of program on this host. Each rank gets BRAID_RANK (0..N-1),
 BRAID_WORLD_SIZE=N, BRAID_LOCAL_RANK, BRAID_LOCAL_SIZE=N and
@@ -87,8 +88,17 @@ that reaches this store is refused instead of joining. Every line
 a rank writes to stdout or stderr appears on braid-run's stdout or stderr with
 "[rank] " in front. If a rank fails, the others are stopped.
 
+Across hosts, run one braid-run on each of M hosts, each with the same -n
+and --master and its own --node-rank K (0..M-1): this one starts ranks
+K*N..K*N+N-1 of M*N, and rank 0 (on node 0) hosts the store at HOST:PORT,
+listening on every interface. HOST must be node 0's address as the other
+hosts reach it (or a name they resolve to it).
+
 options:
-  -n, --ranks N    number of ranks (required, 1..4096)
+  -n, --ranks N    number of ranks on this host (required, 1..4096)
+  --nnodes M       number of hosts, one braid-run each (default 1)
+  --node-rank K    this host's index among them (0..M-1; node 0 hosts rank 0)
+  --master H:P     the store's address (required with --nnodes above 1)
   --host H         host part of BRAID_STORE_ADDR (default 127.0.0.1)
   --port P         port of BRAID_STORE_ADDR (default: a free port)
   --timeout T      stop the job and exit 124 after T (30, 30s, 500ms, 2m;
@@ -112,6 +122,9 @@ signal S; 127 when the program cannot be started; 2 on bad usage.
 
 struct Options {
   int ranks = 0;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master;  // host:port of the store across hosts
   std::string host = "127.0.0.1";
   std::optional<int> port;
   std::optional<Millis> timeout;
@@ -146,6 +159,15 @@ Action parse_args(int argc, char** argv, Options& opts) {
                 opts.ranks = parse_int(v, name, 1, kMaxRanks);
                 have_ranks = true;
               })
+      .option({"--nnodes"}, [&](std::string_view name, std::string_view v) { opts.nnodes = parse_int(v, name, 1, kMaxRanks); })
+      .option({"--node-rank"},
+              [&](std::string_view name, std::string_view v) { opts.node_rank = parse_int(v, name, 0, kMaxRanks - 1); })
+      .option({"--master"},
+              [&](std::string_view name, std::string_view v) {
+                HostPort hp = parse_host_port(v, name);
+                if (hp.port == 0) throw UsageError(cat(name, " '", v, "' needs a port other than 0 (host:port)"));
+                opts.master = v;
+              })
       .option({"--host"},
               [&](std::string_view, std::string_view v) {
                 opts.host = v;
@@ -169,6 +191,12 @@ Action parse_args(int argc, char** argv, Options& opts) {
   if (action != Action::run) return action;
   if (!have_ranks) throw UsageError("missing -n N, the number of ranks");
   if (opts.command.empty()) throw UsageError("missing the program to run");
+  if (opts.node_rank >= opts.nnodes)
+    throw UsageError(cat("--node-rank ", opts.node_rank, " is outside [0, --nnodes ", opts.nnodes, ")"));
+  if (opts.nnodes > 1 && opts.master.empty())
+    throw UsageError("--nnodes above 1 needs --master HOST:PORT, node 0's address as every host reaches it");
+  if (static_cast<long long>(opts.nnodes) * opts.ranks > kMaxRanks)
+    throw UsageError(cat("--nnodes ", opts.nnodes, " x -n ", opts.ranks, " is more than ", kMaxRanks, " ranks"));
   return Action::run;
 }
 
@@ -302,9 +330,15 @@ class Launcher {
 
   int run() {
     if (opts_.timeout) job_deadline_ = Deadline::after(*opts_.timeout);
-    store_addr_ = join_host_port(opts_.host, opts_.port ? *opts_.port : pick_free_port(opts_.host));
-    // One id per launch: two launches pointed at one store address never mix.
-    if (!Settings::raw("BRAID_JOB_ID")) job_id_ = cat("braid-run-", CommId::random().to_hex().substr(0, 16));
+    if (!opts_.master.empty()) {
+      store_addr_ = opts_.master;
+    } else {
+      store_addr_ = join_host_port(opts_.host, opts_.port ? *opts_.port : pick_free_port(opts_.host));
+      // One id per launch: two launches pointed at one store address never
+      // mix. Across hosts the braid-runs could not agree on one; set
+      // BRAID_JOB_ID on every host for that.
+      if (!Settings::raw("BRAID_JOB_ID")) job_id_ = cat("braid-run-", CommId::random().to_hex().substr(0, 16));
+    }
     ranks_.reserve(static_cast<std::size_t>(opts_.ranks));
     for (int r = 0; r < opts_.ranks && phase_ == Phase::running; ++r) {
       try {
@@ -332,8 +366,9 @@ class Launcher {
 
   void start(int index) {
     std::vector<std::string> env = env_base_;
-    env.push_back(cat("BRAID_RANK=", index));
-    env.push_back(cat("BRAID_WORLD_SIZE=", opts_.ranks));
+    const int global = opts_.node_rank * opts_.ranks + index;  // the rank in the job; index is this host's
+    env.push_back(cat("BRAID_RANK=", global));
+    env.push_back(cat("BRAID_WORLD_SIZE=", opts_.nnodes * opts_.ranks));
     env.push_back(cat("BRAID_LOCAL_RANK=", index));
     env.push_back(cat("BRAID_LOCAL_SIZE=", opts_.ranks));
     env.push_back(cat("BRAID_STORE_ADDR=", store_addr_));
@@ -357,9 +392,9 @@ class Launcher {
       exec_rank(launcher, out_write.get(), err_write.get(), status_write.get(), argv.data(), envp.data(),
                 cpus_.empty() ? nullptr : &one);
     ::setpgid(pid, pid);  // the child does it too; whichever runs first wins the race
-    std::string prefix = opts_.prefix ? cat("[", index, "] ") : std::string();
+    std::string prefix = opts_.prefix ? cat("[", global, "] ") : std::string();
     Rank& rank = ranks_.emplace_back();
-    rank.index = index;
+    rank.index = global;
     rank.pid = pid;
     rank.out.emplace(std::move(out_read), out_, prefix);
     rank.err.emplace(std::move(err_read), err_, prefix);

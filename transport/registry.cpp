@@ -25,6 +25,7 @@ std::unique_ptr<Transport> make_tcp(const TransportSetup& s) {
                                                    .buffer_bytes = s.settings->tcp_buffer_bytes,
                                                    .timeout = s.settings->timeout,
                                                    .listen_address = s.advertise,
+                                                   .port_range = s.settings->port_range,
                                                    .auth_key = s.settings->auth_key,
                                                    .tls = s.settings->tls});
 }

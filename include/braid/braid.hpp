@@ -24,6 +24,7 @@
 #include <string_view>
 
 #include "braid/cluster.hpp"
+#include "braid/store.hpp"
 #include "braid/types.hpp"
 
 namespace braid {
@@ -148,11 +149,19 @@ class Comm {
   /// the new communicators (MPI_UNDEFINED, NCCL_SPLIT_NOCOLOR).
   static constexpr int kNoColor = -1;
 
-  /// Joins the communicator described by the environment: BRAID_RANK,
-  /// BRAID_WORLD_SIZE and BRAID_STORE_ADDR (set by braid-run), where rank 0
-  /// hosts the store; or, when BRAID_RANK is not set, TensorFlow's TF_CONFIG
-  /// (see init(const ClusterSpec&)).
+  /// Joins the communicator described by the environment of whichever
+  /// launcher started this process, looked for in this order: braid's
+  /// (BRAID_RANK, BRAID_WORLD_SIZE, BRAID_STORE_ADDR: braid-run), torchrun's
+  /// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), TensorFlow's TF_CONFIG
+  /// (see init(const ClusterSpec&)), Slurm's (SLURM_PROCID, SLURM_NTASKS,
+  /// the first host of SLURM_JOB_NODELIST), Open MPI's
+  /// (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE) and PMIx's (PMIX_RANK),
+  /// the last two with the store address from BRAID_STORE_ADDR. Rank 0 hosts
+  /// the store. describe() names the source used.
   static Comm from_env(const CommOptions& options = {});
+  /// Joins through a store the caller provides (braid/store.hpp): no rank
+  /// hosts one. Every rank passes a client of the same store.
+  static Comm init(std::shared_ptr<Store> store, int rank, int size, const CommOptions& options = {});
   /// Joins through a rendezvous store at host:port; rank 0 hosts it.
   static Comm init(std::string_view store_addr, int rank, int size, const CommOptions& options = {});
   /// Joins through a UniqueId made by UniqueId::create().

@@ -744,8 +744,8 @@ std::vector<std::string> Server::missing_keys(const std::vector<std::string>& ke
 }  // namespace
 
 std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const SockAddr& addr, AuthKey key, TlsContext tls,
-                                                      std::string job) {
-  Fd listener = listen_tcp(addr, "the braid store server");
+                                                      std::string job, std::optional<PortRange> ports) {
+  Fd listener = listen_tcp(addr, ports, "the braid store server");
   set_nonblocking(listener.get(), true);
   SockAddr bound = local_address(listener.get());
   bool keyed = key.enabled();

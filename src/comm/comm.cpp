@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "braid/braid.hpp"
+#include "bootstrap/launch_env.hpp"
 #include "comm_impl.hpp"
 #include "group.hpp"
 #include "core/log.hpp"
@@ -36,6 +37,13 @@ void check_rank(int rank, int size) {
   if (rank < 0 || rank >= size) throw InvalidArgument(cat("rank ", rank, " is outside [0, ", size, ")"));
 }
 
+std::unique_ptr<CommImpl> join_at_store(std::string_view store_addr, int rank, int size, Settings s) {
+  check_rank(rank, size);
+  set_log_rank(rank);
+  Rendezvous rv = rendezvous_at_store(std::string(store_addr), rank, size, s);
+  return CommImpl::create(std::move(rv), rank, size, std::move(s));
+}
+
 }  // namespace
 
 Comm::Comm() noexcept = default;
@@ -55,32 +63,42 @@ CommImpl& Comm::impl() const {
 
 Comm Comm::from_env(const CommOptions& options) {
   Settings s = settings_with(options);
-  if (!s.rank) {
-    if (std::optional<ClusterSpec> cluster = ClusterSpec::from_env()) {
-      log_info("BRAID_RANK is not set: joining as TF_CONFIG's ", cluster->task_type, " ", cluster->task_index,
-               " (rank ", cluster->rank(), " of ", cluster->size(), ", store at ", cluster->store_address(), ")");
-      return init(*cluster, options);
-    }
+  std::optional<LaunchIdentity> id = launch_identity([](std::string_view name) { return Settings::raw(name); });
+  if (!id)
+    throw InvalidArgument(
+        "BRAID_RANK is not set, nor the rank of another launcher (RANK, TF_CONFIG, SLURM_PROCID, "
+        "OMPI_COMM_WORLD_RANK, PMIX_RANK): start the program with braid-run, torchrun, srun or mpirun (with "
+        "BRAID_STORE_ADDR), set BRAID_RANK, BRAID_WORLD_SIZE and BRAID_STORE_ADDR, or set TensorFlow's TF_CONFIG "
+        "(README: Launch environments)");
+  if (id->tf_config) {
+    ClusterSpec cluster = ClusterSpec::parse(*Settings::raw("TF_CONFIG"));
+    log_info("joining as TF_CONFIG's ", cluster.task_type, " ", cluster.task_index, " (rank ", cluster.rank(),
+             " of ", cluster.size(), ", store at ", cluster.store_address(), ")");
+    s.launch_source = "TF_CONFIG";
+    return Comm(join_at_store(cluster.store_address(), cluster.rank(), cluster.size(), std::move(s)));
   }
-  const char* hint =
-      " (start the program with braid-run, set BRAID_RANK, BRAID_WORLD_SIZE and BRAID_STORE_ADDR, or set "
-      "TensorFlow's TF_CONFIG)";
-  if (!s.rank) throw InvalidArgument(cat("BRAID_RANK is not set", hint));
-  if (!s.world_size) throw InvalidArgument(cat("BRAID_WORLD_SIZE is not set", hint));
-  if (s.store_addr.empty()) throw InvalidArgument(cat("BRAID_STORE_ADDR is not set", hint));
-  if (*s.rank >= *s.world_size)
-    throw InvalidArgument(cat("BRAID_RANK=", *s.rank, " is outside [0, BRAID_WORLD_SIZE=", *s.world_size, ")"));
-  std::string where = s.store_addr;
-  int rank = *s.rank, size = *s.world_size;
-  return init(where, rank, size, options);
+  s.rank = id->rank;
+  s.world_size = id->size;
+  s.local_rank = id->local_rank;
+  s.local_size = id->local_size;
+  s.launch_source = id->source;
+  return Comm(join_at_store(id->store_addr, id->rank, id->size, std::move(s)));
+}
+
+Comm Comm::init(std::shared_ptr<Store> store, int rank, int size, const CommOptions& options) {
+  if (!store) throw InvalidArgument("Comm::init: the store is null");
+  check_rank(rank, size);
+  Settings s = settings_with(options);
+  s.launch_source = "Comm::init with the caller's store";
+  set_log_rank(rank);
+  Rendezvous rv = rendezvous_with_store(std::move(store), rank, size, s);
+  return Comm(CommImpl::create(std::move(rv), rank, size, std::move(s)));
 }
 
 Comm Comm::init(std::string_view store_addr, int rank, int size, const CommOptions& options) {
-  check_rank(rank, size);
   Settings s = settings_with(options);
-  set_log_rank(rank);
-  Rendezvous rv = rendezvous_at_store(std::string(store_addr), rank, size, s);
-  return Comm(CommImpl::create(std::move(rv), rank, size, std::move(s)));
+  s.launch_source = "Comm::init with a store address";
+  return Comm(join_at_store(store_addr, rank, size, std::move(s)));
 }
 
 Comm Comm::init(const ClusterSpec& cluster, const CommOptions& options) {
@@ -91,6 +109,7 @@ Comm Comm::init(const UniqueId& id, int rank, int size, const CommOptions& optio
   check_rank(rank, size);
   Settings s = settings_with(options);
   set_log_rank(rank);
+  s.launch_source = "Comm::init with a UniqueId";
   Rendezvous rv = rendezvous_by_id(id.bytes, rank, size, s);
   return Comm(CommImpl::create(std::move(rv), rank, size, std::move(s)));
 }

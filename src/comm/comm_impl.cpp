@@ -79,6 +79,8 @@ void CommImpl::wait_for_ranks(Store& store, std::string_view what, Deadline dead
 void CommImpl::wait_for_keys(Store& store, const std::vector<std::string>& keys, Deadline deadline,
                              const std::function<std::string(const std::vector<int>&)>& late) {
   std::int64_t refusals_seen = 0;
+  const auto started = Clock::now();
+  std::chrono::seconds next_progress = kJoinProgress;
   // The indices of the keys not set yet (for ranks: the ranks missing).
   auto missing_of = [&] {
     std::vector<int> missing;
@@ -114,7 +116,19 @@ void CommImpl::wait_for_keys(Store& store, const std::vector<std::string>& keys,
         }
         refusals_seen = refusals;
       }
-      if (!deadline.expired()) continue;
+      if (!deadline.expired()) {
+        // A person starting the job on two machines sees what it waits for.
+        const auto waited = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - started);
+        if (waited >= next_progress) {
+          next_progress = waited + kJoinProgress;
+          auto missing = missing_of();
+          const bool ranks = keys.size() == static_cast<std::size_t>(size_);
+          log_info("rank ", rank_, ": waiting for ",
+                   ranks ? describe_ranks(missing) : cat(missing.size(), " of ", keys.size(), " keys"), " at ",
+                   store_name_, " (", waited.count(), " s of ", seconds_of(settings_.timeout), " s)");
+        }
+        continue;
+      }
       fail_join(store, ErrorCode::timeout, late(missing_of()));
     }
   } catch (const PeerLost& e) {
@@ -376,7 +390,8 @@ std::string CommImpl::describe() const {
   return cat("rank ", rank_, " of ", size_, " on ", infos_.empty() ? "?" : infos_[rank_].hostname, "; ",
              plan_.describe(), "; ", describe_transports(), "; slice ", human_bytes(settings_.slice_bytes),
              ", spin ", adaptive_spin_ ? std::string("adaptive") : yield_us_ > 0 ? cat("yield ", yield_us_, " us") : cat(spin_us_, " us"), ", timeout ",
-             seconds_of(settings_.timeout), " s, tls ", settings_.tls.enabled() ? "on" : "off");
+             seconds_of(settings_.timeout), " s, tls ", settings_.tls.enabled() ? "on" : "off",
+             settings_.launch_source.empty() ? std::string() : cat("; identity from ", settings_.launch_source));
 }
 
 CollectiveShape CommImpl::shape(std::size_t count, DataType type, ReduceOp op, int root) const {

@@ -209,6 +209,8 @@ class CommImpl {
   void linger_with_store();
   static constexpr Millis kStoreLinger{1000};
   static constexpr Millis kJoinPoll{200};
+  // How often a rank waiting for the others at start-up says so at INFO.
+  static constexpr std::chrono::seconds kJoinProgress{5};
   /// How long abort() waits for a driving thread to notice it.
   static constexpr Millis kAbortWait{200};
   /// While connecting: how often the store is asked about the peer, and the

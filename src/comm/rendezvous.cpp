@@ -1,11 +1,13 @@
 #include "rendezvous.hpp"
 
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <map>
 #include <mutex>
 
 #include "core/check.hpp"
+#include "core/interfaces.hpp"
 #include "core/log.hpp"
 #include "core/text.hpp"
 #include "core/wire.hpp"
@@ -17,13 +19,49 @@ constexpr std::uint64_t kIdMagic = 0x3144494449415242ull;  // "BRAIDID1"
 constexpr std::size_t kIdBytes = 128;          // UniqueId::kBytes
 constexpr std::size_t kMaxStoreAddress = 100;  // fits kIdBytes with the magic, id and length
 
-SockAddr advertised_address(const SockAddr& store, const Settings& settings) {
-  if (!settings.socket_ifname.empty()) {
-    auto addr = interface_address(settings.socket_ifname);
-    if (!addr) throw InvalidArgument(cat("BRAID_SOCKET_IFNAME='", settings.socket_ifname, "' has no IP address"));
-    return *addr;
-  }
-  return local_address_toward(store);
+std::optional<InterfaceFilter> ifname_filter(const Settings& settings) {
+  if (settings.socket_ifname.empty()) return std::nullopt;
+  return InterfaceFilter::parse(settings.socket_ifname);
+}
+
+// The interface this host advertises when no route decides: BRAID_SOCKET_IFNAME's
+// choice, else the first real (not loopback, not virtual) one, else loopback
+// when `allow_loopback`. `why` ends the error message when there is none;
+// `rank` is -1 for UniqueId::create.
+SockAddr chosen_address(const Settings& settings, int rank, bool allow_loopback, std::string_view why) {
+  auto interfaces = list_interfaces();
+  auto filter = ifname_filter(settings);
+  if (auto n = choose_interface(interfaces, filter, allow_loopback)) return n->address;
+  const std::string who = rank >= 0 ? cat("rank ", rank) : std::string("UniqueId::create");
+  if (filter)
+    throw InvalidArgument(cat(who, ": BRAID_SOCKET_IFNAME='", settings.socket_ifname,
+                              "' matches no interface that is up with an address; this host has: ",
+                              describe_interfaces(interfaces)));
+  throw InvalidArgument(cat(who, ": no network interface that is up and not loopback or virtual (docker, "
+                            "virbr, veth, br-, tun, tap) ", why, "; this host has: ", describe_interfaces(interfaces),
+                            ". Name one with BRAID_SOCKET_IFNAME"));
+}
+
+bool spans_hosts(const Settings& settings, int size) { return settings.local_size && *settings.local_size < size; }
+
+// What this rank advertises to its peers: BRAID_SOCKET_IFNAME's interface; else
+// the route to the store, unless that is loopback while the job spans hosts
+// (the store's name maps to 127.0.1.1 on its own host, as Debian's
+// /etc/hosts does): then the first real interface.
+SockAddr advertised_address(const SockAddr& store, const Settings& settings, int rank, int size) {
+  if (!settings.socket_ifname.empty()) return chosen_address(settings, rank, false, "");
+  SockAddr toward = local_address_toward(store);
+  if (toward.is_loopback() && spans_hosts(settings, size))
+    return chosen_address(settings, rank, false, "for the ranks on other hosts to reach this one");
+  return toward;
+}
+
+void log_addresses(const Rendezvous& rv, int rank, const Settings& settings) {
+  std::string ifname = interface_of(list_interfaces(), rv.advertise);
+  const std::string ports = settings.port_range ? cat("; listening ports in ", settings.port_range->to_string()) : "";
+  log_info("rank ", rank, ": advertising ", rv.advertise.host_string(), ifname.empty() ? "" : cat(" (", ifname, ")"),
+           "; store at ", rv.store_name, ports, "; identity from ",
+           settings.launch_source.empty() ? std::string("the caller") : settings.launch_source);
 }
 
 // Stores created by UniqueId::create, kept alive until a communicator of this
@@ -47,19 +85,20 @@ std::shared_ptr<TcpStoreServer> take_hosted(const std::string& where) {
 }
 
 Rendezvous connect_to(const std::string& where, const Settings& settings, std::shared_ptr<TcpStoreServer> server,
-                      const std::string& job, int rank) {
+                      const std::string& job, int rank, int size) {
   HostPort hp = parse_host_port(where, "braid store address");
   auto addrs = resolve(hp, "braid store address");
   Rendezvous rv;
   rv.server = std::move(server);
   rv.store_name = where;
   rv.scope = job_scope(job);
-  rv.advertise = advertised_address(addrs.front(), settings);
+  rv.advertise = advertised_address(addrs.front(), settings, rank, size);
   try {
     rv.store = connect_tcp_store(hp, Deadline::after(settings.timeout), settings.auth_key, settings.tls, job, rank);
   } catch (const Error& e) {
     throw_error(e.code(), cat("rank ", rank, ": ", e.what()));
   }
+  log_addresses(rv, rank, settings);
   return rv;
 }
 
@@ -72,17 +111,40 @@ Rendezvous rendezvous_at_store(const std::string& requested, int rank, int size,
   if (hp.port == 0 && size > 1)
     throw InvalidArgument(cat("braid store address '", where, "': port 0 (pick any) only works for a single rank, "
                               "since the others could not find the port"));
+  auto addrs = resolve(hp, "braid store address");
+  // Ranks on another host than rank 0 cannot reach it through loopback. Ranks
+  // come in blocks of local_size per host (braid-run, torchrun, srun, mpirun
+  // by slot), so rank 0's host holds ranks [0, local_size).
+  if (addrs.front().is_loopback() && spans_hosts(settings, size) && rank >= *settings.local_size)
+    throw InvalidArgument(cat("rank ", rank, ": the braid store address '", where, "' resolves to ",
+                              addrs.front().host_string(), " (loopback) on this host, but the job spans hosts (",
+                              *settings.local_size, " of ", size, " ranks per host) and rank 0 is on another one: "
+                              "give rank 0's routable address (for example BRAID_STORE_ADDR=192.168.1.20:", hp.port,
+                              ", braid-run --master, MASTER_ADDR), or map its host name to that address in "
+                              "/etc/hosts here"));
   if (rank == 0) {
-    auto addrs = resolve(hp, "braid store address");
+    // The store listens on every interface, so that a store address that is
+    // loopback here (a host name /etc/hosts maps to 127.0.1.1) still serves
+    // the ranks of other hosts, which resolve the name to a routable address.
+    SockAddr any = addrs.front();
+    any.set_port(0);
+    if (any.family() == AF_INET) reinterpret_cast<sockaddr_in*>(&any.storage)->sin_addr.s_addr = htonl(INADDR_ANY);
+    else reinterpret_cast<sockaddr_in6*>(&any.storage)->sin6_addr = in6addr_any;
+    any.set_port(hp.port);
+    if (hp.port != 0 && settings.port_range && !settings.port_range->contains(hp.port))
+      log_warn("rank 0: the store's port ", hp.port, " is outside BRAID_PORT_RANGE=", settings.port_range->to_string(),
+               "; a firewall must open it too");
     try {
-      server = TcpStoreServer::start(addrs.front(), settings.auth_key, settings.tls, settings.job_id);
+      server = TcpStoreServer::start(any, settings.auth_key, settings.tls, settings.job_id, settings.port_range);
     } catch (const Error& e) {
       throw Error(e.code(), cat("rank 0: cannot host the braid store at ", where, ": ", e.what()));
     }
-    log_info("hosting the braid store at ", server->address().to_string());
-    if (hp.port == 0) where = server->address().to_string();
+    log_info("rank 0: hosting the braid store on every interface, port ", server->address().port(), " (", where,
+             ")");
+    if (hp.port == 0) where = cat(hp.host.find(':') != std::string::npos ? cat("[", hp.host, "]") : hp.host, ":",
+                                  server->address().port());
   }
-  Rendezvous rv = connect_to(where, settings, std::move(server), settings.job_id, rank);
+  Rendezvous rv = connect_to(where, settings, std::move(server), settings.job_id, rank, size);
   rv.store_host = 0;
   const std::string id_key = rv.scope + "comm_id";
   if (rank == 0) {
@@ -98,18 +160,12 @@ Rendezvous rendezvous_at_store(const std::string& requested, int rank, int size,
 }
 
 std::vector<std::byte> create_unique_id_bytes(const Settings& settings) {
-  SockAddr bind_to;
-  if (!settings.socket_ifname.empty()) {
-    auto a = interface_address(settings.socket_ifname);
-    if (!a) throw InvalidArgument(cat("BRAID_SOCKET_IFNAME='", settings.socket_ifname, "' has no IP address"));
-    bind_to = *a;
-  } else if (auto ext = first_external_address()) {
-    bind_to = *ext;
-  } else {
-    bind_to = resolve(HostPort{"127.0.0.1", 0}, "loopback").front();
-  }
+  // The id carries one address: the chosen interface's (loopback when this
+  // host has no other).
+  SockAddr bind_to = chosen_address(settings, -1, true, "");
   const CommId id = CommId::random();
-  std::shared_ptr<TcpStoreServer> server = TcpStoreServer::start(bind_to, settings.auth_key, settings.tls, id.to_hex());
+  std::shared_ptr<TcpStoreServer> server =
+      TcpStoreServer::start(bind_to, settings.auth_key, settings.tls, id.to_hex(), settings.port_range);
   std::string where = server->address().to_string();
   auto bytes = encode_unique_id(UniqueIdContents{id, where});
   {
@@ -143,10 +199,37 @@ UniqueIdContents decode_unique_id(std::span<const std::byte> id) {
 }
 
 Rendezvous rendezvous_by_id(std::span<const std::byte> id, int rank, int size, const Settings& settings) {
-  (void)size;
   UniqueIdContents contents = decode_unique_id(id);
-  Rendezvous rv = connect_to(contents.store, settings, take_hosted(contents.store), contents.comm_id.to_hex(), rank);
+  Rendezvous rv =
+      connect_to(contents.store, settings, take_hosted(contents.store), contents.comm_id.to_hex(), rank, size);
   rv.comm_id = contents.comm_id;
+  return rv;
+}
+
+}  // namespace braid
+
+namespace braid {
+
+Rendezvous rendezvous_with_store(std::shared_ptr<Store> store, int rank, int size, const Settings& settings) {
+  (void)size;
+  Rendezvous rv;
+  rv.store = std::move(store);
+  rv.store_name = "the caller's store";
+  rv.scope = job_scope(settings.job_id);
+  // No address to route toward: the chosen interface, or loopback on a host
+  // that has no other.
+  rv.advertise = chosen_address(settings, rank, true, "");
+  log_addresses(rv, rank, settings);
+  const std::string id_key = rv.scope + "comm_id";
+  if (rank == 0) {
+    rv.comm_id = CommId::random();
+    rv.store->set(id_key, std::span<const std::byte>(rv.comm_id.bytes));
+  } else {
+    Bytes id = rv.store->get(id_key, settings.timeout);
+    if (id.size() != rv.comm_id.bytes.size())
+      throw ProtocolMismatch(cat("rank ", rank, ": the caller's store holds a malformed communicator id under ", id_key));
+    std::copy(id.begin(), id.end(), rv.comm_id.bytes.begin());
+  }
   return rv;
 }
 

@@ -28,6 +28,10 @@ struct Rendezvous {
 /// keys, and the store refuses a client of another job.
 Rendezvous rendezvous_at_store(const std::string& where, int rank, int size, const Settings& settings);
 
+/// Joins through a store the caller provides (Comm::init(store, ...)): rank 0
+/// draws the communicator id and publishes it there; nobody hosts a store.
+Rendezvous rendezvous_with_store(std::shared_ptr<Store> store, int rank, int size, const Settings& settings);
+
 /// Joins through a UniqueId's store (hosted by whoever created the id); the
 /// id's communicator id is the job id.
 Rendezvous rendezvous_by_id(std::span<const std::byte> id, int rank, int size, const Settings& settings);

@@ -26,16 +26,54 @@ constexpr std::array kTable = {
                 "Names the job: ranks present it to the store, which refuses a rank of another job at once, and "
                 "it scopes the store's keys. Set by braid-run (one per launch); else torchrun's "
                 "TORCHELASTIC_RUN_ID or Slurm's SLURM_JOB_ID when set. At most 128 bytes."},
+    SettingInfo{"RANK", "(none)", "torchrun's rank; used when BRAID_RANK is not set (see Launch environments)."},
+    SettingInfo{"WORLD_SIZE", "(none)", "torchrun's number of ranks."},
+    SettingInfo{"LOCAL_RANK", "(none)", "torchrun's rank on this host."},
+    SettingInfo{"LOCAL_WORLD_SIZE", "(none)", "torchrun's number of ranks on this host."},
+    SettingInfo{"MASTER_ADDR", "(none)",
+                "Host of rank 0 (torchrun; also read under Slurm, Open MPI and PMIx): the store's host."},
+    SettingInfo{"MASTER_PORT", "(none)",
+                "Port that goes with MASTER_ADDR: the store's port, or the one after it when "
+                "TORCHELASTIC_USE_AGENT_STORE=True (torchrun's own store holds MASTER_PORT then)."},
+    SettingInfo{"TORCHELASTIC_USE_AGENT_STORE", "(none)",
+                "Set to True by torchrun when its agent hosts a store at MASTER_PORT: braid's store goes to "
+                "MASTER_PORT + 1."},
     SettingInfo{"TF_CONFIG", "(none)",
                 "TensorFlow's cluster spec (JSON: chief, worker and ps addresses, and this task). Used when "
-                "BRAID_RANK is not set: ranks are the chief, the workers, then the ps; rank 0 (the chief, else "
+                "neither BRAID_RANK nor RANK is set: ranks are the chief, the workers, then the ps; rank 0 (the chief, else "
                 "worker 0) hosts the store at its address. See Starting from TF_CONFIG."},
+    SettingInfo{"SLURM_PROCID", "(none)",
+                "Slurm's rank; used when neither BRAID_RANK, RANK nor TF_CONFIG is set. With SLURM_NTASKS (the "
+                "size), SLURM_LOCALID (the rank on this host) and SLURM_NTASKS_PER_NODE."},
+    SettingInfo{"SLURM_NTASKS", "(none)", "Slurm's number of ranks."},
+    SettingInfo{"SLURM_LOCALID", "(none)", "Slurm's rank on this host."},
+    SettingInfo{"SLURM_NTASKS_PER_NODE", "(none)", "Slurm's ranks per host (when the job was given one)."},
+    SettingInfo{"SLURM_JOB_NODELIST", "(none)",
+                "Slurm's hosts (node[01-04,07]): rank 0's store listens on the first, at MASTER_PORT or 29500, "
+                "unless BRAID_STORE_ADDR is set."},
+    SettingInfo{"OMPI_COMM_WORLD_RANK", "(none)",
+                "Open MPI's rank (mpirun); used after Slurm's. With OMPI_COMM_WORLD_SIZE, _LOCAL_RANK and "
+                "_LOCAL_SIZE; the store address comes from BRAID_STORE_ADDR (mpirun -x BRAID_STORE_ADDR=host:port), "
+                "else MASTER_ADDR and MASTER_PORT."},
+    SettingInfo{"OMPI_COMM_WORLD_SIZE", "(none)", "Open MPI's number of ranks."},
+    SettingInfo{"OMPI_COMM_WORLD_LOCAL_RANK", "(none)", "Open MPI's rank on this host."},
+    SettingInfo{"OMPI_COMM_WORLD_LOCAL_SIZE", "(none)", "Open MPI's number of ranks on this host."},
+    SettingInfo{"PMIX_RANK", "(none)",
+                "PMIx's rank; used last. The size comes from BRAID_WORLD_SIZE (or WORLD_SIZE), the store address "
+                "from BRAID_STORE_ADDR (or MASTER_ADDR and MASTER_PORT)."},
     SettingInfo{"BRAID_TIMEOUT", "300s",
                 "Bound on every wait: rendezvous, connection, each collective (300, 30s, 500ms, 2m)."},
     SettingInfo{"BRAID_DEBUG", "WARN", "Log level on stderr: NONE, WARN, INFO or TRACE."},
     SettingInfo{"BRAID_SOCKET_IFNAME", "(auto)",
-                "Interface whose address this rank advertises to its peers (eth0, lo). "
-                "Default: the one through which it reaches the store."},
+                "Interfaces whose address this rank advertises to its peers, as NCCL_SOCKET_IFNAME: name "
+                "prefixes (eth,en), ^ to exclude (^docker,lo), = for exact names (=eth0). Default: the one through "
+                "which it reaches the store; where that is loopback while the job spans hosts (or there is no "
+                "store address), the first interface that is up and not loopback, docker*, virbr*, veth*, br-*, "
+                "tun* or tap*."},
+    SettingInfo{"BRAID_PORT_RANGE", "(any)",
+                "Ports for every listening socket (40000-40050): each rank's TCP listener, one per communicator "
+                "(split ones included), and the store when its address has port 0. Open this range (and the "
+                "store's port) in the firewall."},
     SettingInfo{"BRAID_TCP_STREAMS", "1", "TCP sockets per peer; a message is striped over them (1-16)."},
     SettingInfo{"BRAID_TCP_BUFFER", "0",
                 "SO_SNDBUF/SO_RCVBUF per socket (4M, 512K; at least 64K); 0 keeps the kernel's autotuning."},
@@ -200,6 +238,7 @@ Settings Settings::from_env() {
     else throw InvalidArgument(cat("BRAID_DEBUG='", *v, "' is not one of NONE, WARN, INFO, TRACE"));
   }
   if (auto v = getenv_string("BRAID_SOCKET_IFNAME")) s.socket_ifname = *v;
+  if (auto v = getenv_string("BRAID_PORT_RANGE")) s.port_range = PortRange::parse(*v, "BRAID_PORT_RANGE");
   if (auto v = env_integer("BRAID_TCP_STREAMS", 1, 16)) s.tcp_streams = static_cast<int>(*v);
   if (auto v = getenv_string("BRAID_TCP_BUFFER")) {
     s.tcp_buffer_bytes = parse_bytes(*v, "BRAID_TCP_BUFFER");

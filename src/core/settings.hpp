@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "core/auth.hpp"
+#include "core/socket.hpp"
 #include "core/tls.hpp"
 
 namespace braid {
@@ -38,7 +39,9 @@ struct Settings {
   // Behaviour.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   LogLevel log_level = LogLevel::warn;
-  std::string socket_ifname;
+  std::string socket_ifname;               // BRAID_SOCKET_IFNAME (core/interfaces.hpp's syntax)
+  std::optional<PortRange> port_range;     // BRAID_PORT_RANGE: every listening socket's port
+  std::string launch_source;               // where rank and size came from (launch_env.hpp), for describe()
   int tcp_streams = 1;
   std::size_t tcp_buffer_bytes = 0;  // 0: leave the kernel's autotuning alone
   std::size_t slice_bytes = 512 * 1024;

@@ -9,11 +9,15 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <charconv>
+#include <random>
 #include <cstring>
 #include <thread>
 
 #include "braid/types.hpp"
+#include "core/log.hpp"
 #include "core/text.hpp"
 
 namespace braid {
@@ -182,6 +186,44 @@ Fd listen_tcp(const SockAddr& addr, std::string_view what, int backlog) {
   return fd;
 }
 
+PortRange PortRange::parse(std::string_view text, std::string_view what) {
+  auto number = [&](std::string_view part) {
+    unsigned value = 0;
+    auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
+    if (part.empty() || ec != std::errc() || end != part.data() + part.size() || value < 1 || value > 65535)
+      throw InvalidArgument(cat(what, "='", text, "' is not a port range (example: 40000-40050; ports 1-65535)"));
+    return static_cast<std::uint16_t>(value);
+  };
+  auto dash = text.find('-');
+  PortRange r;
+  r.first = number(text.substr(0, dash));
+  r.last = dash == std::string_view::npos ? r.first : number(text.substr(dash + 1));
+  if (r.last < r.first)
+    throw InvalidArgument(cat(what, "='", text, "': the range ends before it starts (example: 40000-40050)"));
+  return r;
+}
+
+std::string PortRange::to_string() const { return first == last ? cat(first) : cat(first, "-", last); }
+
+Fd listen_tcp(const SockAddr& addr, const std::optional<PortRange>& range, std::string_view what, int backlog) {
+  if (!range || addr.port() != 0) return listen_tcp(addr, what, backlog);
+  const unsigned span = static_cast<unsigned>(range->last - range->first) + 1;
+  static std::atomic<unsigned> salt{0};
+  const unsigned start = static_cast<unsigned>(std::random_device{}() + salt.fetch_add(7919)) % span;
+  for (unsigned i = 0; i < span; ++i) {
+    SockAddr a = addr;
+    a.set_port(static_cast<std::uint16_t>(range->first + (start + i) % span));
+    try {
+      return listen_tcp(a, what, backlog);
+    } catch (const SystemError&) {
+      // Taken (by another rank, a split child, another program): the next one.
+    }
+  }
+  throw SystemError(cat(what, ": every port of BRAID_PORT_RANGE=", range->to_string(), " on ", addr.host_string(),
+                        " is in use; widen the range (each rank needs one port per communicator, the store one "
+                        "more)"));
+}
+
 namespace {
 
 // The innermost InterruptScope of this thread.
@@ -237,6 +279,8 @@ ConnectAttempt try_connect_tcp(const SockAddr& addr, Deadline deadline) {
 Fd connect_tcp(const std::vector<SockAddr>& addrs, Deadline deadline, std::string_view what) {
   std::string last_error = "no address to try";
   auto pause = std::chrono::milliseconds(5);
+  const auto started = Clock::now();
+  std::chrono::seconds next_progress{5};
   while (true) {
     for (const auto& addr : addrs) {
       Fd fd(::socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
@@ -260,6 +304,14 @@ Fd connect_tcp(const std::vector<SockAddr>& addrs, Deadline deadline, std::strin
       last_error = cat(addr.to_string(), ": ", errno_text(errno));
     }
     if (deadline.expired()) break;
+    // Someone starting ranks on two machines by hand sees what this one waits for.
+    const auto waited = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - started);
+    if (waited >= next_progress) {
+      next_progress = waited + std::chrono::seconds(5);
+      const auto total = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - started + deadline.remaining());
+      log_info(what, ": waiting for ", addrs.empty() ? std::string("?") : addrs.front().to_string(), " (",
+               waited.count(), " s of ", total.count(), " s; last error: ", last_error, ")");
+    }
     InterruptScope::poll();
     std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline.remaining()));
     pause = std::min(pause * 2, std::chrono::milliseconds(200));

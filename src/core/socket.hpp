@@ -83,6 +83,23 @@ SockAddr local_address_toward(const SockAddr& remote);
 /// A listening TCP socket bound to `addr` (port 0 picks one). Throws
 /// SystemError naming `what` and the address, e.g. when the port is in use.
 Fd listen_tcp(const SockAddr& addr, std::string_view what, int backlog = 128);
+
+/// The ports a job's listening sockets may use (BRAID_PORT_RANGE=40000-40050),
+/// so that a firewall needs to open only those.
+struct PortRange {
+  std::uint16_t first = 0;
+  std::uint16_t last = 0;
+  /// "40000-40050" (or one port, "40000"); throws InvalidArgument naming `what`.
+  static PortRange parse(std::string_view text, std::string_view what);
+  bool contains(std::uint16_t port) const { return port >= first && port <= last; }
+  std::string to_string() const;
+};
+/// Like listen_tcp, but when `addr` has port 0 and `range` is set, binds the
+/// first free port of the range, starting at a random one so that ranks
+/// starting together rarely try the same port. SystemError naming the range
+/// when every port of it is taken.
+Fd listen_tcp(const SockAddr& addr, const std::optional<PortRange>& range, std::string_view what,
+              int backlog = 128);
 /// Connects to one of `addrs`, retrying refused or unreachable attempts until
 /// the deadline (the other side may not be listening yet). Throws Timeout
 /// naming `what` and the last error.

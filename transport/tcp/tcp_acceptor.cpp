@@ -9,15 +9,17 @@
 #include <cstring>
 
 #include "braid/types.hpp"
+#include "core/log.hpp"
 #include "core/text.hpp"
 
 namespace braid {
 TcpAcceptor::TcpAcceptor(const TcpOptions& options) : options_(options) {
   SockAddr bind_to = options_.listen_address;
   bind_to.set_port(0);
-  listener_ = listen_tcp(bind_to, cat("rank ", options_.rank, ": TCP transport listener"));
+  listener_ = listen_tcp(bind_to, options_.port_range, cat("rank ", options_.rank, ": TCP transport listener"));
   set_nonblocking(listener_.get(), true);
   address_ = local_address(listener_.get());
+  log_info("rank ", options_.rank, ": TCP transport listens at ", address_.to_string());
 }
 
 void TcpAcceptor::close() {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 
 #include "core/auth.hpp"
 #include "core/comm_id.hpp"
@@ -20,6 +21,7 @@ struct TcpOptions {
   std::size_t buffer_bytes = 0;
   Millis timeout{300000};
   SockAddr listen_address;  // the IP to advertise; the port is picked here
+  std::optional<PortRange> port_range;  // BRAID_PORT_RANGE: the listener's port comes from it
   AuthKey auth_key;         // none: connections are not authenticated
   TlsContext tls;           // off: connections run in clear
 };
