@@ -152,7 +152,8 @@ class UcxLink final : public Link {
     auto op = std::make_unique<UcxOp>();
     op->header = UcxWireHeader{comm_id_, self_, peer_, send_sequence_++, header_for(tag, src.bytes)};
     ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = src.bytes <= UcxTransport::kEagerBytes ? UCP_AM_SEND_FLAG_EAGER : UCP_AM_SEND_FLAG_RNDV;
     param.cb.send = &on_send_done;
     param.user_data = op.get();
     take_result(*op, ucp_am_send_nbx(ep_, kUcxMessageId, &op->header, sizeof op->header, src.data, src.bytes, &param));

@@ -11,7 +11,8 @@
 // looks at the peer's process every kLivenessEvery (a pidfd), since UCX's
 // shared-memory transports notice a dead peer only by their keepalive.
 //
-// A send is one active message carrying braid's header (UcxWireHeader); the
+// A send is one active message carrying braid's header (UcxWireHeader),
+// eager up to kEagerBytes and by rendezvous above; the
 // k-th receive posted takes the k-th message of the peer, checks its header
 // with check_match(), then copies an eager message out of UCX's buffer or
 // lets a rendezvous one land in place. Links move bytes only (can_reduce()
@@ -39,6 +40,13 @@ class UcxTransport final : public Transport {
  public:
   static constexpr std::chrono::milliseconds kLivenessEvery{10};
   static constexpr std::chrono::milliseconds kLongestWait{20};
+  /// Messages up to this size go eagerly: their send completes without a
+  /// receive posted on the other side, as a schedule may expect of small
+  /// messages (direct all-reduce in place sends before it receives), like
+  /// the buffering of a TCP socket or a shm ring. Larger ones go by
+  /// rendezvous, zero-copy where UCX can (CMA, RDMA), and their send
+  /// completes once the receiver took them.
+  static constexpr std::size_t kEagerBytes = 64 * 1024;
 
   /// `timeout`: the longest a closing link waits for its last messages to
   /// leave. Not `active`, it makes no UCX context, publishes an empty address
