@@ -46,6 +46,28 @@ std::string used_transports(ucp_worker_h worker) {
   return out_text.empty() ? "?" : out_text;
 }
 
+// Whether UCX_TLS (as UCX read it) allows its shared-memory transports.
+bool may_use_shared_memory(const ucp_config_t* config) {
+  char* text = nullptr;
+  std::size_t size = 0;
+  FILE* out = ::open_memstream(&text, &size);
+  if (out == nullptr) return false;
+  ucp_config_print(config, out, nullptr, UCS_CONFIG_PRINT_CONFIG);
+  std::fclose(out);
+  std::string all(text, size);
+  std::free(text);
+  auto at = all.find("UCX_TLS=");
+  if (at == std::string::npos) return true;
+  std::string tls = all.substr(at + 8, all.find('\n', at) - at - 8);
+  for (std::string_view name : {"all", "sm", "shm", "mm", "posix", "sysv", "xpmem"})
+    for (std::size_t i = 0; (i = tls.find(name, i)) != std::string::npos; i += name.size()) {
+      const bool starts = i == 0 || tls[i - 1] == ',' || tls[i - 1] == '^';
+      const bool ends = i + name.size() == tls.size() || tls[i + name.size()] == ',';
+      if (starts && ends) return tls[0] != '^';
+    }
+  return tls[0] == '^';
+}
+
 }  // namespace
 
 std::shared_ptr<UcxContext> UcxContext::get() {
@@ -64,6 +86,13 @@ UcxContext::UcxContext() : pid_(::getpid()), wake_(::eventfd(0, EFD_NONBLOCK | E
   if (!wake_) throw SystemError(cat("ucx: cannot create an eventfd: ", errno_text(errno)));
   ucp_config_t* config = nullptr;
   if (auto s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK) init_failed("reading UCX's configuration", s);
+  // UCX's shared-memory transports offer peer-failure handling only when
+  // asked: without it an endpoint over them has no error handler, and a
+  // CMA read from a dead peer is fatal to this process.
+  // (Only where UCX_TLS lets it use them: UCX warns of the setting otherwise.)
+  if (may_use_shared_memory(config))
+    if (auto s = ucp_config_modify(config, "MM_ERROR_HANDLING", "y"); s != UCS_OK)
+      log_info("ucx: cannot ask for error handling on shared memory (", ucs_status_string(s), ")");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
   params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
@@ -122,8 +151,10 @@ UcxContext::~UcxContext() {
       if (op->request != nullptr && !op->done) ucp_request_cancel(worker_, op->request);
     for (int i = 0; i < 100 && ucp_worker_progress(worker_) > 0; ++i) {
     }
+    // Whatever is still unfinished goes back to UCX unfinished: the worker
+    // refuses to go while it holds requests of ours.
     for (auto& op : orphans_)
-      if (op->request != nullptr && op->done) ucp_request_free(op->request);
+      if (op->request != nullptr) ucp_request_free(op->request);
     orphans_.clear();
   }
   ucp_worker_destroy(worker_);

@@ -133,8 +133,7 @@ class UcxLink final : public Link {
   ~UcxLink() override {
     std::unique_lock lock(context_->mutex());
     std::erase(set_->links, this);
-    for (auto& s : sends_) cancel(std::move(s.op));
-    for (auto& r : recvs_) cancel(std::move(r.op));
+    if (busy()) fail(std::make_exception_ptr(Aborted(cat("rank ", self_, ": the link to ", peer_name_, " closed"))));
     close_endpoint(lock);
   }
 
@@ -175,8 +174,10 @@ class UcxLink final : public Link {
 
   bool progress() override {
     std::lock_guard lock(context_->mutex());
-    bool moved = context_->progress_locked();
-    return update() || moved;
+    // What UCX did inside (a keepalive, a retry) is not news for the engine,
+    // which would otherwise spin past its deadline; requests are.
+    context_->progress_locked();
+    return update();
   }
 
   bool busy() const override { return !sends_.empty() || !recvs_.empty(); }
@@ -188,7 +189,8 @@ class UcxLink final : public Link {
       aborted_ = true;
       // Best effort: the notice leaves eagerly, and the endpoint stays open
       // (until the link goes) for it to arrive.
-      post_control(kAbortTag, reason);
+      // The wait lets it leave before a failure closes the endpoint at once.
+      post_control(kAbortTag, reason, kDrain);
     }
     aborted_ = true;
     fail(std::make_exception_ptr(Aborted(cat("rank ", self_, ": link to ", peer_name_, " closed: ", reason))));
@@ -255,11 +257,13 @@ class UcxLink final : public Link {
         moved = true;
       }
       for (auto it = recvs_.begin(); it != recvs_.end();) {
-        if (!it->op && !start_receive(*it)) {
-          ++it;
-          continue;
+        if (!it->op) {
+          if (!start_receive(*it)) {
+            ++it;
+            continue;
+          }
+          moved = true;
         }
-        moved = true;
         if (!it->op->done) {
           ++it;
           continue;
@@ -268,6 +272,7 @@ class UcxLink final : public Link {
         finish(*it->op);
         it->request->complete();
         it = recvs_.erase(it);
+        moved = true;
       }
       if (busy()) {
         if (inbox_->noticed)
@@ -285,6 +290,8 @@ class UcxLink final : public Link {
   }
 
  private:
+  static constexpr std::chrono::milliseconds kDrain{500};
+
   struct PendingSend {
     std::unique_ptr<UcxOp> op;
     Request request;
@@ -335,7 +342,8 @@ class UcxLink final : public Link {
 
   // A message outside the sequence (a hello, an abort notice), sent eagerly
   // and left to the context once this side no longer cares (mutex held).
-  void post_control(std::uint64_t tag, std::string_view text) {
+  void post_control(std::uint64_t tag, std::string_view text, std::chrono::milliseconds wait = {}) {
+    if (ep_ == nullptr) return;
     auto op = std::make_unique<UcxOp>();
     const std::size_t n = std::min(text.size(), kMaxAbortReason);
     op->payload.assign(reinterpret_cast<const std::byte*>(text.data()), reinterpret_cast<const std::byte*>(text.data()) + n);
@@ -346,7 +354,9 @@ class UcxLink final : public Link {
     param.cb.send = &on_send_done;
     param.user_data = op.get();
     take_result(*op, ucp_am_send_nbx(ep_, kUcxMessageId, &op->header, sizeof op->header, op->payload.data(), n, &param));
-    context_->progress_locked();
+    const Deadline deadline = Deadline::after(wait);
+    do context_->progress_locked();
+    while (!op->done && !deadline.expired());
     if (!op->done) context_->adopt(std::move(op));
     else finish(*op);
   }
@@ -367,6 +377,10 @@ class UcxLink final : public Link {
   }
 
   [[noreturn]] void lost(const Tag& tag, ucs_status_t status) {
+    // A peer that gave up closed its side: its notice, when it came, says why.
+    context_->progress_locked();
+    if (inbox_->noticed)
+      throw PeerLost(cat("rank ", self_, ": was told by ", peer_name_, " that it gave up: ", inbox_->notice));
     throw PeerLost(cat("rank ", self_, ": lost the connection to ", peer_name_, " (", describe_tag(tag),
                        "): UCX reports ", ucs_status_string(status), " (it exited, failed or closed its side)"));
   }
@@ -386,16 +400,49 @@ class UcxLink final : public Link {
 
   void fail(std::exception_ptr error) {
     if (!broken_) broken_ = error;
+    std::vector<const UcxOp*> in_flight;
     for (auto& s : sends_) {
       s.request->fail(broken_);
-      cancel(std::move(s.op));
+      if (s.op->request != nullptr && !s.op->done) in_flight.push_back(s.op.get());
     }
     for (auto& r : recvs_) {
       r.request->fail(broken_);
-      cancel(std::move(r.op));
+      if (r.op && r.op->request != nullptr && !r.op->done) in_flight.push_back(r.op.get());
     }
+    if (!in_flight.empty()) {
+      // UCX may still read a send's buffer or write a rendezvous receive's,
+      // which the caller frees once the request failed: closing the
+      // endpoint at once ends the sends; a receive ends when its data
+      // stops (a dead peer sends no more), which is waited for, briefly.
+      close_now();
+      const Deadline drain = Deadline::after(kDrain);
+      auto pending = [&] {
+        return std::any_of(in_flight.begin(), in_flight.end(), [](const UcxOp* op) { return !op->done; });
+      };
+      while (pending() && !drain.expired()) context_->progress_locked();
+    }
+    for (auto& s : sends_) cancel(std::move(s.op));
+    for (auto& r : recvs_) cancel(std::move(r.op));
     sends_.clear();
     recvs_.clear();
+  }
+
+  void close_now() {
+    if (ep_ == nullptr) return;
+    auto op = std::make_unique<UcxOp>();
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    param.cb.send = &on_send_done;
+    param.user_data = op.get();
+    take_result(*op, ucp_ep_close_nbx(ep_, &param));
+    ep_ = nullptr;
+    if (op->done) {
+      finish(*op);
+    } else {
+      op->keep = inbox_;
+      context_->adopt(std::move(op));
+    }
   }
 
   // Closes the endpoint, flushing what this side sent (its last messages,
@@ -403,6 +450,10 @@ class UcxLink final : public Link {
   // gone. Waits at most the timeout, never past 10 s, and 1 s after a
   // failure, for the close to finish.
   void close_endpoint(std::unique_lock<std::mutex>& lock) {
+    if (ep_ == nullptr) {
+      context_->drop_inbox(comm_id_, self_, peer_);
+      return;
+    }
     const bool reachable = inbox_->endpoint_status == UCS_OK && peer_process_alive();
     auto op = std::make_unique<UcxOp>();
     ucp_request_param_t param{};
@@ -523,7 +574,8 @@ std::vector<std::unique_ptr<Link>> UcxTransport::connect_all(std::span<const Pee
 bool UcxTransport::progress() {
   if (!context_) return false;
   std::lock_guard lock(context_->mutex());
-  bool moved = context_->progress_locked();
+  context_->progress_locked();
+  bool moved = false;
   for (UcxLink* link : links_->links) moved |= link->update();
   return moved;
 }
