@@ -21,51 +21,33 @@ namespace {
                         "UCX_NET_DEVICES), or leave ucx out of BRAID_TRANSPORT"));
 }
 
-// The UCX transports the worker uses, from its printed configuration
-// ("tcp/lo", "posix/memory"...): for the communicator's description.
-std::string used_transports(ucp_worker_h worker) {
+// UCX_TLS as UCX read it (from the environment or its configuration file).
+std::string configured_transports(const ucp_config_t* config) {
   char* text = nullptr;
   std::size_t size = 0;
   FILE* out = ::open_memstream(&text, &size);
-  if (out == nullptr) return "?";
-  ucp_worker_print_info(worker, out);
-  std::fclose(out);
-  std::string all(text, size);
-  std::free(text);
-  std::vector<std::string> seen;
-  // Lines such as "#   0. tcp/lo ..." or "#  lane[0]: 2:posix/memory ..."
-  for (std::size_t at = 0; (at = all.find('/', at)) != std::string::npos; ++at) {
-    std::size_t begin = at;
-    while (begin > 0 && (std::isalnum(static_cast<unsigned char>(all[begin - 1])) || all[begin - 1] == '_')) --begin;
-    std::string name = all.substr(begin, at - begin);
-    if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) continue;
-    if (std::find(seen.begin(), seen.end(), name) == seen.end()) seen.push_back(name);
-  }
-  std::string out_text;
-  for (const auto& s : seen) out_text += cat(out_text.empty() ? "" : ",", s);
-  return out_text.empty() ? "?" : out_text;
-}
-
-// Whether UCX_TLS (as UCX read it) allows its shared-memory transports.
-bool may_use_shared_memory(const ucp_config_t* config) {
-  char* text = nullptr;
-  std::size_t size = 0;
-  FILE* out = ::open_memstream(&text, &size);
-  if (out == nullptr) return false;
+  if (out == nullptr) return "";
   ucp_config_print(config, out, nullptr, UCS_CONFIG_PRINT_CONFIG);
   std::fclose(out);
   std::string all(text, size);
   std::free(text);
   auto at = all.find("UCX_TLS=");
-  if (at == std::string::npos) return true;
-  std::string tls = all.substr(at + 8, all.find('\n', at) - at - 8);
+  if (at == std::string::npos) return "";
+  auto end = all.find('\n', at);
+  return all.substr(at + 8, end == std::string::npos ? std::string::npos : end - at - 8);
+}
+
+// Whether UCX_TLS allows UCX's shared-memory transports.
+bool may_use_shared_memory(const std::string& tls) {
+  if (tls.empty()) return true;
+  const bool negated = tls[0] == '^';
   for (std::string_view name : {"all", "sm", "shm", "mm", "posix", "sysv", "xpmem"})
     for (std::size_t i = 0; (i = tls.find(name, i)) != std::string::npos; i += name.size()) {
       const bool starts = i == 0 || tls[i - 1] == ',' || tls[i - 1] == '^';
       const bool ends = i + name.size() == tls.size() || tls[i + name.size()] == ',';
-      if (starts && ends) return tls[0] != '^';
+      if (starts && ends) return !negated;
     }
-  return tls[0] == '^';
+  return negated;
 }
 
 }  // namespace
@@ -90,7 +72,8 @@ UcxContext::UcxContext() : pid_(::getpid()), wake_(::eventfd(0, EFD_NONBLOCK | E
   // asked: without it an endpoint over them has no error handler, and a
   // CMA read from a dead peer is fatal to this process.
   // (Only where UCX_TLS lets it use them: UCX warns of the setting otherwise.)
-  if (may_use_shared_memory(config))
+  const std::string tls = configured_transports(config);
+  if (may_use_shared_memory(tls))
     if (auto s = ucp_config_modify(config, "MM_ERROR_HANDLING", "y"); s != UCS_OK)
       log_info("ucx: cannot ask for error handling on shared memory (", ucs_status_string(s), ")");
   ucp_params_t params{};
@@ -136,8 +119,8 @@ UcxContext::UcxContext() : pid_(::getpid()), wake_(::eventfd(0, EFD_NONBLOCK | E
   const auto* bytes = reinterpret_cast<const std::byte*>(address);
   address_.assign(bytes, bytes + length);
   ucp_worker_release_address(worker_, address);
-  transports_ = used_transports(worker_);
-  log_info("ucx: worker ready (", ucp_get_version_string(), "; ", transports_, ")");
+  transports_ = cat("UCX ", ucp_get_version_string(), ", UCX_TLS=", tls.empty() ? "?" : tls);
+  log_info("ucx: worker ready (", transports_, ")");
 }
 
 UcxContext::~UcxContext() {

@@ -90,7 +90,7 @@ class UcxContext {
   int pid() const { return pid_; }
   /// The worker's address, for peers (ucp_worker_get_address).
   const std::vector<std::byte>& worker_address() const { return address_; }
-  /// "tcp, posix, cma": the UCX transports the context uses.
+  /// "UCX 1.13.1, UCX_TLS=tcp": UCX and the transports it was allowed.
   const std::string& transports() const { return transports_; }
 
   /// The inbox of one link, shared with the handler (mutex held).

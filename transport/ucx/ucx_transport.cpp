@@ -113,9 +113,11 @@ class UcxLink final : public Link {
     params.err_handler.arg = inbox_.get();
     ucs_status_t s = ucp_ep_create(context_->worker(), &params, &ep_);
     if (s == UCS_ERR_UNREACHABLE && pidfd_) {
-      // UCX 1.13's shared-memory transports (posix, sysv) handle no peer
-      // failure. Within this kernel the pidfd tells when the peer dies, so
-      // the endpoint goes without UCX's error handling.
+      // Transports without peer-failure handling (UCX's shared memory where
+      // MM_ERROR_HANDLING could not be set, ucx_context.cpp): within this
+      // kernel the pidfd tells when the peer dies, so the endpoint goes
+      // without UCX's error handling. (A CMA read from a dead peer is then
+      // fatal inside UCX; the context asks for error handling to avoid it.)
       params.field_mask &= ~static_cast<std::uint64_t>(UCP_EP_PARAM_FIELD_ERR_HANDLER);
       params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
       s = ucp_ep_create(context_->worker(), &params, &ep_);
