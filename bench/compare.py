@@ -20,11 +20,12 @@ TCP stream (iperf3's when installed).
 
 Transport classes: "tcp" moves bytes through the kernel's TCP stack over
 loopback (braid's tcp, Open MPI's btl tcp, Open MPI over UCX restricted to
-UCX's tcp transport, Gloo); "shm" through shared memory (Open MPI's vader
-btl, Open MPI over UCX with UCX's own choice, which on one host is its
-shared-memory and CMA transports). braid's transports are found by asking
-braid-perf (BRAID_TRANSPORT=NAME) for each name in BRAID_TRANSPORTS, so a new
-braid transport becomes a new row of the table without new code.
+UCX's tcp transport, braid over UCX's tcp (ucx-tcp), Gloo); "shm" through
+shared memory (Open MPI's vader btl, Open MPI over UCX with UCX's own choice,
+which on one host is its shared-memory and CMA transports, or restricted to
+posix,cma (ucx-shm) as braid's ucx-shm row is). braid's transports are found
+by asking braid-perf for each entry of BRAID_TRANSPORTS, so a new braid
+transport becomes a new row of the table with one line.
 
 Unless --no-install, it first installs Open MPI and Gloo
 (scripts/install-deps.sh --bench) and builds the harnesses in bench/peers/.
@@ -43,9 +44,16 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import compare_report  # noqa: E402
 
-# braid transports to try, with their class. A transport braid does not have
-# (yet) is left out after one quick probe.
-BRAID_TRANSPORTS = [("tcp", "tcp"), ("shm", "shm"), ("ucx", "tcp")]
+# braid transports to try: (label, class, environment). A transport braid
+# does not have is left out after one quick probe. UCX runs in its two
+# flavours here, as Open MPI's UCX rows do: UCX's tcp on loopback, and its
+# shared memory with CMA.
+BRAID_TRANSPORTS = [
+    ("tcp", "tcp", {"BRAID_TRANSPORT": "tcp"}),
+    ("shm", "shm", {"BRAID_TRANSPORT": "shm"}),
+    ("ucx-tcp", "tcp", {"BRAID_TRANSPORT": "ucx", "UCX_TLS": "tcp", "UCX_NET_DEVICES": "lo"}),
+    ("ucx-shm", "shm", {"BRAID_TRANSPORT": "ucx", "UCX_TLS": "posix,cma"}),
+]
 
 # The peers: (library, transport label, class, how to start it).
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
@@ -62,6 +70,7 @@ PEERS = [
     ("openmpi", "ucx-tcp", "tcp", UCX + ["-x", "UCX_TLS=tcp,self", "-x", "UCX_NET_DEVICES=lo"]),
     ("openmpi", "vader", "shm", ["--mca", "pml", "ob1", "--mca", "btl", "vader,self"]),
     ("openmpi", "ucx", "shm", UCX),
+    ("openmpi", "ucx-shm", "shm", UCX + ["-x", "UCX_TLS=posix,cma,self"]),
     ("gloo", "tcp", "tcp", None),
 ]
 
@@ -94,8 +103,8 @@ def find_variants(args, build):
     mpi_perf = os.path.join(build, "bench", "peers", "mpi_perf")
     gloo_perf = os.path.join(build, "bench", "peers", "gloo_perf")
     variants, missing = [], []
-    for transport, klass in BRAID_TRANSPORTS:
-        env = {"BRAID_TRANSPORT": transport, "BRAID_SOCKET_IFNAME": "lo", "BRAID_TIMEOUT": "120s"}
+    for transport, klass, transport_env in BRAID_TRANSPORTS:
+        env = {**transport_env, "BRAID_SOCKET_IFNAME": "lo", "BRAID_TIMEOUT": "120s"}
         probe = subprocess.run([run, "-n", "1", "--timeout", "30s", perf, "all_reduce", "-b", "8", "-e", "8", "-n", "1",
                                 "-w", "0", "-c", "0", "--csv"], env={**os.environ, **env},
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -12,11 +12,12 @@ set -euo pipefail
 # libhwloc-dev: the machine topology (topology/machine.cpp, braid-topo).
 # libibverbs-dev, ibverbs-providers: the RDMA devices it lists (topology/rdma.cpp;
 # without the providers libibverbs sees no device).
+# libucx-dev: the ucx transport (transport/ucx/; built when found).
 # openmpi-bin, libopenmpi-dev, libgloo-dev: the peers of bench/compare.py,
 # whose smoke run is a test (tests/bench).
 # pkg-config, make: the packaging test builds examples/external against an
 # installed braid with them (tests/packaging).
-packages=(g++ make meson ninja-build pkg-config catch2 python3 libssl-dev openssl iproute2 libhwloc-dev libibverbs-dev ibverbs-providers
+packages=(g++ make meson ninja-build pkg-config catch2 python3 libssl-dev openssl iproute2 libhwloc-dev libibverbs-dev ibverbs-providers libucx-dev
           openmpi-bin libopenmpi-dev libgloo-dev)
 for arg in "$@"; do
   case "$arg" in

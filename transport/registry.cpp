@@ -10,6 +10,9 @@
 #endif
 #include "transport/shm/shm_transport.hpp"
 #include "transport/tcp/tcp_transport.hpp"
+#ifdef BRAID_HAVE_UCX
+#include "transport/ucx/ucx_transport.hpp"
+#endif
 
 namespace braid {
 namespace {
@@ -41,8 +44,19 @@ std::unique_ptr<Transport> make_cuda_ipc(const TransportSetup& s) {
 }
 #endif
 
-// In order of preference: the first that reaches a pair connects it. UCX
-// joins here behind its build option.
+#ifdef BRAID_HAVE_UCX
+// By default only between hosts whose UCX sees RDMA (elsewhere tcp and shm
+// serve as well without UCX's start-up); anywhere when named.
+bool hosts_with_rdma(const RankInfo& a, const RankInfo& b) { return a.host_id != b.host_id && a.rdma && b.rdma; }
+std::unique_ptr<Transport> make_ucx(const TransportSetup& s) {
+  // Unnamed and without RDMA here, it can link no pair: it makes no UCX
+  // context and publishes an empty address.
+  const bool named = !s.settings->transport.empty();
+  return std::make_unique<UcxTransport>(s.rank, s.comm_id, s.settings->timeout, named || ucx_sees_rdma());
+}
+#endif
+
+// In order of preference: the first that reaches a pair connects it.
 constexpr std::array kCompiled = {
 #ifdef BRAID_HAVE_CUDA
     // Opt-in (BRAID_TRANSPORT=cuda_ipc,shm,tcp) until it is measured faster
@@ -51,6 +65,10 @@ constexpr std::array kCompiled = {
                   true, false},
 #endif
     TransportKind{"shm", make_shm, same_host, "both ranks on one host"},
+#ifdef BRAID_HAVE_UCX
+    TransportKind{"ucx", make_ucx, hosts_with_rdma, "two hosts whose UCX sees an RDMA device (anywhere when named)",
+                  false, true, anywhere},
+#endif
     TransportKind{"tcp", make_tcp, anywhere, "any two ranks that can reach each other's address"},
 };
 
@@ -63,6 +81,14 @@ std::string known_names() {
 }  // namespace
 
 std::span<const TransportKind> compiled_transports() { return kCompiled; }
+
+bool transports_see_rdma() {
+#ifdef BRAID_HAVE_UCX
+  return ucx_sees_rdma();
+#else
+  return false;
+#endif
+}
 
 std::vector<const TransportKind*> transport_order(std::string_view requested) {
   std::vector<const TransportKind*> order;
@@ -83,7 +109,9 @@ std::vector<const TransportKind*> transport_order(std::string_view requested) {
     auto it = std::find_if(kCompiled.begin(), kCompiled.end(), [&](const TransportKind& k) { return k.name == item; });
     if (it == kCompiled.end())
       throw InvalidArgument(cat("BRAID_TRANSPORT='", requested, "': '", item, "' is not a transport built into this "
-                                "braid (it has: ", known_names(), ")"));
+                                "braid (it has: ", known_names(), ")",
+                                item == "ucx" ? "; UCX was not found when braid was built: install libucx-dev "
+                                                "(scripts/install-deps.sh) and configure again" : ""));
     if (std::find(order.begin(), order.end(), &*it) != order.end())
       throw InvalidArgument(cat("BRAID_TRANSPORT='", requested, "' names '", item, "' twice"));
     order.push_back(&*it);
@@ -95,8 +123,11 @@ std::vector<const TransportKind*> transport_order(std::string_view requested) {
 
 const TransportKind& transport_between(std::span<const TransportKind* const> order, const RankInfo& a,
                                        const RankInfo& b, std::string_view requested) {
-  for (const TransportKind* k : order)
-    if (k->can_reach(a, b)) return *k;
+  for (const TransportKind* k : order) {
+    // A non-empty BRAID_TRANSPORT named every kind of the order.
+    const bool named = k->can_reach_named != nullptr && !requested.empty();
+    if ((named ? k->can_reach_named : k->can_reach)(a, b)) return *k;
+  }
   std::string why;
   for (const TransportKind* k : order) why += cat(why.empty() ? "" : "; ", k->name, " needs ", k->reach);
   throw InvalidArgument(cat("BRAID_TRANSPORT='", requested, "': no transport in it reaches rank ", b.rank, " (",

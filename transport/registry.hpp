@@ -33,7 +33,8 @@ struct TransportKind {
   /// A transport of this kind for one communicator (its per-process context
   /// is made on first use and shared).
   std::unique_ptr<Transport> (*make)(const TransportSetup& setup);
-  /// Whether this kind can connect the two ranks at all.
+  /// Whether this kind connects the two ranks when BRAID_TRANSPORT does not
+  /// name it (ucx: between hosts with RDMA).
   bool (*can_reach)(const RankInfo& a, const RankInfo& b);
   /// What can_reach requires, for messages ("any two ranks", "the same host").
   std::string_view reach;
@@ -42,7 +43,13 @@ struct TransportKind {
   /// Whether an empty BRAID_TRANSPORT includes it; one that is not in the
   /// default order is used only when BRAID_TRANSPORT names it.
   bool by_default = true;
+  /// Whether it connects them when BRAID_TRANSPORT names it; null: can_reach.
+  bool (*can_reach_named)(const RankInfo& a, const RankInfo& b) = nullptr;
 };
+
+/// Whether a transport of this braid sees an RDMA device in this process
+/// (UCX's view; false without UCX): published as RankInfo::rdma.
+bool transports_see_rdma();
 
 /// Every transport compiled in, in the default order of preference.
 std::span<const TransportKind> compiled_transports();
@@ -53,7 +60,8 @@ std::span<const TransportKind> compiled_transports();
 /// transports this braid has.
 std::vector<const TransportKind*> transport_order(std::string_view requested);
 
-/// The first kind of `order` that reaches from a to b; InvalidArgument naming
+/// The first kind of `order` that reaches from a to b (can_reach_named when
+/// `requested` names the kind); InvalidArgument naming
 /// both ranks, their hosts and why each kind cannot, when none does.
 const TransportKind& transport_between(std::span<const TransportKind* const> order, const RankInfo& a,
                                        const RankInfo& b, std::string_view requested);

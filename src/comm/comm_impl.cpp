@@ -188,7 +188,9 @@ void CommImpl::join(Rendezvous rendezvous) {
   // a rank that sees it finds the addresses too.
   for (std::size_t k = 0; k < kinds_.size(); ++k)
     store.set(rank_key(cat("address/", kinds_[k]->name), rank_), transports_[k]->local_address());
-  store.set(rank_key("info", rank_), RankInfo::local(rank_).encode());
+  RankInfo info = RankInfo::local(rank_);
+  info.rdma = transports_see_rdma();
+  store.set(rank_key("info", rank_), info.encode());
 
   wait_for_ranks(store, "info", deadline);
   std::vector<RankInfo> infos(static_cast<std::size_t>(size_));

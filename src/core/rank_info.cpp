@@ -29,6 +29,7 @@ std::vector<std::byte> RankInfo::encode() const {
   w.u8(host_id_from_env ? 1 : 0);
   w.u32(static_cast<std::uint32_t>(pid));
   w.u8(gpus);
+  w.u8(rdma ? 1 : 0);
   w.u32(static_cast<std::uint32_t>(cpus.size()));
   for (auto word : cpus) w.u64(word);
   w.str(hostname);
@@ -46,6 +47,9 @@ RankInfo RankInfo::decode(std::span<const std::byte> bytes) {
   info.host_id_from_env = named == 1;
   info.pid = static_cast<int>(r.u32());
   info.gpus = r.u8();
+  const std::uint8_t rdma = r.u8();
+  if (rdma > 1) throw ProtocolMismatch(cat("rank info: the RDMA flag is ", int{rdma}, ", not 0 or 1"));
+  info.rdma = rdma == 1;
   const std::uint32_t words = r.u32();
   if (words > kMaxCpuWords) throw ProtocolMismatch(cat("rank info: a CPU mask of ", words, " words (at most ", kMaxCpuWords, ")"));
   for (std::uint32_t i = 0; i < words; ++i) info.cpus.push_back(r.u64());

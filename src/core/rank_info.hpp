@@ -27,6 +27,9 @@ struct RankInfo {
   /// CUDA devices this process can use (0 without CUDA, a driver or a GPU;
   /// at most 255): whether cuda_ipc can connect it.
   std::uint8_t gpus = 0;
+  /// UCX in this process sees an RDMA device (set by the comm layer from
+  /// the transports, transport/registry.hpp): whether ucx links two hosts.
+  bool rdma = false;
   /// The CPUs this process may run on (its affinity: taskset, a cgroup
   /// cpuset, braid-run's binding), bit c of word c / 64 for CPU c. The
   /// union over the ranks of one kernel is what they share.

@@ -90,7 +90,9 @@ constexpr std::array kTable = {
                 "Transports to use, in order of preference, as a name or a list (shm,tcp: shared memory between "
                 "ranks of one host, TCP otherwise); each pair of ranks uses the first that reaches it. cuda_ipc "
                 "(a braid built with CUDA; ranks of one host that both have a GPU) is used only when named, as in "
-                "cuda_ipc,shm,tcp. Unknown names are refused with the list this braid has."},
+                "cuda_ipc,shm,tcp. ucx (a braid built with UCX) links two hosts when both see an RDMA device through "
+                "UCX, and any pair when named (ucx, ucx,tcp); UCX_TLS and UCX_NET_DEVICES choose what UCX uses. "
+                "Unknown names are refused with the list this braid has."},
     SettingInfo{"BRAID_HOST_ID", "(none)",
                 "Names the host this rank counts as on: ranks with different names are planned and connected as "
                 "on different hosts (TCP between them, not shared memory) even on one machine, to try a multi-host "

@@ -8,7 +8,8 @@ cause, in time, without a hang, a crash or a shared-memory segment left over.
 Cases (each is also its own Meson test, suite 'faults'):
   kill9      kill -9 one of 4 ranks in a long all-reduce: survivors get PeerLost
              naming it (directly, or through a peer's "gave up" notice), well
-             before the timeout.
+             before the timeout. Also over UCX (--transport ucx, with UCX_TLS
+             from the environment: tests/faults/meson.build).
   linkdown   2 ranks in 2 network namespaces joined by a veth pair; the link is
              set down mid-transfer: both fail within BRAID_TIMEOUT naming the peer.
   stall      SIGSTOP one of 4 ranks: the others fail with a Timeout naming whom

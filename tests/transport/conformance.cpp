@@ -90,6 +90,7 @@ std::unique_ptr<Side> connect_side(int rank, int fd, const CommId& id, int strea
   side->rank = rank;
   side->settings.timeout = Millis(10000);
   side->settings.tcp_streams = streams;
+  side->settings.transport = transport_name();  // as BRAID_TRANSPORT would name it
   SockAddr loopback = resolve(HostPort{"127.0.0.1", 0}, "loopback").front();
   side->transport = kind().make(TransportSetup{rank, 2, id, &side->settings, loopback});
   RankInfo me = RankInfo::local(rank);

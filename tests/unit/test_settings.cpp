@@ -1,6 +1,7 @@
 // Settings: every malformed, non-finite, out-of-range or empty value is an
 // error naming the variable; the small text helpers settings errors use; and
 // BRAID_TRANSPORT's ordered list.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <string>
@@ -125,14 +126,19 @@ TEST_CASE("BRAID_TRANSPORT is an ordered list of transports this braid has") {
     for (const TransportKind* k : transport_order(setting)) out += std::string(out.empty() ? "" : ",") + std::string(k->name);
     return out;
   };
-  // cuda_ipc, where CUDA is compiled in, is used only when named.
-  CHECK(names("") == "shm,tcp");
+  // cuda_ipc, where CUDA is compiled in, is used only when named; ucx, where
+  // UCX is, is in the default order behind shm (it links only hosts with
+  // RDMA unless named).
+  const bool ucx = std::any_of(compiled_transports().begin(), compiled_transports().end(),
+                               [](const TransportKind& k) { return k.name == "ucx"; });
+  CHECK(names("") == (ucx ? "shm,ucx,tcp" : "shm,tcp"));
   CHECK(names("tcp,shm") == "tcp,shm");
   CHECK(names("tcp") == "tcp");
   CHECK(names(" tcp ") == "tcp");
   CHECK_THROWS_WITH(transport_order("carrier-pigeon"),
                     Catch::Contains("BRAID_TRANSPORT='carrier-pigeon'") &&
-                        Catch::Contains(device::compiled() ? "it has: cuda_ipc, shm, tcp" : "it has: shm, tcp"));
+                        Catch::Contains(cat("it has: ", device::compiled() ? "cuda_ipc, " : "", "shm, ",
+                                            ucx ? "ucx, " : "", "tcp")));
   CHECK_THROWS_WITH(transport_order("tcp,tcp"), Catch::Contains("names 'tcp' twice"));
   CHECK_THROWS_WITH(transport_order("tcp,"), Catch::Contains("empty entry"));
   RankInfo a{.rank = 0, .hostname = "a", .host_id = 1, .pid = 10};
@@ -161,6 +167,20 @@ TEST_CASE("BRAID_TRANSPORT is an ordered list of transports this braid has") {
                       Catch::Contains("cuda_ipc needs both ranks on one host, each with a CUDA device"));
   }
   CHECK_FALSE(transport_order("shm").front()->device_memory);
+  if (ucx) {
+    // By default UCX links two hosts only when both see an RDMA device;
+    // named, it links any pair, on one host too.
+    RankInfo ra = a, rb = b;
+    ra.rdma = rb.rdma = true;
+    CHECK(transport_between(transport_order(""), ra, rb, "").name == "ucx");
+    CHECK(transport_between(transport_order(""), ra, b, "").name == "tcp");
+    CHECK(transport_between(transport_order(""), ra, a2, "").name == "shm");
+    CHECK(transport_between(transport_order("ucx"), a, b, "ucx").name == "ucx");
+    CHECK(transport_between(transport_order("ucx,tcp"), a, a2, "ucx,tcp").name == "ucx");
+    CHECK_FALSE(transport_order("ucx").front()->device_memory);
+  } else {
+    CHECK_THROWS_WITH(transport_order("ucx"), Catch::Contains("UCX was not found when braid was built"));
+  }
 }
 
 TEST_CASE("BRAID_HOST_ID names a simulated host; the kernel stays the machine's, and both travel") {
@@ -179,6 +199,9 @@ TEST_CASE("BRAID_HOST_ID names a simulated host; the kernel stays the machine's,
     // Another simulated host: tcp, not shm, by the default order.
     CHECK(transport_between(transport_order(""), on_a, on_b, "").name == "tcp");
   }
+  RankInfo with_rdma = on_a;
+  with_rdma.rdma = true;
+  CHECK(RankInfo::decode(with_rdma.encode()).rdma);
   const RankInfo back = RankInfo::decode(on_a.encode());
   CHECK(back.host_id == on_a.host_id);
   CHECK(back.kernel_id == on_a.kernel_id);

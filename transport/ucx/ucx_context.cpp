@@ -1,0 +1,263 @@
+#include "transport/ucx/ucx_context.hpp"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include <uct/api/uct.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "core/log.hpp"
+#include "core/text.hpp"
+
+namespace braid {
+namespace {
+
+[[noreturn]] void init_failed(std::string_view what, ucs_status_t status) {
+  throw SystemError(cat("ucx: ", what, " failed: ", ucs_status_string(status),
+                        "; UCX found no usable transport or device (check `ucx_info -d`, UCX_TLS and "
+                        "UCX_NET_DEVICES), or leave ucx out of BRAID_TRANSPORT"));
+}
+
+// UCX_TLS as UCX read it (from the environment or its configuration file).
+std::string configured_transports(const ucp_config_t* config) {
+  char* text = nullptr;
+  std::size_t size = 0;
+  FILE* out = ::open_memstream(&text, &size);
+  if (out == nullptr) return "";
+  ucp_config_print(config, out, nullptr, UCS_CONFIG_PRINT_CONFIG);
+  std::fclose(out);
+  std::string all(text, size);
+  std::free(text);
+  auto at = all.find("UCX_TLS=");
+  if (at == std::string::npos) return "";
+  auto end = all.find('\n', at);
+  return all.substr(at + 8, end == std::string::npos ? std::string::npos : end - at - 8);
+}
+
+// Whether UCX_TLS allows UCX's shared-memory transports.
+bool may_use_shared_memory(const std::string& tls) {
+  if (tls.empty()) return true;
+  const bool negated = tls[0] == '^';
+  for (std::string_view name : {"all", "sm", "shm", "mm", "posix", "sysv", "xpmem"})
+    for (std::size_t i = 0; (i = tls.find(name, i)) != std::string::npos; i += name.size()) {
+      const bool starts = i == 0 || tls[i - 1] == ',' || tls[i - 1] == '^';
+      const bool ends = i + name.size() == tls.size() || tls[i + name.size()] == ',';
+      if (starts && ends) return !negated;
+    }
+  return negated;
+}
+
+}  // namespace
+
+std::shared_ptr<UcxContext> UcxContext::get() {
+  static std::mutex mutex;
+  static std::weak_ptr<UcxContext> current;
+  std::lock_guard lock(mutex);
+  auto context = current.lock();
+  if (!context || context->pid_ != ::getpid()) {
+    context = std::shared_ptr<UcxContext>(new UcxContext());
+    current = context;
+  }
+  return context;
+}
+
+UcxContext::UcxContext() : pid_(::getpid()), wake_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  if (!wake_) throw SystemError(cat("ucx: cannot create an eventfd: ", errno_text(errno)));
+  ucp_config_t* config = nullptr;
+  if (auto s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK) init_failed("reading UCX's configuration", s);
+  // UCX's shared-memory transports offer peer-failure handling only when
+  // asked: without it an endpoint over them has no error handler, and a
+  // CMA read from a dead peer is fatal to this process.
+  // (Only where UCX_TLS lets it use them: UCX warns of the setting otherwise.)
+  const std::string tls = configured_transports(config);
+  if (may_use_shared_memory(tls))
+    if (auto s = ucp_config_modify(config, "MM_ERROR_HANDLING", "y"); s != UCS_OK)
+      log_info("ucx: cannot ask for error handling on shared memory (", ucs_status_string(s), ")");
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.name = "braid";
+  ucs_status_t s = ucp_init(&params, config, &context_);
+  ucp_config_release(config);
+  if (s != UCS_OK) init_failed("ucp_init", s);
+
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  if (s = ucp_worker_create(context_, &wp, &worker_); s != UCS_OK) {
+    ucp_cleanup(context_);
+    init_failed("ucp_worker_create", s);
+  }
+  if (s = ucp_worker_get_efd(worker_, &efd_); s != UCS_OK) {
+    ucp_worker_destroy(worker_);
+    ucp_cleanup(context_);
+    init_failed("ucp_worker_get_efd", s);
+  }
+  ucp_am_handler_param_t handler{};
+  handler.field_mask =
+      UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG |
+      UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+  handler.id = kUcxMessageId;
+  handler.cb = &UcxContext::on_message;
+  handler.arg = this;
+  handler.flags = UCP_AM_FLAG_WHOLE_MSG;
+  if (s = ucp_worker_set_am_recv_handler(worker_, &handler); s != UCS_OK) {
+    ucp_worker_destroy(worker_);
+    ucp_cleanup(context_);
+    init_failed("ucp_worker_set_am_recv_handler", s);
+  }
+  ucp_address_t* address = nullptr;
+  std::size_t length = 0;
+  if (s = ucp_worker_get_address(worker_, &address, &length); s != UCS_OK) {
+    ucp_worker_destroy(worker_);
+    ucp_cleanup(context_);
+    init_failed("ucp_worker_get_address", s);
+  }
+  const auto* bytes = reinterpret_cast<const std::byte*>(address);
+  address_.assign(bytes, bytes + length);
+  ucp_worker_release_address(worker_, address);
+  transports_ = cat("UCX ", ucp_get_version_string(), ", UCX_TLS=", tls.empty() ? "?" : tls);
+  log_info("ucx: worker ready (", transports_, ")");
+}
+
+UcxContext::~UcxContext() {
+  if (pid_ != ::getpid()) return;  // a forked child's copy: the parent's to clean
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& [key, inbox] : inboxes_)
+      for (auto& [seq, arrival] : inbox->arrivals) release(arrival);
+    inboxes_.clear();
+    for (auto& op : orphans_)
+      if (op->request != nullptr && !op->done) ucp_request_cancel(worker_, op->request);
+    for (int i = 0; i < 100 && ucp_worker_progress(worker_) > 0; ++i) {
+    }
+    // Whatever is still unfinished goes back to UCX unfinished: the worker
+    // refuses to go while it holds requests of ours.
+    for (auto& op : orphans_)
+      if (op->request != nullptr) ucp_request_free(op->request);
+    orphans_.clear();
+  }
+  ucp_worker_destroy(worker_);
+  ucp_cleanup(context_);
+}
+
+std::shared_ptr<UcxInbox> UcxContext::inbox(const std::array<std::byte, 16>& comm_id, int to, int from) {
+  auto& slot = inboxes_[Key{comm_id, to, from}];
+  if (!slot) slot = std::make_shared<UcxInbox>();
+  return slot;
+}
+
+void UcxContext::drop_inbox(const std::array<std::byte, 16>& comm_id, int to, int from) {
+  auto it = inboxes_.find(Key{comm_id, to, from});
+  if (it == inboxes_.end()) return;
+  for (auto& [seq, arrival] : it->second->arrivals) release(arrival);
+  it->second->arrivals.clear();
+  inboxes_.erase(it);
+}
+
+void UcxContext::release(UcxInbox::Arrival& arrival) {
+  if (arrival.data != nullptr) ucp_am_data_release(worker_, arrival.data);
+  arrival.data = nullptr;
+}
+
+ucs_status_t UcxContext::on_message(void* arg, const void* header, std::size_t header_length, void* data,
+                                    std::size_t length, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxContext*>(arg);
+  if (header_length != sizeof(UcxWireHeader)) {
+    log_warn("ucx: dropped a message with a ", header_length, "-byte header (not braid's, or another version)");
+    return UCS_OK;
+  }
+  UcxWireHeader h;
+  std::memcpy(&h, header, sizeof h);
+  auto inbox = self->inbox(h.comm_id, h.to, h.from);
+  const bool rendezvous = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  const bool kept = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) != 0;
+  if (h.message.tag == kUcxHelloTag) {
+    inbox->greeted = true;
+    return UCS_OK;
+  }
+  if (h.message.tag == kAbortTag) {
+    // A notice is small and travels eagerly; its text is copied at once.
+    if (!rendezvous && data != nullptr) inbox->notice.assign(static_cast<const char*>(data), std::min(length, kMaxAbortReason));
+    inbox->noticed = true;
+    return UCS_OK;
+  }
+  UcxInbox::Arrival a;
+  a.header = h.message;
+  a.length = length;
+  a.rendezvous = rendezvous;
+  if (rendezvous || kept) {
+    a.data = data;
+  } else if (length > 0) {
+    const auto* bytes = static_cast<const std::byte*>(data);
+    a.copy.assign(bytes, bytes + length);
+  }
+  auto [it, fresh] = inbox->arrivals.emplace(h.sequence, std::move(a));
+  if (!fresh) {
+    log_warn("ucx: rank ", h.to, " got message #", h.sequence, " from rank ", h.from, " twice; dropped the second");
+    return UCS_OK;
+  }
+  return it->second.data != nullptr ? UCS_INPROGRESS : UCS_OK;
+}
+
+bool UcxContext::progress_locked() {
+  bool any = false;
+  while (ucp_worker_progress(worker_) != 0) any = true;
+  if (!orphans_.empty())
+    std::erase_if(orphans_, [&](std::unique_ptr<UcxOp>& op) {
+      if (!op->done) return false;
+      if (op->request != nullptr) ucp_request_free(op->request);
+      return true;
+    });
+  return any;
+}
+
+bool UcxContext::arm_locked() {
+  ucs_status_t s = ucp_worker_arm(worker_);
+  if (s == UCS_ERR_BUSY) return false;
+  if (s != UCS_OK) {
+    // Nothing to sleep on: the engine naps briefly instead.
+    return false;
+  }
+  return true;
+}
+
+void UcxContext::wait(std::chrono::microseconds timeout) {
+  pollfd fds[2] = {{efd_, POLLIN, 0}, {wake_.get(), POLLIN, 0}};
+  int ms = static_cast<int>((timeout.count() + 999) / 1000);
+  if (::poll(fds, 2, ms) > 0 && (fds[1].revents & POLLIN)) {
+    std::uint64_t drained;
+    while (::read(wake_.get(), &drained, sizeof drained) > 0) {
+    }
+  }
+}
+
+void UcxContext::wake() {
+  std::uint64_t one = 1;
+  ssize_t ignored = ::write(wake_.get(), &one, sizeof one);
+  (void)ignored;
+}
+
+bool ucx_sees_rdma() {
+  static const bool seen = [] {
+    uct_component_h* components = nullptr;
+    unsigned count = 0;
+    if (uct_query_components(&components, &count) != UCS_OK) return false;
+    bool found = false;
+    for (unsigned i = 0; i < count && !found; ++i) {
+      uct_component_attr_t attr{};
+      attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME | UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT;
+      if (uct_component_query(components[i], &attr) != UCS_OK) continue;
+      // The "ib" component has one memory domain per InfiniBand/RoCE device.
+      found = std::string_view(attr.name) == "ib" && attr.md_resource_count > 0;
+    }
+    uct_release_component_list(components);
+    return found;
+  }();
+  return seen;
+}
+
+}  // namespace braid

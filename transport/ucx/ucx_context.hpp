@@ -1,0 +1,143 @@
+// The process's part of the UCX transport: one UCP context and one worker,
+// shared by every communicator (and split child) of the process, as the shm
+// transport shares its doorbell. Each communicator's UcxTransport holds it.
+//
+// Every braid message is one UCX active message whose header (UcxWireHeader)
+// names the communicator, the sending and receiving rank, the message's
+// sequence number on that pair and braid's MessageHeader (tag, 16-byte
+// descriptor, size). The worker's active-message handler files each arrival
+// in the Inbox of its (communicator, receiver, sender) triple, made on first
+// use by whichever comes first, the message or the link, so a message that
+// overtakes its link's creation waits for it. Small messages arrive whole
+// (eager) and stay in UCX's buffer until matched; large ones arrive as a
+// rendezvous descriptor, and the payload moves into the receiver's buffer
+// only once a matching receive exists (ucp_am_recv_data_nbx: zero-copy where
+// the UCX transport can, e.g. CMA within a host). So a message whose header
+// does not match never writes a byte into the receiver's buffer.
+//
+// Threads: UCX's worker runs in serialized mode and every call into it, and
+// every inbox, is guarded by mutex(); the handlers run inside
+// ucp_worker_progress, with it held.
+#pragma once
+
+#include <sys/types.h>
+#include <ucp/api/ucp.h>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/socket.hpp"
+#include "transport/message.hpp"
+
+namespace braid {
+
+/// The active-message header of every braid message over UCX.
+struct UcxWireHeader {
+  std::array<std::byte, 16> comm_id{};
+  std::int32_t from = 0;  // sender's rank
+  std::int32_t to = 0;    // receiver's rank
+  std::uint64_t sequence = 0;  // 0, 1, 2... per direction of a pair
+  MessageHeader message;       // kAbortTag: an abort notice, its payload the reason
+};
+static_assert(sizeof(UcxWireHeader) == 64);
+
+/// What the worker has learnt for one link: the messages that arrived, the
+/// peer's abort notice, and whether its endpoint failed.
+struct UcxInbox {
+  struct Arrival {
+    MessageHeader header;
+    void* data = nullptr;   // UCX's: eager data to release, or a rendezvous descriptor
+    std::size_t length = 0;
+    bool rendezvous = false;
+    std::vector<std::byte> copy;  // eager data UCX could not keep past its handler
+  };
+  std::map<std::uint64_t, Arrival> arrivals;  // by sequence number
+  std::string notice;       // the peer's abort reason
+  bool noticed = false;
+  bool greeted = false;     // the peer's hello came (its endpoint to this rank exists)
+  ucs_status_t endpoint_status = UCS_OK;  // set by the endpoint's error handler
+};
+
+/// A send or a rendezvous receive in UCX's hands; the completion callbacks
+/// fill it in. Owned by its link, or by the context once its link is gone.
+struct UcxOp {
+  void* request = nullptr;  // UCX's request, freed once complete
+  bool done = false;
+  ucs_status_t status = UCS_OK;
+  UcxWireHeader header;          // a send's header lives until completion
+  std::vector<std::byte> payload;  // an abort notice's text
+  std::shared_ptr<UcxInbox> keep;  // an endpoint's close: its error handler's inbox
+};
+
+class UcxContext {
+ public:
+  /// The context of this process (made on first use, and again after fork).
+  static std::shared_ptr<UcxContext> get();
+  ~UcxContext();
+  UcxContext(const UcxContext&) = delete;
+  UcxContext& operator=(const UcxContext&) = delete;
+
+  std::mutex& mutex() { return mutex_; }
+  ucp_worker_h worker() const { return worker_; }
+  int pid() const { return pid_; }
+  /// The worker's address, for peers (ucp_worker_get_address).
+  const std::vector<std::byte>& worker_address() const { return address_; }
+  /// "UCX 1.13.1, UCX_TLS=tcp": UCX and the transports it was allowed.
+  const std::string& transports() const { return transports_; }
+
+  /// The inbox of one link, shared with the handler (mutex held).
+  std::shared_ptr<UcxInbox> inbox(const std::array<std::byte, 16>& comm_id, int to, int from);
+  /// Forgets an inbox whose link is gone (mutex held); arrivals left in it
+  /// go back to UCX.
+  void drop_inbox(const std::array<std::byte, 16>& comm_id, int to, int from);
+  void release(UcxInbox::Arrival& arrival);
+
+  /// Runs the worker until it has nothing more to do (mutex held); true if
+  /// anything happened. Also frees the finished operations of gone links.
+  bool progress_locked();
+  /// Takes an unfinished operation of a link that is going away.
+  void adopt(std::unique_ptr<UcxOp> op) { orphans_.push_back(std::move(op)); }
+
+  /// The sleep protocol (mutex held for arm): false when news is waiting.
+  bool arm_locked();
+  /// Sleeps on the worker's event fd and the wake-up fd, at most `timeout`.
+  void wait(std::chrono::microseconds timeout);
+  void wake();
+
+ private:
+  UcxContext();
+  static ucs_status_t on_message(void* arg, const void* header, std::size_t header_length, void* data,
+                                 std::size_t length, const ucp_am_recv_param_t* param);
+
+  using Key = std::tuple<std::array<std::byte, 16>, int, int>;
+  int pid_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  int efd_ = -1;  // the worker's, owned by UCX
+  Fd wake_;       // an eventfd that wake() writes
+  std::vector<std::byte> address_;
+  std::string transports_;
+  std::mutex mutex_;
+  std::map<Key, std::shared_ptr<UcxInbox>> inboxes_;
+  std::vector<std::unique_ptr<UcxOp>> orphans_;
+};
+
+/// The active-message id of braid's messages.
+inline constexpr unsigned kUcxMessageId = 0x62;
+/// The tag of the hello each side of a link sends when it connects.
+inline constexpr std::uint64_t kUcxHelloTag = kAbortTag - 1;
+
+/// Whether UCX on this machine sees an RDMA device (InfiniBand or RoCE, UCX's
+/// "ib" component): the condition for choosing UCX between hosts by default.
+/// Asked once per process; false when UCX cannot tell.
+bool ucx_sees_rdma();
+
+}  // namespace braid

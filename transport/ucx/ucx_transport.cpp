@@ -1,0 +1,602 @@
+#include "transport/ucx/ucx_transport.hpp"
+
+#include <poll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <thread>
+
+#include "core/log.hpp"
+#include "core/rank_info.hpp"
+#include "core/text.hpp"
+#include "core/wire.hpp"
+#include "transport/shm/shm_segment.hpp"
+
+namespace braid {
+namespace {
+
+constexpr std::uint32_t kAddressVersion = 1;
+// The most any address field may take (UCX worker addresses are a few
+// hundred bytes; with many devices a few KiB).
+constexpr std::size_t kMaxWorkerAddress = 64 * 1024;
+
+struct UcxAddress {
+  std::uint64_t kernel_id = 0;
+  int pid = 0;
+  std::string pid_namespace;
+  std::vector<std::byte> worker;
+};
+
+UcxAddress parse_address(std::span<const std::byte> bytes, std::string_view who) {
+  try {
+    WireReader r(bytes, "ucx address");
+    if (auto v = r.u32(); v != kAddressVersion)
+      throw ProtocolMismatch(cat("ucx address version ", v, ", this braid speaks ", kAddressVersion));
+    UcxAddress a;
+    a.kernel_id = r.u64();
+    a.pid = static_cast<int>(r.u32());
+    a.pid_namespace = r.str(64);
+    const std::uint32_t n = r.u32();
+    if (n == 0 || n > kMaxWorkerAddress) throw ProtocolMismatch(cat("a worker address of ", n, " bytes"));
+    auto w = r.bytes(n);
+    a.worker.assign(w.begin(), w.end());
+    r.expect_end();
+    return a;
+  } catch (const ProtocolMismatch& e) {
+    throw ProtocolMismatch(cat("ucx: the address ", who, " published is not readable: ", e.what()));
+  }
+}
+
+Fd open_pidfd(int pid) {
+#ifdef SYS_pidfd_open
+  return Fd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+#else
+  (void)pid;
+  return Fd();
+#endif
+}
+
+void on_send_done(void*, ucs_status_t status, void* user_data) {
+  auto* op = static_cast<UcxOp*>(user_data);
+  op->status = status;
+  op->done = true;
+}
+
+void on_recv_done(void*, ucs_status_t status, std::size_t, void* user_data) {
+  auto* op = static_cast<UcxOp*>(user_data);
+  op->status = status;
+  op->done = true;
+}
+
+void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
+  static_cast<UcxInbox*>(arg)->endpoint_status = status;
+}
+
+// Takes UCX's answer to a non-blocking call into `op`.
+void take_result(UcxOp& op, ucs_status_ptr_t result) {
+  if (result == nullptr) {
+    op.done = true;
+  } else if (UCS_PTR_IS_ERR(result)) {
+    op.status = UCS_PTR_STATUS(result);
+    op.done = true;
+  } else {
+    op.request = result;
+  }
+}
+
+}  // namespace
+
+struct UcxTransport::LinkSet {
+  std::vector<UcxLink*> links;  // guarded by the context's mutex
+};
+
+class UcxLink final : public Link {
+ public:
+  UcxLink(int self, const CommId& comm_id, const RankInfo& peer, const UcxAddress& address, bool watch_pid,
+          std::chrono::milliseconds timeout, std::shared_ptr<UcxContext> context,
+          std::shared_ptr<UcxTransport::LinkSet> set)
+      : context_(std::move(context)), set_(std::move(set)), self_(self), peer_(peer.rank), comm_id_(comm_id.bytes),
+        timeout_(timeout), peer_name_(cat("rank ", peer.rank, " (", peer.hostname, ", ucx pid ", address.pid, ")")) {
+    if (watch_pid) pidfd_ = open_pidfd(address.pid);
+    std::lock_guard lock(context_->mutex());
+    inbox_ = context_->inbox(comm_id_, self_, peer_);
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.address = reinterpret_cast<const ucp_address_t*>(address.worker.data());
+    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler.cb = &on_endpoint_error;
+    params.err_handler.arg = inbox_.get();
+    ucs_status_t s = ucp_ep_create(context_->worker(), &params, &ep_);
+    if (s == UCS_ERR_UNREACHABLE && pidfd_) {
+      // Transports without peer-failure handling (UCX's shared memory where
+      // MM_ERROR_HANDLING could not be set, ucx_context.cpp): within this
+      // kernel the pidfd tells when the peer dies, so the endpoint goes
+      // without UCX's error handling. (A CMA read from a dead peer is then
+      // fatal inside UCX; the context asks for error handling to avoid it.)
+      params.field_mask &= ~static_cast<std::uint64_t>(UCP_EP_PARAM_FIELD_ERR_HANDLER);
+      params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+      s = ucp_ep_create(context_->worker(), &params, &ep_);
+      if (s == UCS_OK) log_info("rank ", self_, ": ucx: the endpoint to ", peer_name_,
+                                " has no UCX error handling (its transports offer none); its process is watched");
+    }
+    if (s != UCS_OK) {
+      context_->drop_inbox(comm_id_, self_, peer_);
+      throw PeerLost(cat("rank ", self_, ": ucx cannot reach ", peer_name_, ": ucp_ep_create failed: ",
+                         ucs_status_string(s), " (do both ranks' UCX_TLS and UCX_NET_DEVICES reach each other?)"));
+    }
+    set_->links.push_back(this);
+  }
+
+  ~UcxLink() override {
+    std::unique_lock lock(context_->mutex());
+    std::erase(set_->links, this);
+    if (busy()) fail(std::make_exception_ptr(Aborted(cat("rank ", self_, ": the link to ", peer_name_, " closed"))));
+    close_endpoint(lock);
+  }
+
+  int peer() const override { return peer_; }
+  std::string describe_peer() const override { return peer_name_; }
+  bool can_reduce() const override { return false; }
+
+  Request send(ConstMemView src, Tag tag) override {
+    std::lock_guard lock(context_->mutex());
+    Request request = requests_.take();
+    if (broken_) {
+      request->fail(broken_);
+      return request;
+    }
+    auto op = std::make_unique<UcxOp>();
+    op->header = UcxWireHeader{comm_id_, self_, peer_, send_sequence_++, header_for(tag, src.bytes)};
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = src.bytes <= UcxTransport::kEagerBytes ? UCP_AM_SEND_FLAG_EAGER : UCP_AM_SEND_FLAG_RNDV;
+    param.cb.send = &on_send_done;
+    param.user_data = op.get();
+    take_result(*op, ucp_am_send_nbx(ep_, kUcxMessageId, &op->header, sizeof op->header, src.data, src.bytes, &param));
+    sends_.push_back({std::move(op), request, tag});
+    return request;
+  }
+
+  Request recv(MemView dst, Tag tag) override {
+    std::lock_guard lock(context_->mutex());
+    Request request = requests_.take();
+    if (broken_) request->fail(broken_);
+    else recvs_.push_back({dst, tag, receive_sequence_++, nullptr, request});
+    return request;
+  }
+
+  Request recv_reduce(MemView, ConstMemView, DataType, ReduceOp, Tag) override {
+    throw InvalidArgument("ucx links do not reduce as they receive (can_reduce() is false)");
+  }
+
+  bool progress() override {
+    std::lock_guard lock(context_->mutex());
+    // What UCX did inside (a keepalive, a retry) is not news for the engine,
+    // which would otherwise spin past its deadline; requests are.
+    context_->progress_locked();
+    return update();
+  }
+
+  bool busy() const override { return !sends_.empty() || !recvs_.empty(); }
+  void attach(Poller&) override {}
+
+  void abort(std::string_view reason) override {
+    std::lock_guard lock(context_->mutex());
+    if (!aborted_ && inbox_->endpoint_status == UCS_OK) {
+      aborted_ = true;
+      // Best effort: the notice leaves eagerly, and the endpoint stays open
+      // (until the link goes) for it to arrive.
+      // The wait lets it leave before a failure closes the endpoint at once.
+      post_control(kAbortTag, reason, kDrain);
+    }
+    aborted_ = true;
+    fail(std::make_exception_ptr(Aborted(cat("rank ", self_, ": link to ", peer_name_, " closed: ", reason))));
+  }
+
+  std::optional<std::string> departed() override {
+    std::lock_guard lock(context_->mutex());
+    if (busy() || broken_) return std::nullopt;
+    context_->progress_locked();
+    if (inbox_->noticed) return cat(peer_name_, ": it gave up: ", inbox_->notice);
+    if (inbox_->endpoint_status != UCS_OK)
+      return cat(peer_name_, ": UCX reports its endpoint failed (", ucs_status_string(inbox_->endpoint_status),
+                 "): it exited or failed");
+    if (!peer_process_alive()) return cat(peer_name_, ": its process exited or was killed");
+    return std::nullopt;
+  }
+
+  /// Sends the hello that tells the peer this side's endpoint exists.
+  void greet() {
+    std::lock_guard lock(context_->mutex());
+    post_control(kUcxHelloTag, "");
+  }
+
+  /// While connecting: true once the peer's hello came; throws PeerLost when
+  /// the peer is gone. Progresses the worker.
+  bool greeted() {
+    std::lock_guard lock(context_->mutex());
+    context_->progress_locked();
+    if (inbox_->greeted) return true;
+    if (inbox_->noticed) throw PeerLost(cat("rank ", self_, ": ", peer_name_, " gave up while connecting: ", inbox_->notice));
+    if (inbox_->endpoint_status != UCS_OK)
+      throw PeerLost(cat("rank ", self_, ": ucx could not connect to ", peer_name_, ": UCX reports ",
+                         ucs_status_string(inbox_->endpoint_status)));
+    if (!peer_process_alive())
+      throw PeerLost(cat("rank ", self_, ": ", peer_name_, " exited or was killed before the ucx link to it was made"));
+    return false;
+  }
+
+  /// Whether update() would move something now (mutex held).
+  bool has_news() const {
+    for (const auto& s : sends_)
+      if (s.op->done) return true;
+    for (const auto& r : recvs_) {
+      if (r.op ? r.op->done : inbox_->arrivals.contains(r.sequence)) return true;
+    }
+    return busy() && (inbox_->noticed || inbox_->endpoint_status != UCS_OK);
+  }
+
+  /// Completes what UCX finished and matches arrived messages to receives
+  /// (mutex held); true if anything changed.
+  bool update() {
+    if (broken_) return false;
+    bool moved = false;
+    try {
+      for (auto it = sends_.begin(); it != sends_.end();) {
+        if (!it->op->done) {
+          ++it;
+          continue;
+        }
+        if (it->op->status != UCS_OK) lost(it->tag, it->op->status);
+        finish(*it->op);
+        it->request->complete();
+        it = sends_.erase(it);
+        moved = true;
+      }
+      for (auto it = recvs_.begin(); it != recvs_.end();) {
+        if (!it->op) {
+          if (!start_receive(*it)) {
+            ++it;
+            continue;
+          }
+          moved = true;
+        }
+        if (!it->op->done) {
+          ++it;
+          continue;
+        }
+        if (it->op->status != UCS_OK) lost(it->tag, it->op->status);
+        finish(*it->op);
+        it->request->complete();
+        it = recvs_.erase(it);
+        moved = true;
+      }
+      if (busy()) {
+        if (inbox_->noticed)
+          throw PeerLost(cat("rank ", self_, ": was told by ", peer_name_, " that it gave up: ", inbox_->notice));
+        if (inbox_->endpoint_status != UCS_OK) lost(first_pending_tag(), inbox_->endpoint_status);
+        if (!moved && !peer_process_alive())
+          throw PeerLost(cat("rank ", self_, ": lost the connection to ", peer_name_, " (",
+                             describe_tag(first_pending_tag()), "): its process exited or was killed"));
+      }
+    } catch (const Error&) {
+      fail(std::current_exception());
+      return true;
+    }
+    return moved;
+  }
+
+ private:
+  static constexpr std::chrono::milliseconds kDrain{500};
+
+  struct PendingSend {
+    std::unique_ptr<UcxOp> op;
+    Request request;
+    Tag tag;
+  };
+  struct PendingRecv {
+    MemView dst;
+    Tag tag;
+    std::uint64_t sequence;
+    std::unique_ptr<UcxOp> op;  // once its message arrived
+    Request request;
+  };
+
+  // Takes the receive's message if it arrived: checks its header, then
+  // copies it (eager) or starts moving it into place (rendezvous).
+  bool start_receive(PendingRecv& r) {
+    auto found = inbox_->arrivals.find(r.sequence);
+    if (found == inbox_->arrivals.end()) return false;
+    UcxInbox::Arrival arrival = std::move(found->second);
+    inbox_->arrivals.erase(found);
+    r.op = std::make_unique<UcxOp>();
+    try {
+      check_match(arrival.header, r.tag, r.dst.bytes, [&] {
+        return cat("rank ", self_, ": received from ", peer_name_, " (", describe_tag(r.tag), ")");
+      });
+      if (arrival.length != arrival.header.bytes)
+        throw ProtocolMismatch(cat("rank ", self_, ": a message from ", peer_name_, " announced ", arrival.header.bytes,
+                                   " bytes and carried ", arrival.length));
+    } catch (...) {
+      context_->release(arrival);
+      throw;
+    }
+    if (arrival.rendezvous) {
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      param.cb.recv_am = &on_recv_done;
+      param.user_data = r.op.get();
+      // UCX owns the descriptor from here on, whatever the outcome.
+      take_result(*r.op, ucp_am_recv_data_nbx(context_->worker(), arrival.data, r.dst.data, r.dst.bytes, &param));
+    } else {
+      if (r.dst.bytes > 0)
+        std::memcpy(r.dst.data, arrival.data != nullptr ? arrival.data : arrival.copy.data(), r.dst.bytes);
+      context_->release(arrival);
+      r.op->done = true;
+    }
+    return true;
+  }
+
+  // A message outside the sequence (a hello, an abort notice), sent eagerly
+  // and left to the context once this side no longer cares (mutex held).
+  void post_control(std::uint64_t tag, std::string_view text, std::chrono::milliseconds wait = {}) {
+    if (ep_ == nullptr) return;
+    auto op = std::make_unique<UcxOp>();
+    const std::size_t n = std::min(text.size(), kMaxAbortReason);
+    op->payload.assign(reinterpret_cast<const std::byte*>(text.data()), reinterpret_cast<const std::byte*>(text.data()) + n);
+    op->header = UcxWireHeader{comm_id_, self_, peer_, 0, MessageHeader{tag, n, {}}};
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_AM_SEND_FLAG_EAGER;
+    param.cb.send = &on_send_done;
+    param.user_data = op.get();
+    take_result(*op, ucp_am_send_nbx(ep_, kUcxMessageId, &op->header, sizeof op->header, op->payload.data(), n, &param));
+    const Deadline deadline = Deadline::after(wait);
+    do context_->progress_locked();
+    while (!op->done && !deadline.expired());
+    if (!op->done) context_->adopt(std::move(op));
+    else finish(*op);
+  }
+
+  void finish(UcxOp& op) {
+    if (op.request != nullptr) ucp_request_free(op.request);
+    op.request = nullptr;
+  }
+
+  void cancel(std::unique_ptr<UcxOp> op) {
+    if (!op) return;
+    if (op->request != nullptr && !op->done) {
+      ucp_request_cancel(context_->worker(), op->request);
+      context_->adopt(std::move(op));
+    } else {
+      finish(*op);
+    }
+  }
+
+  [[noreturn]] void lost(const Tag& tag, ucs_status_t status) {
+    // A peer that gave up closed its side: its notice, when it came, says why.
+    context_->progress_locked();
+    if (inbox_->noticed)
+      throw PeerLost(cat("rank ", self_, ": was told by ", peer_name_, " that it gave up: ", inbox_->notice));
+    throw PeerLost(cat("rank ", self_, ": lost the connection to ", peer_name_, " (", describe_tag(tag),
+                       "): UCX reports ", ucs_status_string(status), " (it exited, failed or closed its side)"));
+  }
+
+  const Tag& first_pending_tag() const { return !recvs_.empty() ? recvs_.front().tag : sends_.front().tag; }
+
+  // Every kLivenessEvery, whether the peer's process still runs (only for
+  // a peer in this kernel and PID namespace; true otherwise).
+  bool peer_process_alive() {
+    if (!pidfd_) return true;
+    auto now = Clock::now();
+    if (now < next_look_) return true;
+    next_look_ = now + UcxTransport::kLivenessEvery;
+    pollfd p{pidfd_.get(), POLLIN, 0};
+    return ::poll(&p, 1, 0) == 0;  // readable once the process exited
+  }
+
+  void fail(std::exception_ptr error) {
+    if (!broken_) broken_ = error;
+    std::vector<const UcxOp*> in_flight;
+    for (auto& s : sends_) {
+      s.request->fail(broken_);
+      if (s.op->request != nullptr && !s.op->done) in_flight.push_back(s.op.get());
+    }
+    for (auto& r : recvs_) {
+      r.request->fail(broken_);
+      if (r.op && r.op->request != nullptr && !r.op->done) in_flight.push_back(r.op.get());
+    }
+    if (!in_flight.empty()) {
+      // UCX may still read a send's buffer or write a rendezvous receive's,
+      // which the caller frees once the request failed: closing the
+      // endpoint at once ends the sends; a receive ends when its data
+      // stops (a dead peer sends no more), which is waited for, briefly.
+      close_now();
+      const Deadline drain = Deadline::after(kDrain);
+      auto pending = [&] {
+        return std::any_of(in_flight.begin(), in_flight.end(), [](const UcxOp* op) { return !op->done; });
+      };
+      while (pending() && !drain.expired()) context_->progress_locked();
+    }
+    for (auto& s : sends_) cancel(std::move(s.op));
+    for (auto& r : recvs_) cancel(std::move(r.op));
+    sends_.clear();
+    recvs_.clear();
+  }
+
+  void close_now() {
+    if (ep_ == nullptr) return;
+    auto op = std::make_unique<UcxOp>();
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    param.cb.send = &on_send_done;
+    param.user_data = op.get();
+    take_result(*op, ucp_ep_close_nbx(ep_, &param));
+    ep_ = nullptr;
+    if (op->done) {
+      finish(*op);
+    } else {
+      op->keep = inbox_;
+      context_->adopt(std::move(op));
+    }
+  }
+
+  // Closes the endpoint, flushing what this side sent (its last messages,
+  // an abort notice, may still be in UCX's buffers) unless the peer is known
+  // gone. Waits at most the timeout, never past 10 s, and 1 s after a
+  // failure, for the close to finish.
+  void close_endpoint(std::unique_lock<std::mutex>& lock) {
+    if (ep_ == nullptr) {
+      context_->drop_inbox(comm_id_, self_, peer_);
+      return;
+    }
+    const bool reachable = inbox_->endpoint_status == UCS_OK && peer_process_alive();
+    auto op = std::make_unique<UcxOp>();
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = reachable ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+    param.cb.send = &on_send_done;
+    param.user_data = op.get();
+    take_result(*op, ucp_ep_close_nbx(ep_, &param));
+    ep_ = nullptr;
+    const auto bound = broken_ ? std::chrono::milliseconds(1000) : std::chrono::milliseconds(10000);
+    const Deadline deadline = Deadline::after(std::min(timeout_, bound));
+    while (!op->done && !deadline.expired()) {
+      if (context_->progress_locked()) continue;
+      if (context_->arm_locked()) {
+        lock.unlock();
+        context_->wait(std::chrono::milliseconds(5));
+        lock.lock();
+      }
+    }
+    if (!op->done) {
+      log_warn("rank ", self_, ": ucx: the endpoint to ", peer_name_, " did not close in time; left to UCX");
+      // The error handler may still run: the inbox stays with the close.
+      op->keep = inbox_;
+      context_->adopt(std::move(op));
+    } else {
+      finish(*op);
+    }
+    context_->drop_inbox(comm_id_, self_, peer_);
+  }
+
+  std::shared_ptr<UcxContext> context_;
+  std::shared_ptr<UcxTransport::LinkSet> set_;
+  int self_;
+  int peer_;
+  std::array<std::byte, 16> comm_id_;
+  std::chrono::milliseconds timeout_;
+  std::string peer_name_;
+  ucp_ep_h ep_ = nullptr;
+  std::shared_ptr<UcxInbox> inbox_;
+  Fd pidfd_;
+  Clock::time_point next_look_{};
+  std::uint64_t send_sequence_ = 0;
+  std::uint64_t receive_sequence_ = 0;
+  std::deque<PendingSend> sends_;
+  std::deque<PendingRecv> recvs_;
+  RequestPool requests_;
+  std::exception_ptr broken_;
+  bool aborted_ = false;
+};
+
+// ---- the transport -----------------------------------------------------------------
+
+UcxTransport::UcxTransport(int rank, const CommId& comm_id, std::chrono::milliseconds timeout, bool active)
+    : rank_(rank), comm_id_(comm_id), timeout_(timeout), context_(active ? UcxContext::get() : nullptr),
+      links_(std::make_shared<LinkSet>()) {}
+
+UcxTransport::~UcxTransport() = default;
+
+std::vector<std::byte> UcxTransport::local_address() const {
+  if (!context_) return {};
+  static const std::uint64_t kernel_id = RankInfo::local(0).kernel_id;
+  WireWriter w;
+  w.u32(kAddressVersion);
+  w.u64(kernel_id);
+  w.u32(static_cast<std::uint32_t>(context_->pid()));
+  w.str(ShmSegment::pid_namespace());
+  w.u32(static_cast<std::uint32_t>(context_->worker_address().size()));
+  w.bytes(context_->worker_address());
+  return w.take();
+}
+
+std::string UcxTransport::describe() const {
+  return context_ ? cat("ucx (", context_->transports(), ")") : std::string("ucx (idle: no RDMA device)");
+}
+
+std::vector<std::unique_ptr<Link>> UcxTransport::connect_all(std::span<const PeerRef> peers, Deadline deadline,
+                                                             const PeerWatch& watch) {
+  if (!context_)
+    throw InvalidArgument(cat("rank ", rank_, ": ucx was asked to connect ", peers.size(), " peer(s) but has no "
+                              "UCX context (no RDMA device here and BRAID_TRANSPORT does not name ucx)"));
+  static const std::uint64_t kernel_id = RankInfo::local(0).kernel_id;
+  const std::string own_ns = ShmSegment::pid_namespace();
+  std::vector<std::unique_ptr<Link>> links;
+  try {
+    std::vector<UcxLink*> waiting;
+    for (const PeerRef& p : peers) {
+      const UcxAddress a = parse_address(p.address, cat("rank ", p.info->rank, " (", p.info->hostname, ")"));
+      const bool same_process_table = a.kernel_id == kernel_id && a.pid_namespace == own_ns && a.pid != ::getpid();
+      auto link = std::make_unique<UcxLink>(rank_, comm_id_, *p.info, a, same_process_table, timeout_, context_, links_);
+      link->greet();
+      waiting.push_back(link.get());
+      links.push_back(std::move(link));
+    }
+    // Each side's hello proves its endpoint exists, so a peer that leaves
+    // at once (a communicator made and destroyed) has let this side connect.
+    Clock::time_point next_watch{};
+    while (!waiting.empty()) {
+      std::erase_if(waiting, [](UcxLink* link) { return link->greeted(); });
+      if (waiting.empty()) break;
+      if (deadline.expired())
+        throw Timeout(cat("rank ", rank_, ": ucx: ", waiting.front()->describe_peer(), " did not answer within the "
+                          "timeout while connecting (it did not reach its side, or UCX cannot carry messages "
+                          "between the two)"));
+      auto now = Clock::now();
+      if (watch && now >= next_watch) {
+        next_watch = now + std::chrono::milliseconds(10);
+        watch(waiting.front()->peer(), false);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  } catch (const std::exception& e) {
+    for (auto& link : links) link->abort(cat("rank ", rank_, " gave up: ", e.what()));
+    throw;
+  }
+  return links;
+}
+
+bool UcxTransport::progress() {
+  if (!context_) return false;
+  std::lock_guard lock(context_->mutex());
+  context_->progress_locked();
+  bool moved = false;
+  for (UcxLink* link : links_->links) moved |= link->update();
+  return moved;
+}
+
+bool UcxTransport::arm() {
+  if (!context_) return true;
+  std::lock_guard lock(context_->mutex());
+  context_->progress_locked();
+  for (UcxLink* link : links_->links)
+    if (link->has_news()) return false;
+  return context_->arm_locked();
+}
+
+void UcxTransport::wait(std::chrono::microseconds timeout) {
+  if (context_) context_->wait(std::min<std::chrono::microseconds>(timeout, kLongestWait));
+}
+
+void UcxTransport::wake() {
+  if (context_) context_->wake();
+}
+
+}  // namespace braid

@@ -1,0 +1,83 @@
+// The UCX transport: links over UCX's UCP layer, which speaks RDMA
+// (InfiniBand, RoCE) where a device exists and TCP or shared memory
+// elsewhere. It is chosen between hosts whose UCX sees an RDMA device, and
+// anywhere when BRAID_TRANSPORT names it (registry.cpp).
+//
+// Per process: one UCP context and worker (ucx_context.hpp); its address is
+// this rank's address in the store, with the process id and PID namespace.
+// Per pair of ranks: one UCP endpoint to the peer's worker, created with
+// UCP_ERR_HANDLING_MODE_PEER and an error handler, so a peer that dies fails
+// the link instead of leaving UCX retrying. Within a kernel the link also
+// looks at the peer's process every kLivenessEvery (a pidfd), since UCX's
+// shared-memory transports notice a dead peer only by their keepalive.
+//
+// A send is one active message carrying braid's header (UcxWireHeader),
+// eager up to kEagerBytes and by rendezvous above; the
+// k-th receive posted takes the k-th message of the peer, checks its header
+// with check_match(), then copies an eager message out of UCX's buffer or
+// lets a rendezvous one land in place. Links move bytes only (can_reduce()
+// is false): the executor receives into scratch and reduces there.
+//
+// Sleeping: the transport does not wake the engine's Poller; arm() arms the
+// worker (ucp_worker_arm) and wait() polls its event fd with an eventfd for
+// wake(), at most kLongestWait at a time so a dead peer is looked at again.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/comm_id.hpp"
+#include "transport/transport.hpp"
+#include "transport/ucx/ucx_context.hpp"
+
+namespace braid {
+
+class UcxLink;
+
+class UcxTransport final : public Transport {
+ public:
+  static constexpr std::chrono::milliseconds kLivenessEvery{10};
+  static constexpr std::chrono::milliseconds kLongestWait{20};
+  /// Messages up to this size go eagerly: their send completes without a
+  /// receive posted on the other side, as a schedule may expect of small
+  /// messages (direct all-reduce in place sends before it receives), like
+  /// the buffering of a TCP socket or a shm ring. Larger ones go by
+  /// rendezvous, zero-copy where UCX can (CMA, RDMA), and their send
+  /// completes once the receiver took them.
+  static constexpr std::size_t kEagerBytes = 64 * 1024;
+
+  /// `timeout`: the longest a closing link waits for its last messages to
+  /// leave. Not `active`, it makes no UCX context, publishes an empty address
+  /// and connects nobody (the registry chose it for no pair).
+  UcxTransport(int rank, const CommId& comm_id, std::chrono::milliseconds timeout, bool active = true);
+  ~UcxTransport() override;
+
+  std::string_view name() const override { return "ucx"; }
+  std::vector<std::byte> local_address() const override;
+  std::vector<std::unique_ptr<Link>> connect_all(std::span<const PeerRef> peers, Deadline deadline,
+                                                 const PeerWatch& watch) override;
+  void set_identity(int rank, int, const CommId& comm_id) override {
+    rank_ = rank;
+    comm_id_ = comm_id;
+  }
+  std::string describe() const override;
+  bool progress() override;
+
+  bool wakes_poller() const override { return false; }
+  bool arm() override;
+  void wait(std::chrono::microseconds timeout) override;
+  void wake() override;
+
+  struct LinkSet;
+
+ private:
+  int rank_;
+  CommId comm_id_;
+  std::chrono::milliseconds timeout_;
+  std::shared_ptr<UcxContext> context_;
+  std::shared_ptr<LinkSet> links_;
+};
+
+}  // namespace braid
