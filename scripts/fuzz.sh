@@ -20,7 +20,7 @@ jobs=${FUZZ_JOBS:-$(nproc)}
 
 scripts/install-deps.sh --fuzz || exit 1
 if [ ! -f "$build/build.ninja" ]; then
-  CC=clang CXX=clang++ meson setup "$build" -Dfuzz=enabled -Db_lundef=false -Dgpu=disabled \
+  CC=clang CXX=clang++ meson setup "$build" -Dfuzz=enabled -Db_lundef=false -Dgpu=disabled -Ducx=disabled \
     -Db_sanitize=address,undefined --buildtype=debugoptimized -Doptimization=1 >/dev/null || exit 1
 fi
 
