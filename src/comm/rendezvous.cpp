@@ -102,6 +102,22 @@ Rendezvous connect_to(const std::string& where, const Settings& settings, std::s
   return rv;
 }
 
+/// Rank 0 draws the communicator's id and leaves it in the store; the others
+/// read it there.
+void share_comm_id(Rendezvous& rv, int rank, const Settings& settings) {
+  const std::string id_key = rv.scope + "comm_id";
+  if (rank == 0) {
+    rv.comm_id = CommId::random();
+    rv.store->set(id_key, std::span<const std::byte>(rv.comm_id.bytes));
+    return;
+  }
+  Bytes id = rv.store->get(id_key, settings.timeout);
+  if (id.size() != rv.comm_id.bytes.size())
+    throw ProtocolMismatch(cat("rank ", rank, ": the communicator id in the braid store (", rv.store_name,
+                               ") is malformed (key ", id_key, ")"));
+  std::copy(id.begin(), id.end(), rv.comm_id.bytes.begin());
+}
+
 }  // namespace
 
 Rendezvous rendezvous_at_store(const std::string& requested, int rank, int size, const Settings& settings) {
@@ -146,16 +162,7 @@ Rendezvous rendezvous_at_store(const std::string& requested, int rank, int size,
   }
   Rendezvous rv = connect_to(where, settings, std::move(server), settings.job_id, rank, size);
   rv.store_host = 0;
-  const std::string id_key = rv.scope + "comm_id";
-  if (rank == 0) {
-    rv.comm_id = CommId::random();
-    rv.store->set(id_key, std::span<const std::byte>(rv.comm_id.bytes));
-  } else {
-    Bytes id = rv.store->get(id_key, settings.timeout);
-    if (id.size() != rv.comm_id.bytes.size())
-      throw ProtocolMismatch(cat("rank ", rank, ": the store at ", where, " holds a malformed communicator id"));
-    std::copy(id.begin(), id.end(), rv.comm_id.bytes.begin());
-  }
+  share_comm_id(rv, rank, settings);
   return rv;
 }
 
@@ -206,10 +213,6 @@ Rendezvous rendezvous_by_id(std::span<const std::byte> id, int rank, int size, c
   return rv;
 }
 
-}  // namespace braid
-
-namespace braid {
-
 Rendezvous rendezvous_with_store(std::shared_ptr<Store> store, int rank, int size, const Settings& settings) {
   (void)size;
   Rendezvous rv;
@@ -220,16 +223,7 @@ Rendezvous rendezvous_with_store(std::shared_ptr<Store> store, int rank, int siz
   // that has no other.
   rv.advertise = chosen_address(settings, rank, true, "");
   log_addresses(rv, rank, settings);
-  const std::string id_key = rv.scope + "comm_id";
-  if (rank == 0) {
-    rv.comm_id = CommId::random();
-    rv.store->set(id_key, std::span<const std::byte>(rv.comm_id.bytes));
-  } else {
-    Bytes id = rv.store->get(id_key, settings.timeout);
-    if (id.size() != rv.comm_id.bytes.size())
-      throw ProtocolMismatch(cat("rank ", rank, ": the caller's store holds a malformed communicator id under ", id_key));
-    std::copy(id.begin(), id.end(), rv.comm_id.bytes.begin());
-  }
+  share_comm_id(rv, rank, settings);
   return rv;
 }
 
