@@ -2,7 +2,7 @@
 # Installs what is missing, builds, and runs everything CI runs:
 #   1. the test suite (unit, schedules, multi-process, launcher, fault matrix)
 #   2. the same under ASan+UBSan, and the threaded parts under TSan (scripts/sanitize.sh)
-#   3. every fuzz target for FUZZ_SECONDS (default 15) each (scripts/fuzz.sh)
+#   3. every fuzz target for FUZZ_SECONDS (default 10) each (scripts/fuzz.sh)
 # QUICK=1 runs only step 1. Ends with one line counting passed and failed
 # tests; exits non-zero on any failure.
 set -uo pipefail
@@ -19,8 +19,8 @@ if [ "${QUICK:-0}" != 1 ]; then
   echo "== sanitizers"
   scripts/sanitize.sh || status=1
   logs+=("${ASAN_BUILD_DIR:-build-asan}/meson-logs/testlog.json" "${TSAN_BUILD_DIR:-build-tsan}/meson-logs/testlog.json")
-  echo "== fuzzing, ${FUZZ_SECONDS:-15} s per target"
-  scripts/fuzz.sh "${FUZZ_SECONDS:-15}" | tee /tmp/braid-fuzz.$$.log
+  echo "== fuzzing, ${FUZZ_SECONDS:-10} s per target"
+  scripts/fuzz.sh "${FUZZ_SECONDS:-10}" | tee /tmp/braid-fuzz.$$.log
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 
