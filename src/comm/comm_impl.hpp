@@ -101,6 +101,7 @@ class Operation {
  private:
   std::mutex callbacks_mutex_;
   std::vector<std::function<void(std::exception_ptr)>> callbacks_;
+  std::atomic<bool> has_callbacks_{false};
 };
 
 class CommImpl {

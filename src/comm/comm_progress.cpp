@@ -10,17 +10,22 @@
 namespace braid {
 
 void Operation::add_callback(std::function<void(std::exception_ptr)> callback) {
+  // Published before `done` is read, as run_callbacks sets `done` before it
+  // reads has_callbacks_: at least one of the two sees the other, and the
+  // lock lets only one of them take the list.
+  std::vector<std::function<void(std::exception_ptr)>> run;
   {
     std::lock_guard lock(callbacks_mutex_);
-    if (!done.load()) {
-      callbacks_.push_back(std::move(callback));
-      return;
-    }
+    callbacks_.push_back(std::move(callback));
+    has_callbacks_.store(true);
+    if (done.load()) run.swap(callbacks_);
   }
-  callback(error);
+  for (auto& c : run) c(error);
 }
 
 void Operation::run_callbacks() {
+  // The common case, no callback, takes no lock: this runs for every operation.
+  if (!has_callbacks_.load()) return;
   std::vector<std::function<void(std::exception_ptr)>> run;
   {
     std::lock_guard lock(callbacks_mutex_);
