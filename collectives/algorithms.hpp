@@ -32,6 +32,21 @@ Schedule recursive_doubling_all_reduce(const CollectiveShape& shape);
 Schedule rabenseifner_all_reduce(const CollectiveShape& shape);
 /// Double binary tree, pipelined (double_tree.cpp).
 Schedule tree_all_reduce(const CollectiveShape& shape);
+/// Ring reduce-scatter inside each host, ring all-reduce of each chunk across
+/// hosts, ring all-gather inside each host (hierarchical.cpp). Needs
+/// shape.hosts with the same number (2 or more) of ranks on each of 2 or more
+/// hosts; otherwise it is the ring.
+Schedule hierarchical_all_reduce(const CollectiveShape& shape);
+
+/// The ranks of each host, hosts in the order the ring meets them, each
+/// host's ranks in ring order.
+struct HostGroups {
+  std::vector<std::vector<int>> hosts;
+  /// From the ring and each rank's host number (empty: no groups).
+  static HostGroups of(std::span<const int> ring, std::span<const int> host_of);
+  /// 2 or more hosts, each with the same number, 2 or more, of ranks.
+  bool uniform() const;
+};
 
 // broadcast
 /// Pipelined chain from the root along the ring (chain.cpp).

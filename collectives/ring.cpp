@@ -17,85 +17,151 @@
 //
 // Every rank reduces chunk c in the same ring order, and the all-gather
 // copies one rank's result to all, so the result is bit-identical everywhere.
+//
+// The two halves are pieces (ring_pieces.hpp) that work on any region and
+// any subset of the ranks, so other schedules compose them
+// (hierarchical.cpp).
 #include <algorithm>
 
 #include "collectives/algorithms.hpp"
+#include "collectives/ring_pieces.hpp"
 #include "core/check.hpp"
 
 namespace braid {
+
+std::size_t RingPiece::slices() const {
+  // Every chunk is cut into the same number of slices so that slice j of any
+  // chunk has the same step index on every rank.
+  const std::size_t max_chunk_bytes = chunks().size(0) * element;
+  return std::max<std::size_t>(1, (max_chunk_bytes + slice_bytes - 1) / slice_bytes);
+}
+
+Region RingPiece::slice(BufferId buffer, std::size_t chunk, std::size_t j) const {
+  const Partition all = chunks();
+  const Partition cut{all.size(chunk), slices()};
+  return Region{buffer, (first + all.begin(chunk) + cut.begin(j)) * element, cut.size(j) * element};
+}
+
+std::uint32_t RingPiece::tags() const { return static_cast<std::uint32_t>(2 * static_cast<std::size_t>(n()) * slices()); }
+
+namespace {
+
+// tag_index = base + phase * (n * slices) + round * slices + j: unique per message.
+std::uint32_t tag_of(const RingPiece& p, int phase, int round, std::size_t j) {
+  return p.tag_base +
+         static_cast<std::uint32_t>((static_cast<std::size_t>(phase) * p.n() + round) * p.slices() + j);
+}
+
+std::size_t chunk_at(const RingPiece& p, int round_offset) {
+  const int n = p.n();
+  return static_cast<std::size_t>(((p.pos + round_offset) % n + n) % n);
+}
+
+void add_deps(Step& step, std::span<const std::uint32_t> more) { step.deps.insert(step.deps.end(), more.begin(), more.end()); }
+
+}  // namespace
+
+RingState append_ring_reduce_scatter(Schedule& sched, const RingPiece& p, BufferId source,
+                                     std::span<const std::uint32_t> entry) {
+  const std::size_t slices = p.slices();
+  const int n = p.n();
+  const int next = p.ring[static_cast<std::size_t>((p.pos + 1) % n)];
+  const int prev = p.ring[static_cast<std::size_t>((p.pos + n - 1) % n)];
+  const std::size_t rounds = static_cast<std::size_t>(n - 1);
+  RingState state{std::vector<std::uint32_t>(slices), std::vector<std::uint32_t>(slices * rounds),
+                  std::vector<bool>(slices, false)};
+  // Round s sends chunk pos-s and reduces chunk pos-s-1 into the output. A
+  // slice that is empty (count < n * slices) is skipped; sender and receiver
+  // compute the same size, so they skip the same message.
+  for (std::size_t s = 0; s < rounds; ++s) {
+    const int r = static_cast<int>(s);
+    for (std::size_t j = 0; j < slices; ++j) {
+      Region src = p.slice(s == 0 ? source : BufferId::output, chunk_at(p, -r), j);
+      if (src.bytes > 0) {
+        Step send{.kind = StepKind::send, .peer = next, .src = src, .tag_index = tag_of(p, 0, r, j)};
+        if (s > 0) send.deps = {state.last[j]};
+        else add_deps(send, entry);
+        state.rs_send[s * slices + j] = sched.add(std::move(send));
+      }
+      Region dst = p.slice(BufferId::output, chunk_at(p, -r - 1), j);
+      if (dst.bytes > 0) {
+        // Each chunk is reduced once per rank: this rank's own part of it is
+        // still untouched in `source`.
+        Region local = p.slice(source, chunk_at(p, -r - 1), j);
+        Step reduce{.kind = StepKind::recv_reduce, .peer = prev, .src = local, .dst = dst, .tag_index = tag_of(p, 0, r, j)};
+        if (s == 0) add_deps(reduce, entry);
+        state.last[j] = sched.add(std::move(reduce));
+        state.has_last[j] = true;
+      }
+    }
+  }
+  return state;
+}
+
+void append_ring_average(Schedule& sched, const RingPiece& p, RingState& state) {
+  for (std::size_t j = 0; j < p.slices(); ++j) {
+    Region mine = p.slice(BufferId::output, p.owned_chunk(), j);
+    if (mine.bytes == 0) continue;
+    Step average{.kind = StepKind::average, .dst = mine};
+    if (state.has_last[j]) average.deps = {state.last[j]};
+    state.last[j] = sched.add(std::move(average));
+    state.has_last[j] = true;
+  }
+}
+
+void append_ring_all_gather(Schedule& sched, const RingPiece& p, RingState& state,
+                            std::span<const std::uint32_t> entry) {
+  const std::size_t slices = p.slices();
+  const int n = p.n();
+  const int next = p.ring[static_cast<std::size_t>((p.pos + 1) % n)];
+  const int prev = p.ring[static_cast<std::size_t>((p.pos + n - 1) % n)];
+  // Round s sends chunk pos+1-s and receives chunk pos-s. A receive
+  // overwrites a region that reduce-scatter sent from in round s (in place,
+  // that is the caller's input), so it waits for that send.
+  for (std::size_t s = 0; s + 1 < static_cast<std::size_t>(n); ++s) {
+    const int r = static_cast<int>(s);
+    for (std::size_t j = 0; j < slices; ++j) {
+      Region src = p.slice(BufferId::output, chunk_at(p, 1 - r), j);
+      if (src.bytes > 0) {
+        Step send{.kind = StepKind::send, .peer = next, .src = src, .tag_index = tag_of(p, 1, r, j)};
+        if (state.has_last[j]) send.deps = {state.last[j]};
+        if (s == 0) add_deps(send, entry);
+        sched.add(std::move(send));
+      }
+      Region dst = p.slice(BufferId::output, chunk_at(p, -r), j);
+      if (dst.bytes > 0) {
+        state.last[j] = sched.add(Step{.kind = StepKind::recv, .peer = prev, .dst = dst, .tag_index = tag_of(p, 1, r, j),
+                                       .deps = {state.rs_send[s * slices + j]}});
+        state.has_last[j] = true;
+      }
+    }
+  }
+}
+
+std::vector<std::uint32_t> writes_since(const Schedule& sched, std::uint32_t from) {
+  std::vector<std::uint32_t> out;
+  for (std::uint32_t i = from; i < sched.steps.size(); ++i) {
+    const Step& s = sched.steps[i];
+    if (s.kind != StepKind::send && s.dst.buffer == BufferId::output && s.dst.bytes > 0) out.push_back(i);
+  }
+  return out;
+}
+
 Schedule ring_all_reduce(const CollectiveShape& shape) {
   Schedule sched = Schedule::for_shape(shape, "ring");
   const std::size_t element = size_of(shape.type);
-  const int n = shape.ranks;
   if (shape.count == 0) return sched;
-  if (n == 1) {
+  if (shape.ranks == 1) {
     Region all{BufferId::output, 0, shape.count * element};
     sched.add(Step{.kind = StepKind::copy, .src = {BufferId::input, 0, all.bytes}, .dst = all});
     return sched;
   }
-  const int pos = ring_position(shape.ring, shape.rank);
-  const int next = shape.ring[(pos + 1) % n];
-  const int prev = shape.ring[(pos + n - 1) % n];
-  const Partition chunks{shape.count, static_cast<std::size_t>(n)};
-  // Every chunk is cut into the same number of slices so that slice j of any
-  // chunk has the same step index on every rank.
-  const std::size_t max_chunk_bytes = chunks.size(0) * element;
-  const std::size_t slices = std::max<std::size_t>(1, (max_chunk_bytes + shape.slice_bytes - 1) / shape.slice_bytes);
-  auto chunk_at = [&](int round_offset) { return static_cast<std::size_t>(((pos + round_offset) % n + n) % n); };
-  auto slice_region = [&](BufferId buffer, std::size_t chunk, std::size_t j) {
-    Partition cut{chunks.size(chunk), slices};
-    return Region{buffer, (chunks.begin(chunk) + cut.begin(j)) * element, cut.size(j) * element};
-  };
-  // tag_index = phase * (n * slices) + round * slices + j: unique per message.
-  auto tag = [&](int phase, int round, std::size_t j) {
-    return static_cast<std::uint32_t>((static_cast<std::size_t>(phase) * n + round) * slices + j);
-  };
-
-  const std::size_t rounds = static_cast<std::size_t>(n - 1);
-  std::vector<std::uint32_t> last(slices), rs_send(slices * rounds);
-  // Reduce-scatter: round s sends chunk pos-s, reduces chunk pos-s-1 into
-  // output. A slice that is empty (count < n * slices) is skipped; sender and
-  // receiver compute the same size, so they skip the same message.
-  for (std::size_t s = 0; s < rounds; ++s) {
-    const int r = static_cast<int>(s);
-    for (std::size_t j = 0; j < slices; ++j) {
-      Region src = slice_region(s == 0 ? BufferId::input : BufferId::output, chunk_at(-r), j);
-      if (src.bytes > 0) {
-        Step send{.kind = StepKind::send, .peer = next, .src = src, .tag_index = tag(0, r, j)};
-        if (s > 0) send.deps = {last[j]};
-        rs_send[s * slices + j] = sched.add(std::move(send));
-      }
-      Region dst = slice_region(BufferId::output, chunk_at(-r - 1), j);
-      if (dst.bytes > 0) {
-        Region local = slice_region(BufferId::input, chunk_at(-r - 1), j);
-        last[j] = sched.add(
-            Step{.kind = StepKind::recv_reduce, .peer = prev, .src = local, .dst = dst, .tag_index = tag(0, r, j)});
-      }
-    }
-  }
+  const RingPiece piece{.ring = shape.ring, .pos = ring_position(shape.ring, shape.rank), .count = shape.count,
+                        .element = element, .slice_bytes = shape.slice_bytes};
+  RingState state = append_ring_reduce_scatter(sched, piece, BufferId::input, {});
   // The owner finishes avg once, before the result travels.
-  if (shape.op == ReduceOp::avg) {
-    for (std::size_t j = 0; j < slices; ++j) {
-      Region mine = slice_region(BufferId::output, chunk_at(1), j);
-      if (mine.bytes == 0) continue;
-      last[j] = sched.add(Step{.kind = StepKind::average, .dst = mine, .deps = {last[j]}});
-    }
-  }
-  // All-gather: round s sends chunk pos+1-s and receives chunk pos-s. A receive
-  // overwrites a region that reduce-scatter sent from in round s (in place,
-  // that is the caller's input), so it waits for that send.
-  for (std::size_t s = 0; s < rounds; ++s) {
-    const int r = static_cast<int>(s);
-    for (std::size_t j = 0; j < slices; ++j) {
-      Region src = slice_region(BufferId::output, chunk_at(1 - r), j);
-      if (src.bytes > 0)
-        sched.add(Step{.kind = StepKind::send, .peer = next, .src = src, .tag_index = tag(1, r, j), .deps = {last[j]}});
-      Region dst = slice_region(BufferId::output, chunk_at(-r), j);
-      if (dst.bytes > 0)
-        last[j] = sched.add(Step{.kind = StepKind::recv, .peer = prev, .dst = dst, .tag_index = tag(1, r, j),
-                                 .deps = {rs_send[s * slices + j]}});
-    }
-  }
+  if (shape.op == ReduceOp::avg) append_ring_average(sched, piece, state);
+  append_ring_all_gather(sched, piece, state, {});
   return sched;
 }
 

@@ -22,7 +22,7 @@ std::string_view name_of(StepKind kind) {
 namespace {
 
 constexpr std::string_view kAlgorithmNames[] = {"(unknown)", "ring", "direct", "recdbl", "rabenseifner", "tree",
-                                                "chain", "binomial", "pairwise", "p2p"};
+                                                "chain", "binomial", "pairwise", "p2p", "hierarchical"};
 constexpr std::string_view kKindNames[] = {"(unknown)", "all_reduce", "broadcast", "reduce", "all_gather",
                                            "reduce_scatter", "all_to_all", "gather", "scatter", "send/recv", "barrier",
                                            "all_to_allv", "all_gatherv", "reduce_scatterv", "gatherv", "scatterv"};

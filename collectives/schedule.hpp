@@ -104,6 +104,7 @@ struct CollectiveShape {
   int rank = 0;
   int ranks = 1;
   std::span<const int> ring;  // ranks in ring order (a permutation of [0, ranks))
+  std::span<const int> hosts;  // the host number of each rank (empty: not known)
   std::size_t count = 0;      // elements
   DataType type = DataType::f32;
   ReduceOp op = ReduceOp::sum;

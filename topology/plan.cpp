@@ -15,7 +15,7 @@ struct CollectiveAlgorithms {
   std::span<const std::string_view> algorithms;
 };
 
-constexpr std::string_view kAllReduce[] = {"ring", "direct", "recdbl", "rabenseifner", "tree"};
+constexpr std::string_view kAllReduce[] = {"ring", "direct", "recdbl", "rabenseifner", "tree", "hierarchical"};
 constexpr std::string_view kBroadcast[] = {"chain", "binomial", "tree"};
 constexpr std::string_view kReduce[] = {"binomial"};
 constexpr std::string_view kAllGather[] = {"ring"};
@@ -76,6 +76,10 @@ std::string_view Plan::algorithm_for(std::string_view collective, std::size_t by
     // while Rabenseifner still wins at 512 KiB over shm (410-480 us against
     // 770), so Rabenseifner stops below 1 MiB.
     if (bytes <= kSmallBytes) return ranks == 2 ? "direct" : "recdbl";
+    // Several hosts with as many ranks each: the ring's host crossings carry
+    // 2(n-1)/n of the buffer each, the hierarchical one's (hosts-1)/hosts of
+    // a host's share (hierarchical.cpp).
+    if (bytes >= kHierarchicalBytes && uniform_hosts) return "hierarchical";
     // On 2 ranks Rabenseifner is the ring without pipelining: ring it is.
     if (bytes < kMediumBytes && ranks > 2) return "rabenseifner";
     return "ring";
@@ -100,7 +104,8 @@ std::string Plan::describe() const {
     else if (c.collective == "all_reduce")
       chosen = ring.size() == 2 ? cat("direct up to ", human_bytes(kSmallBytes), ", ring above")
                                 : cat("recdbl up to ", human_bytes(kSmallBytes), ", rabenseifner below ",
-                                      human_bytes(kMediumBytes), ", ring from there");
+                                      human_bytes(kMediumBytes),
+                                      uniform_hosts ? ", hierarchical from there" : ", ring from there");
     else chosen = cat("binomial up to ", human_bytes(kMediumBytes), ", chain above");
     algos += cat(", ", c.collective, " ", chosen);
   }
@@ -162,6 +167,19 @@ Plan make_plan(std::span<const RankInfo> ranks, const Settings& settings) {
   std::stable_sort(plan.ring.begin(), plan.ring.end(), [&](int a, int b) {
     return first_rank_of_host[ranks[a].host_id] < first_rank_of_host[ranks[b].host_id];
   });
+  // Hosts numbered by their lowest rank; ranks counted per host.
+  std::map<int, int> number_of_first;
+  for (const auto& [id, first] : first_rank_of_host) number_of_first.emplace(first, 0);
+  int next = 0;
+  for (auto& [first, number] : number_of_first) number = next++;
+  std::vector<int> per_host(number_of_first.size(), 0);
+  plan.hosts.reserve(ranks.size());
+  for (const auto& r : ranks) {
+    plan.hosts.push_back(number_of_first[first_rank_of_host[r.host_id]]);
+    ++per_host[static_cast<std::size_t>(plan.hosts.back())];
+  }
+  plan.uniform_hosts = per_host.size() >= 2 && per_host.front() >= 2 &&
+                       std::all_of(per_host.begin(), per_host.end(), [&](int k) { return k == per_host.front(); });
   return plan;
 }
 

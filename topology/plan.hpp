@@ -25,6 +25,10 @@ struct Plan {
   std::vector<const TransportKind*> transports;
   std::string transport_setting;  // BRAID_TRANSPORT as given, for messages
   std::vector<int> ring;                      // ranks in ring order
+  std::vector<int> hosts;                     // host number of each rank (0, 1, ... by lowest rank)
+  /// 2 or more hosts, each with the same number, 2 or more, of ranks: the
+  /// shape hierarchical all-reduce takes.
+  bool uniform_hosts = false;
   std::map<std::string, std::string> forced;  // collective -> algorithm (BRAID_ALGO)
 
   /// The algorithm for one `collective` ("all_reduce", "broadcast", ...) of
@@ -39,6 +43,8 @@ struct Plan {
   /// Size rules until the cost model: see plan.cpp for the measurements.
   static constexpr std::size_t kSmallBytes = 32 * 1024;
   static constexpr std::size_t kMediumBytes = 1024 * 1024;
+  /// From here on, on uniform hosts, all-reduce is hierarchical.
+  static constexpr std::size_t kHierarchicalBytes = 1024 * 1024;
 };
 
 /// The algorithms each collective has, first the default.

@@ -401,6 +401,7 @@ CollectiveShape CommImpl::shape(std::size_t count, DataType type, ReduceOp op, i
   s.rank = rank_;
   s.ranks = size_;
   s.ring = plan_.ring;
+  s.hosts = plan_.hosts;
   s.count = count;
   s.type = type;
   s.op = op;
@@ -463,6 +464,7 @@ std::shared_ptr<Operation> CommImpl::all_reduce(const void* send, void* recv, st
                : algo == "recdbl"       ? recursive_doubling_all_reduce(s)
                : algo == "rabenseifner" ? rabenseifner_all_reduce(s)
                : algo == "tree"         ? tree_all_reduce(s)
+               : algo == "hierarchical" ? hierarchical_all_reduce(s)
                                         : ring_all_reduce(s);
       },
       [&] { return shape_text("all_reduce", type, name_of(op), count); });

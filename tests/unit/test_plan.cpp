@@ -1,0 +1,97 @@
+// The planner (topology/plan.cpp) from made-up rank infos: host numbers and
+// the ring's host crossings, the algorithm per size (hierarchical all-reduce
+// on several alike hosts, the ring otherwise), BRAID_ALGO, and the same plan
+// whatever order the rank infos come from.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "core/settings.hpp"
+#include "core/text.hpp"
+#include "topology/plan.hpp"
+
+namespace braid {
+namespace {
+
+// `hosts[r]` is rank r's host; host ids are made distinct and not in rank order.
+std::vector<RankInfo> ranks_on(const std::vector<int>& hosts) {
+  std::vector<RankInfo> infos;
+  for (std::size_t r = 0; r < hosts.size(); ++r) {
+    RankInfo info;
+    info.rank = static_cast<int>(r);
+    info.hostname = cat("host", hosts[r]);
+    info.host_id = 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(hosts[r] + 1);
+    info.kernel_id = info.host_id;
+    info.pid = 1000 + static_cast<int>(r);
+    infos.push_back(info);
+  }
+  return infos;
+}
+
+// Times the ring steps from one host to another, the step back to the start included.
+int crossings(const Plan& plan) {
+  int n = 0;
+  for (std::size_t i = 0; i < plan.ring.size(); ++i)
+    n += plan.hosts[plan.ring[i]] != plan.hosts[plan.ring[(i + 1) % plan.ring.size()]];
+  return n;
+}
+
+TEST_CASE("plan: 2 hosts x 2 ranks, interleaved: hierarchical all-reduce from 1 MiB") {
+  const Plan plan = make_plan(ranks_on({0, 1, 0, 1}), Settings{});
+  CHECK(plan.hosts == std::vector<int>{0, 1, 0, 1});
+  CHECK(plan.ring == std::vector<int>{0, 2, 1, 3});
+  CHECK(plan.uniform_hosts);
+  CHECK(crossings(plan) == 2);
+  CHECK(plan.algorithm_for("all_reduce", 8, 4) == "recdbl");
+  CHECK(plan.algorithm_for("all_reduce", 256 * 1024, 4) == "rabenseifner");
+  CHECK(plan.algorithm_for("all_reduce", 1024 * 1024, 4) == "hierarchical");
+  CHECK(plan.algorithm_for("all_reduce", 64 << 20, 4) == "hierarchical");
+  CHECK(plan.describe().find("hierarchical from there") != std::string::npos);
+}
+
+TEST_CASE("plan: one host, or hosts of different sizes: the ring for large all-reduces") {
+  for (const auto& hosts : {std::vector<int>{0, 0, 0, 0}, std::vector<int>{0, 0, 0, 1, 1}, std::vector<int>{0, 1, 2},
+                            std::vector<int>{0, 1}}) {
+    const Plan plan = make_plan(ranks_on(hosts), Settings{});
+    INFO("hosts of ranks: " << plan.describe());
+    CHECK_FALSE(plan.uniform_hosts);
+    CHECK(plan.algorithm_for("all_reduce", 64 << 20, static_cast<int>(hosts.size())) == "ring");
+  }
+}
+
+TEST_CASE("plan: 3 hosts with uneven ranks keep each host together in the ring") {
+  const Plan plan = make_plan(ranks_on({2, 0, 1, 0, 2, 2, 1}), Settings{});
+  CHECK(plan.hosts == std::vector<int>{0, 1, 2, 1, 0, 0, 2});  // numbered by lowest rank
+  CHECK(plan.ring == std::vector<int>{0, 4, 5, 1, 3, 2, 6});
+  CHECK(crossings(plan) == 3);
+}
+
+TEST_CASE("plan: 1024 ranks on 128 hosts: hierarchical, and the ring crosses once per host") {
+  std::vector<int> hosts;
+  for (int r = 0; r < 1024; ++r) hosts.push_back((r * 37) % 128);  // 8 per host, scattered
+  const Plan plan = make_plan(ranks_on(hosts), Settings{});
+  CHECK(plan.uniform_hosts);
+  CHECK(crossings(plan) == 128);
+  CHECK(std::set<int>(plan.ring.begin(), plan.ring.end()).size() == 1024);
+  CHECK(plan.algorithm_for("all_reduce", 16 << 20, 1024) == "hierarchical");
+}
+
+TEST_CASE("plan: BRAID_ALGO forces hierarchical, and every rank gets the same plan") {
+  Settings s;
+  s.algo = "all_reduce:hierarchical";
+  const auto infos = ranks_on({1, 0, 1, 0, 2, 2});
+  const Plan plan = make_plan(infos, s);
+  CHECK(plan.algorithm_for("all_reduce", 8, 6) == "hierarchical");
+  // Whatever a rank knows of itself first, the inputs are the gathered infos
+  // by rank: the same plan from the same inputs.
+  for (int i = 0; i < 3; ++i) {
+    const Plan again = make_plan(infos, s);
+    CHECK(again.ring == plan.ring);
+    CHECK(again.hosts == plan.hosts);
+  }
+  s.algo = "all_reduce:nosuch";
+  CHECK_THROWS_WITH(make_plan(infos, s), Catch::Contains("hierarchical"));
+}
+
+}  // namespace
+}  // namespace braid
