@@ -209,6 +209,11 @@ void ShmSegment::unlink() {
   if (::shm_unlink(name_.c_str()) != 0 && errno != ENOENT) fail("unlink", name_, errno);
 }
 
+std::string ShmSegment::keep_name() {
+  linked_ = false;
+  return name_;
+}
+
 int ShmSegment::attached() const {
   return std::atomic_ref<std::int32_t>(header_of(base_)->attached).load(std::memory_order_acquire);
 }

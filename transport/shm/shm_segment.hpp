@@ -74,6 +74,11 @@ class ShmSegment {
   /// Removes the name from /dev/shm (mappings stay valid). Idempotent; an
   /// already-missing name is not an error.
   void unlink();
+  /// This side created the segment: true until unlink() or keep_name().
+  bool owns_name() const { return owner_ && linked_; }
+  /// Gives up removing the name at release (someone else will, or
+  /// ShmContext::leave_name's holder); returns it.
+  std::string keep_name();
   /// Waits (polling, bounded) until `peers` other processes have attached;
   /// false on timeout. The creator calls this, then unlink().
   bool wait_attached(int peers, std::chrono::milliseconds timeout) const;

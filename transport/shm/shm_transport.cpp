@@ -132,8 +132,15 @@ ShmContext::ShmContext() : pid_(::getpid()) {
 }
 
 ShmContext::~ShmContext() {
+  if (pid_ == ::getpid())
+    for (const auto& name : left_names_) ::shm_unlink(name.c_str());  // ENOENT: the peer took it
   if (word_ != nullptr && pid_ == ::getpid()) ::munmap(word_, kPage);
   if (fd_ >= 0) ::close(fd_);
+}
+
+void ShmContext::leave_name(std::string name) {
+  std::lock_guard lock(mutex_);
+  left_names_.push_back(std::move(name));
 }
 
 std::shared_ptr<ShmPeerProcess> ShmContext::peer(int pid, int bell_fd, std::string_view who) {
@@ -159,14 +166,15 @@ class ShmLink final : public Link {
   /// `created`: this rank created the pair's segment, and the peer may not
   /// have opened it yet.
   ShmLink(int self, const RankInfo& peer, std::shared_ptr<ShmSegment> segment, bool created, RingGeometry geometry,
-          DoorbellWord* own_word, std::shared_ptr<ShmPeerProcess> process, std::shared_ptr<ShmTransport::LinkSet> set)
-      : self_(self), peer_(peer.rank), process_(std::move(process)), set_(std::move(set)),
+          std::shared_ptr<ShmContext> context, std::shared_ptr<ShmPeerProcess> process,
+          std::shared_ptr<ShmTransport::LinkSet> set)
+      : self_(self), peer_(peer.rank), context_(std::move(context)), process_(std::move(process)), set_(std::move(set)),
         segment_(std::move(segment)), peer_opened_(!created),
         peer_name_(cat("rank ", peer.rank, " (", peer.hostname, ", shm pid ", peer.pid, ")")),
         sender_(ring_region(self < peer.rank ? 0 : 1, geometry), cat("rank ", self, ": shm ring to ", peer_name_),
-                RingCopy::by_size, own_word, process_->word()),
+                RingCopy::by_size, context_->own_word(), process_->word()),
         receiver_(ring_region(self < peer.rank ? 1 : 0, geometry), cat("rank ", self, ": shm ring from ", peer_name_),
-                  RingCopy::by_size, own_word, process_->word()) {
+                  RingCopy::by_size, context_->own_word(), process_->word()) {
     std::lock_guard lock(set_->mutex);
     set_->links.push_back(this);
   }
@@ -179,6 +187,12 @@ class ShmLink final : public Link {
     // The peer learns that this side is gone (its waits end with PeerLost).
     sender_.close();
     receiver_.close();
+    // Closed before the peer opened the segment: while its process lives it
+    // may still be connecting (its communicator is the one this rank made
+    // and closed a moment ago), and it must find the segment, not wait for
+    // it until its timeout. It removes the name when it opens it.
+    if (segment_->owns_name() && segment_->attached() == 0 && process_->alive())
+      context_->leave_name(segment_->keep_name());
   }
 
   int peer() const override { return peer_; }
@@ -333,6 +347,7 @@ class ShmLink final : public Link {
 
   int self_;
   int peer_;
+  std::shared_ptr<ShmContext> context_;
   std::shared_ptr<ShmPeerProcess> process_;
   std::shared_ptr<ShmTransport::LinkSet> set_;
   std::shared_ptr<ShmSegment> segment_;
@@ -450,8 +465,8 @@ std::unique_ptr<Link> ShmTransport::connect_one(const PeerRef& p, const std::str
     segment = open_pair(name, low, high, *p.info, *process, deadline, watch);
     segment->unlink();
   }
-  return std::make_unique<ShmLink>(rank_, *p.info, std::move(segment), created.has_value(), geometry_,
-                                   context_->own_word(), std::move(process), links_);
+  return std::make_unique<ShmLink>(rank_, *p.info, std::move(segment), created.has_value(), geometry_, context_,
+                                   std::move(process), links_);
 }
 
 std::shared_ptr<ShmSegment> ShmTransport::open_pair(const std::string& name, int low, int high, const RankInfo& peer,
@@ -461,13 +476,21 @@ std::shared_ptr<ShmSegment> ShmTransport::open_pair(const std::string& name, int
   // segment or formatting the rings (microseconds).
   Clock::time_point next_watch{};
   std::string waiting_for = cat("/dev/shm", name, " did not appear");
+  // Opened once and kept: the creator counts this side as attached from
+  // then on (and may remove the name), so the rings are awaited in this
+  // mapping, never by opening the name again.
+  std::shared_ptr<ShmSegment> segment;
   while (true) {
-    if (auto opened = ShmSegment::try_open(name)) {
-      auto segment = std::make_shared<ShmSegment>(std::move(*opened));
-      if (segment->size() != pair_bytes(geometry_))
-        throw ProtocolMismatch(cat("rank ", rank_, ": the shared-memory segment of rank ", peer.rank, " (",
-                                   segment->path(), ") holds ", segment->size(), " bytes, not ",
-                                   pair_bytes(geometry_), ": the ranks run different braid builds"));
+    if (!segment)
+      if (auto opened = ShmSegment::try_open(name)) {
+        segment = std::make_shared<ShmSegment>(std::move(*opened));
+        if (segment->size() != pair_bytes(geometry_))
+          throw ProtocolMismatch(cat("rank ", rank_, ": the shared-memory segment of rank ", peer.rank, " (",
+                                     segment->path(), ") holds ", segment->size(), " bytes, not ",
+                                     pair_bytes(geometry_), ": the ranks run different braid builds"));
+        waiting_for = cat("the rings in /dev/shm", name, " were not formatted");
+      }
+    if (segment) {
       auto* header = reinterpret_cast<PairHeader*>(segment->data());
       if (std::atomic_ref<std::uint64_t>(header->magic).load(std::memory_order_acquire) == kPairMagic) {
         if (header->low_rank != low || header->high_rank != high || header->comm_id != comm_id_.bytes)
@@ -475,7 +498,6 @@ std::shared_ptr<ShmSegment> ShmTransport::open_pair(const std::string& name, int
                                      " belongs to another pair of ranks or another communicator"));
         return segment;
       }
-      waiting_for = cat("the rings in /dev/shm", name, " were not formatted");
     }
     if (!process.alive()) gone(peer, process.pid(), watch);
     if (deadline.expired())

@@ -76,6 +76,12 @@ class ShmContext {
   int pid() const { return pid_; }
   /// The doorbell of process `pid`, mapped once and shared by its links.
   std::shared_ptr<ShmPeerProcess> peer(int pid, int bell_fd, std::string_view who);
+  /// A pair segment this process created and closed before its peer opened
+  /// it: the name stays for the peer (still connecting: the pair's
+  /// communicator was made and closed here first), which opens it, finds the
+  /// rings closed and removes the name. The context removes what is left
+  /// when it goes (a peer that never came).
+  void leave_name(std::string name);
 
  private:
   ShmContext();
@@ -84,6 +90,7 @@ class ShmContext {
   DoorbellWord* word_ = nullptr;
   std::mutex mutex_;
   std::vector<std::weak_ptr<ShmPeerProcess>> peers_;
+  std::vector<std::string> left_names_;
 };
 
 class ShmLink;
