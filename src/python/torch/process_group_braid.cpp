@@ -371,14 +371,14 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupBraid::allgather(std::vector<std::v
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupBraid::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                     const ::c10d::AllgatherOptions& /*opts*/) {
-  check_tensor(output, "_all_gather_base", "output_tensor");
-  check_tensor(input, "_all_gather_base", "input_tensor");
-  check_same_dtype(output, input, "_all_gather_base", "output_tensor", "input_tensor");
+  check_tensor(output, "all_gather_into_tensor", "output_tensor");
+  check_tensor(input, "all_gather_into_tensor", "input_tensor");
+  check_same_dtype(output, input, "all_gather_into_tensor", "output_tensor", "input_tensor");
   if (output.numel() != input.numel() * size_)
-    fail_value(argument("_all_gather_base", "output_tensor") + " has " + std::to_string(output.numel()) +
+    fail_value(argument("all_gather_into_tensor", "output_tensor") + " has " + std::to_string(output.numel()) +
                " elements; it must hold world size (" + std::to_string(size_) + ") x input_tensor's " +
                std::to_string(input.numel()));
-  auto work = make_work(rank_, ::c10d::OpType::_ALLGATHER_BASE, "_all_gather_base", {output}, timeout_);
+  auto work = make_work(rank_, ::c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {output}, timeout_);
   work->keep(input);
   return issue(mutex_, work, [&](WorkBraid& w) {
     w.track(comm_.all_gather_async(input.data_ptr(), output.data_ptr(), bytes_of(input), DataType::u8));
@@ -468,16 +468,16 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupBraid::reduce_scatter(std::vector<a
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupBraid::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                          const ::c10d::ReduceScatterOptions& opts) {
-  check_tensor(output, "_reduce_scatter_base", "output");
-  check_tensor(input, "_reduce_scatter_base", "input");
-  check_same_dtype(output, input, "_reduce_scatter_base", "output", "input");
-  const DataType type = reduce_type(output, "_reduce_scatter_base", "output");
-  const braid::ReduceOp op = reduce_op(opts.reduceOp, "_reduce_scatter_base");
+  check_tensor(output, "reduce_scatter_tensor", "output");
+  check_tensor(input, "reduce_scatter_tensor", "input");
+  check_same_dtype(output, input, "reduce_scatter_tensor", "output", "input");
+  const DataType type = reduce_type(output, "reduce_scatter_tensor", "output");
+  const braid::ReduceOp op = reduce_op(opts.reduceOp, "reduce_scatter_tensor");
   if (input.numel() != output.numel() * size_)
-    fail_value(argument("_reduce_scatter_base", "input") + " has " + std::to_string(input.numel()) +
+    fail_value(argument("reduce_scatter_tensor", "input") + " has " + std::to_string(input.numel()) +
                " elements; it must hold world size (" + std::to_string(size_) + ") x output's " +
                std::to_string(output.numel()));
-  auto work = make_work(rank_, ::c10d::OpType::_REDUCE_SCATTER_BASE, "_reduce_scatter_base", {output}, timeout_);
+  auto work = make_work(rank_, ::c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {output}, timeout_);
   work->keep(input);
   return issue(mutex_, work, [&](WorkBraid& w) {
     w.track(comm_.reduce_scatter_async(input.data_ptr(), output.data_ptr(), count_of(output), type, op));

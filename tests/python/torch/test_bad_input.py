@@ -54,7 +54,7 @@ def test_wrong_sizes(world):
     rank, size, _ = world
     with pytest.raises(ValueError, match=r"all_gather: argument 'tensor_list' has 1 tensors"):
         dist.all_gather([torch.ones(2)], torch.ones(2))
-    with pytest.raises(ValueError, match=r"_all_gather_base: argument 'output_tensor' has 3 elements"):
+    with pytest.raises(ValueError, match=r"all_gather_into_tensor: argument 'output_tensor' has 3 elements"):
         dist.all_gather_into_tensor(torch.ones(3), torch.ones(2))
     with pytest.raises(ValueError, match=r"all_to_all_single: argument 'input_split_sizes' sums to"):
         dist.all_to_all_single(torch.ones(size * 2), torch.ones(size * 2), input_split_sizes=[1] * size)
