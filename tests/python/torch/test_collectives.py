@@ -191,3 +191,14 @@ def test_describe(world):
     line = braid.torch.describe()
     assert isinstance(line, str) and line
     assert dist.get_backend() == "braid"
+
+
+def test_object_collectives(world):
+    # Pickled objects of different sizes: all_gather of sizes, then of padded bytes.
+    rank, size, _ = world
+    gathered = [None] * size
+    dist.all_gather_object(gathered, {"rank": rank, "payload": "x" * (rank * 100)})
+    assert gathered == [{"rank": r, "payload": "x" * (r * 100)} for r in range(size)]
+    objects = [("from", rank, list(range(rank + 3)))]
+    dist.broadcast_object_list(objects, src=size - 1)
+    assert objects == [("from", size - 1, list(range(size + 2)))]
