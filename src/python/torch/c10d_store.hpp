@@ -11,10 +11,9 @@
 // and braid::PeerLost for the rest, naming the key and keeping c10d's text.
 #pragma once
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <algorithm>
 #include <string>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
 
 #include "braid/store.hpp"
@@ -83,8 +82,7 @@ class C10dStore final : public braid::Store {
     const std::string first = keys.empty() ? std::string() : keys[0];
     if (timeout <= Millis(0)) {
       if (!check(keys))
-        throw braid::Timeout("c10d store: key '" + first + "' (of " + std::to_string(keys.size()) +
-                             ") is not set yet");
+        throw braid::Timeout("c10d store: key '" + first + "' (of " + std::to_string(keys.size()) + ") is not set yet");
       return;
     }
     try {

@@ -20,10 +20,9 @@
 // and SUM, AVG, PRODUCT, MIN or MAX.
 #pragma once
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-
 #include <chrono>
 #include <mutex>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "braid/braid.hpp"
 

@@ -202,3 +202,20 @@ def test_object_collectives(world):
     objects = [("from", rank, list(range(rank + 3)))]
     dist.broadcast_object_list(objects, src=size - 1)
     assert objects == [("from", size - 1, list(range(size + 2)))]
+
+
+def test_subgroups(world):
+    # A braid group of the last rank alone, and one of every rank in reverse order.
+    rank, size, _ = world
+    alone = dist.new_group(ranks=[size - 1], backend="braid")
+    if rank == size - 1:
+        t = torch.full((3,), 5.0)
+        dist.all_reduce(t, group=alone)
+        assert torch.equal(t, torch.full((3,), 5.0))
+    everyone = dist.new_group(ranks=list(reversed(range(size))), backend="braid")
+    t = torch.full((2,), float(rank))
+    dist.broadcast(t, src=0, group=everyone)  # src is a global rank
+    assert torch.equal(t, torch.zeros(2))
+    t = torch.full((2,), float(rank + 1))
+    dist.all_reduce(t, group=everyone)
+    assert torch.equal(t, torch.full((2,), size * (size + 1) / 2))
