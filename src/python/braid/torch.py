@@ -64,7 +64,9 @@ def launch_env():
 
 def init_process_group(backend=BACKEND, timeout=datetime.timedelta(seconds=60), **kwargs):
     """dist.init_process_group(backend, ...) with the rank, world size and
-    init_method of launch_env(); keyword arguments override them."""
+    init_method of launch_env(), and a 60 s timeout (torch's default is 30
+    minutes: a lost peer would hold every rank that long); keyword arguments
+    override them."""
     rank, world_size, init_method = launch_env()
     kwargs.setdefault("rank", rank)
     kwargs.setdefault("world_size", world_size)
