@@ -13,7 +13,7 @@
 
 using namespace braid;
 using namespace braid::test;
-using Clock = std::chrono::steady_clock;
+using braid::Clock;  // core/deadline.hpp: std::chrono::steady_clock
 using std::chrono::milliseconds;
 
 namespace {
