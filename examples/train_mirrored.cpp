@@ -399,6 +399,7 @@ int train_steps(const Config& cfg, mr::Strategy& strategy_ref, const std::shared
         Params p{w1.value(ctx), b1.value(ctx), w2.value(ctx), b2.value(ctx)};
         Params g{grads.of(w1), grads.of(b1), grads.of(w2), grads.of(b2)};
         for (std::int64_t b = from; b < to; ++b) {
+          if (ctx.local_replica() == 0) progress.batch = b;  // read only after run() returns or throws
           auto batch = shard.batch(epoch, b);
           // Asynchronous workers apply their own gradients: a per-replica mean.
           double scale = ps ? static_cast<double>(batch.size()) : static_cast<double>(shard.global_batch_samples(b));

@@ -22,8 +22,8 @@ std::string recovery_advice(const RecoveryFacts& f) {
   const std::string who = peer.rank < 0 ? std::string("a peer")
                                         : "rank " + std::to_string(peer.rank) +
                                               (peer.host.empty() ? std::string() : " (" + peer.host + ")");
-  std::string out = "braid-train: rank " + std::to_string(f.rank) + " lost " + who + " at " + f.position +
-                    " and stops: " + f.error + "\n";
+  std::string out = "braid-train: rank " + std::to_string(f.rank) + " lost " + who + " after " + f.position +
+                    ", and stops: " + f.error + "\n";
   if (f.checkpoint_path.empty()) {
     out += "braid-train: no checkpoints were written (no --checkpoint-dir): start the job again from the beginning, "
            "with --checkpoint-dir DIR --checkpoint-every N to be able to resume next time.\n";
@@ -41,8 +41,9 @@ std::string recovery_advice(const RecoveryFacts& f) {
            (f.saving ? " (unless rank 0 finished the first one before it went)" : "") +
            ": --resume starts from step 0.\n";
   }
-  out += "braid-train: to resume, start every rank again as before (on " + who +
-         "'s machine too, once it is back), with --resume; this rank's command:\n";
+  out += "braid-train: to resume, start every rank again as before, with --resume (" +
+         (peer.rank < 0 ? std::string("the lost one's") : "rank " + std::to_string(peer.rank) + "'s") +
+         " too, once its machine is back); this rank's command:\n";
   out += "braid-train:   " + f.resume_command + "\n";
   return out;
 }
