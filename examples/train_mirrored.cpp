@@ -287,7 +287,8 @@ mr::TrainingPosition restore_requested(const Config& cfg, mr::Strategy& strategy
   std::string path = cfg.restore_path;
   if (cfg.resume) {
     // Only the chief reads checkpoints; it tells the others whether there is one.
-    std::int32_t found = strategy.is_chief() && std::filesystem::exists(cfg.checkpoint_path()) ? 1 : 0;
+    std::error_code unreadable;  // a checkpoint that cannot even be looked at is reported by restore()
+    std::int32_t found = strategy.is_chief() && (std::filesystem::exists(cfg.checkpoint_path(), unreadable) || unreadable);
     if (braid::Comm* comm = strategy.comm(); comm != nullptr && comm->size() > 1)
       comm->broadcast(std::span(&found, 1), 0);
     if (found) path = cfg.checkpoint_path();
@@ -487,7 +488,7 @@ void advise_after_lost_peer(const Config& cfg, mr::Strategy& strategy, const Pro
       facts.checkpoint = describe_position(progress.checkpoint->epoch, progress.checkpoint->batch_in_epoch,
                                            progress.steps_per_epoch);
     if (facts.chief) {
-      if (!std::filesystem::exists(facts.checkpoint_path)) {
+      if (std::error_code ignored; !std::filesystem::exists(facts.checkpoint_path, ignored)) {
         facts.checkpoint_check = "is not written yet: --resume starts from the beginning";
       } else {
         try {
