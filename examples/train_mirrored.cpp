@@ -288,7 +288,8 @@ mr::TrainingPosition restore_requested(const Config& cfg, mr::Strategy& strategy
   if (cfg.resume) {
     // Only the chief reads checkpoints; it tells the others whether there is one.
     std::error_code unreadable;  // a checkpoint that cannot even be looked at is reported by restore()
-    std::int32_t found = strategy.is_chief() && (std::filesystem::exists(cfg.checkpoint_path(), unreadable) || unreadable);
+    std::int32_t found =
+        strategy.is_chief() && (std::filesystem::exists(cfg.checkpoint_path(), unreadable) || unreadable);
     if (braid::Comm* comm = strategy.comm(); comm != nullptr && comm->size() > 1)
       comm->broadcast(std::span(&found, 1), 0);
     if (found) path = cfg.checkpoint_path();
