@@ -21,24 +21,45 @@
 // (default 32), so that the gradient, 18 N + 1 floats, loads a network link;
 // --bucket-kib K fuses gradients into buckets of K KiB (default 4: several
 // buckets even for the small model, to show the mechanism).
+//
+// Checkpoints and a peer leaving: with --checkpoint-dir DIR --checkpoint-every
+// N the chief writes DIR/braid-train.ckpt every N steps (global batches),
+// atomically (the mirrored layer's save(): a temporary file, synced and
+// renamed over the last one), with the position in the data (epoch and batch).
+// If a peer is lost mid-training (killed, its machine or network gone), every
+// surviving rank stops with one message naming the lost rank, where the last
+// checkpoint stands (the chief reads it back and checks it), and the command
+// that resumes from it; the exit status is 3. --resume restores that
+// checkpoint (the chief reads it and broadcasts it, slots included) and
+// continues at its epoch and batch with the same data order, so the weights
+// at the end equal, bit for bit, those of a run that was never interrupted
+// (with --compression none: a compressed run's error feedback is not in the
+// checkpoint). Without a checkpoint in DIR yet, --resume starts from the
+// beginning (or from --restore's file), so one command serves both.
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "braid/mirrored.hpp"
+#include "train_recovery.hpp"
 
 namespace mr = braid::mirrored;
 
 namespace {
 
 constexpr int kInputs = 16;
+// The exit status of a run that lost a peer: it can be resumed.
+constexpr int kExitPeerLost = 3;
+constexpr const char* kCheckpointFile = "braid-train.ckpt";
 
 struct Config {
   std::string strategy = "multi_worker_mirrored";
@@ -57,7 +78,31 @@ struct Config {
   bool per_rank = false;  // --per-rank: every rank prints a line per epoch
   int hidden = 32;        // --hidden: tanh units; the gradient is 18 x hidden + 1 floats
   std::size_t bucket_bytes = 4096;  // --bucket-kib: small by default, to show several buckets
+  std::string checkpoint_dir;         // --checkpoint-dir: where the chief writes braid-train.ckpt
+  std::int64_t checkpoint_every = 0;  // --checkpoint-every N: steps (global batches) between checkpoints
+  bool resume = false;                // --resume: continue from the checkpoint in checkpoint_dir
+  std::string resume_command;         // this rank's command line with --resume, for the advice
+  std::string checkpoint_path() const { return (std::filesystem::path(checkpoint_dir) / kCheckpointFile).string(); }
 };
+
+// Where training stands, kept outside the training function so that the
+// advice after a lost peer can say it.
+struct Progress {
+  std::int64_t steps_per_epoch = 0;
+  std::int64_t epoch = 0;  // 0-based index of the epoch being trained
+  std::int64_t batch = 0;  // batches of it done
+  std::optional<mr::TrainingPosition> checkpoint;  // the last one written (every rank learns it)
+  bool saving = false;
+};
+
+// "step 200 (epoch 7, batch 8 of 32)"; at an epoch's end, "step 192 (end of epoch 6)".
+std::string describe_position(std::int64_t epoch, std::int64_t batch, std::int64_t steps_per_epoch) {
+  const std::int64_t step = epoch * steps_per_epoch + batch;
+  std::string where = batch == 0 && epoch > 0 ? "end of epoch " + std::to_string(epoch)
+                                              : "epoch " + std::to_string(epoch + 1) + ", batch " +
+                                                    std::to_string(batch) + " of " + std::to_string(steps_per_epoch);
+  return "step " + std::to_string(step) + " (" + where + ")";
+}
 
 // The dataset: the same on every rank (seeded), labels from a fixed teacher.
 struct Dataset {
@@ -208,6 +253,12 @@ Config parse_args(int argc, char** argv) {
     else if (a == "--restore") cfg.restore_path = value();
     else if (a == "--no-reference") cfg.reference = false;
     else if (a == "--per-rank") cfg.per_rank = true;
+    else if (a == "--checkpoint-dir") cfg.checkpoint_dir = value();
+    else if (a == "--checkpoint-every") {
+      cfg.checkpoint_every = std::stoll(value());
+      if (cfg.checkpoint_every < 1) throw braid::InvalidArgument("--checkpoint-every must be at least 1 (steps)");
+    }
+    else if (a == "--resume") cfg.resume = true;
     else if (a == "--bucket-kib") cfg.bucket_bytes = static_cast<std::size_t>(std::stoul(value())) * 1024;
     else if (a == "--hidden") {
       cfg.hidden = std::stoi(value());
@@ -215,6 +266,12 @@ Config parse_args(int argc, char** argv) {
     }
     else throw braid::InvalidArgument("unknown argument '" + a + "' (see the comment at the top of train_mirrored.cpp)");
   }
+  if ((cfg.checkpoint_every > 0 || cfg.resume) && cfg.checkpoint_dir.empty())
+    throw braid::InvalidArgument("--checkpoint-every and --resume need --checkpoint-dir DIR");
+  if ((!cfg.checkpoint_dir.empty() || cfg.resume) && cfg.strategy == "parameter_server")
+    throw braid::InvalidArgument("--checkpoint-dir and --resume are for the synchronous strategies (a parameter "
+                                 "server's asynchronous run cannot be resumed identically); use --save and --restore");
+  cfg.resume_command = braid_train::resume_command(argc, argv);
   return cfg;
 }
 
@@ -224,11 +281,36 @@ std::string braid_host_name() {
   return name;
 }
 
-int train(const Config& cfg) {
-  const Dataset data = make_dataset(cfg.samples);
-  auto sgd = std::make_shared<mr::Sgd>(cfg.learning_rate, cfg.momentum);
-  auto strategy = make_strategy(cfg, sgd);
-  auto* ps = dynamic_cast<mr::ParameterServer*>(strategy.get());
+// Restores what --restore or --resume asks for; returns the position to start
+// from (the beginning when there is nothing to restore).
+mr::TrainingPosition restore_requested(const Config& cfg, mr::Strategy& strategy, std::int64_t steps_per_epoch) {
+  std::string path = cfg.restore_path;
+  if (cfg.resume) {
+    // Only the chief reads checkpoints; it tells the others whether there is one.
+    std::error_code unreadable;  // a checkpoint that cannot even be looked at is reported by restore()
+    std::int32_t found =
+        strategy.is_chief() && (std::filesystem::exists(cfg.checkpoint_path(), unreadable) || unreadable);
+    if (braid::Comm* comm = strategy.comm(); comm != nullptr && comm->size() > 1)
+      comm->broadcast(std::span(&found, 1), 0);
+    if (found) path = cfg.checkpoint_path();
+    else if (strategy.is_chief())
+      std::printf("--resume: no checkpoint at '%s' yet: starting from %s\n", cfg.checkpoint_path().c_str(),
+                  path.empty() ? "the beginning" : ("'" + path + "'").c_str());
+  }
+  if (path.empty()) return {};
+  auto restored = strategy.restore(path);
+  if (strategy.is_chief())
+    std::printf("%s '%s': %s, saved by %d replicas, onto %d replicas\n",
+                path == cfg.restore_path ? "restored" : "resumed from", path.c_str(),
+                describe_position(restored.position.epoch, restored.position.batch_in_epoch, steps_per_epoch).c_str(),
+                restored.replicas_when_saved, strategy.num_replicas_in_sync());
+  return restored.position;
+}
+
+int train_steps(const Config& cfg, mr::Strategy& strategy_ref, const std::shared_ptr<mr::Sgd>& sgd,
+                const Dataset& data, Progress& progress) {
+  mr::Strategy* strategy = &strategy_ref;
+  auto* ps = dynamic_cast<mr::ParameterServer*>(strategy);
   const bool chief = strategy->is_chief();
 
   // Every rank draws its own random initial values; the chief's win.
@@ -259,15 +341,10 @@ int train(const Config& cfg) {
   init = {std::vector<float>(w1.value().begin(), w1.value().end()), std::vector<float>(b1.value().begin(), b1.value().end()),
           std::vector<float>(w2.value().begin(), w2.value().end()), std::vector<float>(b2.value().begin(), b2.value().end())};
   strategy->create_slots(*sgd);
-  int first_epoch = 0;
-  if (!cfg.restore_path.empty()) {
-    auto restored = strategy->restore(cfg.restore_path);
-    first_epoch = static_cast<int>(restored.position.epoch);
-    if (chief)
-      std::printf("restored '%s' (step %lld, epoch %d, saved by %d replicas) onto %d replicas\n",
-                  cfg.restore_path.c_str(), static_cast<long long>(restored.position.step), first_epoch,
-                  restored.replicas_when_saved, strategy->num_replicas_in_sync());
-  }
+  const mr::TrainingPosition start = restore_requested(cfg, *strategy, progress.steps_per_epoch);
+  const int first_epoch = static_cast<int>(start.epoch);
+  progress.epoch = start.epoch;
+  progress.batch = start.batch_in_epoch;
 
   if (ps != nullptr && ps->is_server()) {
     ps->serve();
@@ -278,32 +355,66 @@ int train(const Config& cfg) {
   }
 
   std::vector<double> reference;
-  if (chief && cfg.reference && ps == nullptr && first_epoch == 0) reference = reference_losses(cfg, data, init);
+  if (chief && cfg.reference && ps == nullptr && first_epoch == 0 && start.batch_in_epoch == 0)
+    reference = reference_losses(cfg, data, init);
   if (chief)
     std::printf("%s: %d replicas (%d per process), %lld samples, global batch %lld, compression %s\n",
                 std::string(strategy->name()).c_str(), strategy->num_replicas_in_sync(), strategy->local_replicas(),
                 static_cast<long long>(cfg.samples), static_cast<long long>(cfg.global_batch), cfg.compression.c_str());
   const mr::ShardOptions sharding{.dataset_size = cfg.samples, .global_batch_size = cfg.global_batch, .seed = 7};
+  const std::int64_t steps_per_epoch = progress.steps_per_epoch;
+  if (!cfg.checkpoint_dir.empty() && chief) {
+    std::error_code ignored;  // a directory that cannot be made fails the first save, on every rank
+    std::filesystem::create_directories(cfg.checkpoint_dir, ignored);
+  }
+  // Saves the position after `batch` batches of epoch index `epoch`.
+  auto checkpoint = [&](std::int64_t epoch, std::int64_t batch) {
+    progress.saving = true;
+    strategy->save(cfg.checkpoint_path(), {.epoch = epoch, .batch_in_epoch = batch});
+    progress.saving = false;
+    progress.checkpoint = mr::TrainingPosition{.epoch = epoch, .batch_in_epoch = batch};
+    if (chief) {
+      std::printf("checkpoint: %s written to '%s'\n", describe_position(epoch, batch, steps_per_epoch).c_str(),
+                  cfg.checkpoint_path().c_str());
+      std::fflush(stdout);
+    }
+  };
+  auto checkpoint_due = [&](std::int64_t epoch, std::int64_t batch) {
+    return cfg.checkpoint_every > 0 && (epoch * steps_per_epoch + batch) % cfg.checkpoint_every == 0;
+  };
   bool consistent = true;
   double worst = 0;
   for (int epoch = first_epoch; epoch < cfg.epochs; ++epoch) {
     const auto epoch_start = std::chrono::steady_clock::now();
-    strategy->run([&](mr::ReplicaContext& ctx) {
-      const mr::DataShard shard = strategy->shard(sharding, ctx);
-      auto& grads = ctx.gradients();
-      Params p{w1.value(ctx), b1.value(ctx), w2.value(ctx), b2.value(ctx)};
-      Params g{grads.of(w1), grads.of(b1), grads.of(w2), grads.of(b2)};
-      for (std::int64_t b = 0; b < shard.batches_per_epoch(); ++b) {
-        auto batch = shard.batch(epoch, b);
-        // Asynchronous workers apply their own gradients: a per-replica mean.
-        double scale = ps ? static_cast<double>(batch.size()) : static_cast<double>(shard.global_batch_samples(b));
-        double loss = forward_backward(data, batch, p, g, scale);
-        ctx.assign_add(loss_sum, std::span<const double>(&loss, 1));
-        double n = static_cast<double>(batch.size());
-        ctx.assign_add(seen, std::span<const double>(&n, 1));
-        ctx.apply_gradients(*sgd);
-      }
-    });
+    progress.epoch = epoch;
+    if (epoch != first_epoch) progress.batch = 0;
+    // One run() per stretch of batches between checkpoints (save() is a
+    // cross-replica call).
+    while (progress.batch < steps_per_epoch) {
+      const std::int64_t from = progress.batch;
+      std::int64_t to = steps_per_epoch;
+      if (cfg.checkpoint_every > 0)
+        to = std::min(to, from + cfg.checkpoint_every - (epoch * steps_per_epoch + from) % cfg.checkpoint_every);
+      strategy->run([&](mr::ReplicaContext& ctx) {
+        const mr::DataShard shard = strategy->shard(sharding, ctx);
+        auto& grads = ctx.gradients();
+        Params p{w1.value(ctx), b1.value(ctx), w2.value(ctx), b2.value(ctx)};
+        Params g{grads.of(w1), grads.of(b1), grads.of(w2), grads.of(b2)};
+        for (std::int64_t b = from; b < to; ++b) {
+          if (ctx.local_replica() == 0) progress.batch = b;  // read only after run() returns or throws
+          auto batch = shard.batch(epoch, b);
+          // Asynchronous workers apply their own gradients: a per-replica mean.
+          double scale = ps ? static_cast<double>(batch.size()) : static_cast<double>(shard.global_batch_samples(b));
+          double loss = forward_backward(data, batch, p, g, scale);
+          ctx.assign_add(loss_sum, std::span<const double>(&loss, 1));
+          double n = static_cast<double>(batch.size());
+          ctx.assign_add(seen, std::span<const double>(&n, 1));
+          ctx.apply_gradients(*sgd);
+        }
+      });
+      progress.batch = to;
+      if (to < steps_per_epoch && checkpoint_due(epoch, to)) checkpoint(epoch, to);
+    }
     double total = strategy->read(loss_sum).at(0), count = strategy->read(seen).at(0);
     const std::vector<double> zero{0.0};
     strategy->assign(loss_sum.variable(), std::as_bytes(std::span(zero)));
@@ -316,11 +427,10 @@ int train(const Config& cfg) {
     auto report = strategy->verify_replicas();
     consistent = consistent && report.consistent();
     if (cfg.per_rank) {
-      const long long steps = (cfg.samples + cfg.global_batch - 1) / cfg.global_batch;
       std::printf("rank %d on %s: epoch %d  replica hash %016llx  step %.2f ms  %.0f samples/s\n",
                   strategy->comm()->rank(), braid_host_name().c_str(), epoch + 1,
-                  static_cast<unsigned long long>(strategy->replica_hash()), 1e3 * epoch_s / static_cast<double>(steps),
-                  static_cast<double>(cfg.samples) / epoch_s);
+                  static_cast<unsigned long long>(strategy->replica_hash()),
+                  1e3 * epoch_s / static_cast<double>(steps_per_epoch), static_cast<double>(cfg.samples) / epoch_s);
       std::fflush(stdout);
     }
     if (chief) {
@@ -333,7 +443,11 @@ int train(const Config& cfg) {
       }
       std::printf("  replica hash %016llx  %s\n", static_cast<unsigned long long>(strategy->replica_hash()),
                   report.describe().c_str());
+      std::fflush(stdout);
     }
+    // An epoch's last checkpoint comes after its metrics are read and reset,
+    // so that a resumed run starts the next epoch with clean metrics.
+    if (checkpoint_due(epoch + 1, 0)) checkpoint(epoch + 1, 0);
   }
   if (ps != nullptr) {
     ps->finish();
@@ -355,6 +469,62 @@ int train(const Config& cfg) {
     std::printf(".\n");
   }
   return consistent ? 0 : 1;
+}
+
+// After a lost peer: one message saying who went, where the last checkpoint
+// stands (the chief reads it back: what it finds is what --resume loads), and
+// how to resume.
+void advise_after_lost_peer(const Config& cfg, mr::Strategy& strategy, const Progress& progress,
+                            const braid::Error& error) {
+  braid_train::RecoveryFacts facts;
+  facts.rank = strategy.comm() ? strategy.comm()->rank() : 0;
+  facts.chief = strategy.is_chief();
+  facts.error = error.what();
+  facts.position = describe_position(progress.epoch, progress.batch, progress.steps_per_epoch);
+  facts.saving = progress.saving;
+  facts.resume_command = cfg.resume_command;
+  if (!cfg.checkpoint_dir.empty()) {
+    facts.checkpoint_path = cfg.checkpoint_path();
+    if (progress.checkpoint)
+      facts.checkpoint = describe_position(progress.checkpoint->epoch, progress.checkpoint->batch_in_epoch,
+                                           progress.steps_per_epoch);
+    if (facts.chief) {
+      if (std::error_code ignored; !std::filesystem::exists(facts.checkpoint_path, ignored)) {
+        facts.checkpoint_check = "is not written yet: --resume starts from the beginning";
+      } else {
+        try {
+          const mr::CheckpointInfo info = mr::inspect_checkpoint(facts.checkpoint_path);
+          facts.checkpoint_check =
+              describe_position(info.position.epoch, info.position.batch_in_epoch, progress.steps_per_epoch) +
+              ", is intact (read back and its checksum verified just now)";
+        } catch (const braid::Error& e) {
+          facts.checkpoint_check = std::string("cannot be loaded: ") + e.what();
+        }
+      }
+    }
+  }
+  std::fflush(stdout);
+  std::fputs(braid_train::recovery_advice(facts).c_str(), stderr);
+  std::fflush(stderr);
+}
+
+int train(const Config& cfg) {
+  const Dataset data = make_dataset(cfg.samples);
+  auto sgd = std::make_shared<mr::Sgd>(cfg.learning_rate, cfg.momentum);
+  auto strategy = make_strategy(cfg, sgd);
+  Progress progress;
+  progress.steps_per_epoch =
+      mr::DataShard({.dataset_size = cfg.samples, .global_batch_size = cfg.global_batch, .seed = 7}, 0, 1)
+          .batches_per_epoch();
+  try {
+    return train_steps(cfg, *strategy, sgd, data, progress);
+  } catch (const braid::Error& e) {
+    // A peer that went (or stopped answering) ends this run; the strategy,
+    // and with it the communicator, is still here for the advice.
+    if (e.code() != braid::ErrorCode::peer_lost && e.code() != braid::ErrorCode::timeout) throw;
+    advise_after_lost_peer(cfg, *strategy, progress, e);
+    return kExitPeerLost;
+  }
 }
 
 }  // namespace

@@ -130,6 +130,16 @@ std::string Strategy::check_checkpoint(const std::string& path, const Checkpoint
   return "checkpoint '" + path + "' does not match this model (" + contents.model + "): " + problems;
 }
 
+CheckpointInfo inspect_checkpoint(const std::string& path) {
+  const CheckpointContents contents = read_checkpoint_file(path);
+  CheckpointInfo info;
+  info.position = TrainingPosition{contents.step, contents.epoch, contents.batch_in_epoch};
+  info.replicas_when_saved = contents.replicas;
+  info.model = contents.model;
+  for (const CheckpointEntry& e : contents.entries) info.variables.push_back(e.name);
+  return info;
+}
+
 RestoredCheckpoint Strategy::restore(const std::string& path) {
   check_cross_replica("restore");
   CheckpointContents contents =

@@ -179,6 +179,20 @@ struct RestoredCheckpoint {
   std::string model;
 };
 
+/// What inspect_checkpoint() found in a checkpoint file.
+struct CheckpointInfo {
+  TrainingPosition position;
+  int replicas_when_saved = 0;
+  std::string model;
+  std::vector<std::string> variables;  ///< names, in the file's order (optimizer slots included)
+};
+
+/// Reads a checkpoint file that Strategy::save() wrote and checks it whole
+/// (structure and checksum), without a strategy or any collective: to tell
+/// whether a checkpoint is intact, and where it stands, before restoring it.
+/// Throws braid::Error naming the path and what is wrong.
+CheckpointInfo inspect_checkpoint(const std::string& path);
+
 /// The result of verify_replicas().
 struct ReplicaReport {
   struct Divergence {

@@ -48,15 +48,15 @@ bool virtual_interface_name(std::string_view name) {
   return false;
 }
 
-std::vector<NetworkInterface> list_interfaces() {
+std::vector<InterfaceAddress> list_interfaces() {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) throw SystemError(cat("getifaddrs failed: ", errno_text(errno)));
-  std::vector<NetworkInterface> out;
+  std::vector<InterfaceAddress> out;
   for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
     if (i->ifa_addr == nullptr) continue;
     const int family = i->ifa_addr->sa_family;
     if (family != AF_INET && family != AF_INET6) continue;
-    NetworkInterface n;
+    InterfaceAddress n;
     n.name = i->ifa_name;
     n.address.length = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
     std::memcpy(&n.address.storage, i->ifa_addr, n.address.length);
@@ -74,32 +74,32 @@ std::vector<NetworkInterface> list_interfaces() {
   return out;
 }
 
-std::optional<NetworkInterface> choose_interface(std::span<const NetworkInterface> interfaces,
+std::optional<InterfaceAddress> choose_interface(std::span<const InterfaceAddress> interfaces,
                                                  const std::optional<InterfaceFilter>& filter, bool allow_loopback) {
-  auto eligible = [&](const NetworkInterface& n) {
+  auto eligible = [&](const InterfaceAddress& n) {
     if (!n.up) return false;
     if (filter) return filter->matches(n.name);
     return !n.loopback && !virtual_interface_name(n.name);
   };
   for (int family : {AF_INET, AF_INET6})
-    for (const NetworkInterface& n : interfaces)
+    for (const InterfaceAddress& n : interfaces)
       if (n.address.family() == family && eligible(n)) return n;
   if (!filter && allow_loopback)
     for (int family : {AF_INET, AF_INET6})
-      for (const NetworkInterface& n : interfaces)
+      for (const InterfaceAddress& n : interfaces)
         if (n.address.family() == family && n.up && n.loopback) return n;
   return std::nullopt;
 }
 
-std::string interface_of(std::span<const NetworkInterface> interfaces, const SockAddr& address) {
-  for (const NetworkInterface& n : interfaces)
+std::string interface_of(std::span<const InterfaceAddress> interfaces, const SockAddr& address) {
+  for (const InterfaceAddress& n : interfaces)
     if (n.address.host_string() == address.host_string()) return n.name;
   return {};
 }
 
-std::string describe_interfaces(std::span<const NetworkInterface> interfaces) {
+std::string describe_interfaces(std::span<const InterfaceAddress> interfaces) {
   std::string out;
-  for (const NetworkInterface& n : interfaces)
+  for (const InterfaceAddress& n : interfaces)
     out += cat(out.empty() ? "" : ", ", n.name, " ", n.address.host_string(), n.up ? "" : " (down)");
   return out.empty() ? std::string("none") : out;
 }

@@ -38,7 +38,11 @@ struct InterfaceFilter {
   bool matches(std::string_view ifname) const;
 };
 
-struct NetworkInterface {
+// One address of one interface of this host. (Not topology/'s
+// NetworkInterface, a NIC: one name for two layouts in one namespace broke
+// the One Definition Rule, and clang's ASan build then ran topology's
+// vector<NetworkInterface> code on this one's and crashed in list_interfaces.)
+struct InterfaceAddress {
   std::string name;
   SockAddr address;  // port 0
   bool up = false;
@@ -47,7 +51,7 @@ struct NetworkInterface {
 
 /// Every (interface, address) pair of this host, IPv4 and IPv6, in the
 /// kernel's order.
-std::vector<NetworkInterface> list_interfaces();
+std::vector<InterfaceAddress> list_interfaces();
 
 /// True for names of interfaces that peers on other machines usually cannot
 /// reach: docker*, virbr*, veth*, br-*, tun*, tap*.
@@ -58,13 +62,13 @@ bool virtual_interface_name(std::string_view name);
 /// were asked for); without, the first up one that is neither loopback nor
 /// virtual, else (when `allow_loopback`) loopback. IPv4 before IPv6 either
 /// way. nullopt when none qualifies.
-std::optional<NetworkInterface> choose_interface(std::span<const NetworkInterface> interfaces,
+std::optional<InterfaceAddress> choose_interface(std::span<const InterfaceAddress> interfaces,
                                                  const std::optional<InterfaceFilter>& filter, bool allow_loopback);
 
 /// The interface that holds `address` ("" when none of this host's does).
-std::string interface_of(std::span<const NetworkInterface> interfaces, const SockAddr& address);
+std::string interface_of(std::span<const InterfaceAddress> interfaces, const SockAddr& address);
 
 /// "eth0 10.0.0.2, lo 127.0.0.1, ...", for messages saying what there was.
-std::string describe_interfaces(std::span<const NetworkInterface> interfaces);
+std::string describe_interfaces(std::span<const InterfaceAddress> interfaces);
 
 }  // namespace braid

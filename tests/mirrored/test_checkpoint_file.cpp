@@ -8,7 +8,9 @@
 // and every truncation of a small file is refused by name, never a crash or a
 // huge allocation (this runs under ASan); lengths corrupted with a valid
 // checksum are caught by the structure checks alone; I/O failures name the
-// path and leave neither a .tmp file nor a damaged old checkpoint.
+// path and leave neither a .tmp file nor a damaged old checkpoint. The public
+// reader, inspect_checkpoint, reads a file beside a half-written .tmp and
+// refuses a corrupted one.
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -25,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "braid/mirrored.hpp"
 #include "braid/types.hpp"
 #include "checkpoint_file.hpp"
 #include "content_hash.hpp"
@@ -553,6 +556,30 @@ TEST_CASE("checkpoint: entries that do not describe themselves are refused", "[c
              Contains("entry 'w' appears twice"));
   CHECK_FALSE(fs::exists(path));
   CHECK_FALSE(fs::exists(path + ".tmp"));
+}
+
+TEST_CASE("checkpoint: inspect_checkpoint reads and checks a file without a strategy", "[checkpoint]") {
+  TempDir dir;
+  const std::string path = dir.file("model.ckpt");
+  const auto contents = sample_contents();
+  write_checkpoint_file(path, contents);
+  // A write killed half-way leaves its .tmp beside the checkpoint, which stays whole.
+  const Bytes whole = read_file(path);
+  write_file(path + ".tmp", std::span(whole).first(whole.size() / 2));
+  const CheckpointInfo info = inspect_checkpoint(path);
+  CHECK(info.position.step == contents.step);
+  CHECK(info.position.epoch == contents.epoch);
+  CHECK(info.position.batch_in_epoch == contents.batch_in_epoch);
+  CHECK(info.replicas_when_saved == contents.replicas);
+  CHECK(info.model == contents.model);
+  REQUIRE(info.variables.size() == contents.entries.size());
+  for (std::size_t i = 0; i < info.variables.size(); ++i) CHECK(info.variables[i] == contents.entries[i].name);
+
+  Bytes file = whole;
+  file[file.size() - 9] ^= std::byte{0x01};
+  write_file(path, file);
+  CHECK_THROWS_WITH(inspect_checkpoint(path), Contains("checkpoint '" + path + "'") && Contains("checksum mismatch"));
+  CHECK_THROWS_WITH(inspect_checkpoint(dir.file("none.ckpt")), Contains("cannot open"));
 }
 
 }  // namespace braid::mirrored

@@ -29,8 +29,8 @@ EnvLookup env_of(std::map<std::string, std::string> vars) {
   };
 }
 
-NetworkInterface iface(std::string name, const char* ip, bool up = true, bool loopback = false) {
-  NetworkInterface n;
+InterfaceAddress iface(std::string name, const char* ip, bool up = true, bool loopback = false) {
+  InterfaceAddress n;
   n.name = std::move(name);
   n.address = resolve(HostPort{ip, 0}, "test").front();
   n.up = up;
@@ -38,7 +38,7 @@ NetworkInterface iface(std::string name, const char* ip, bool up = true, bool lo
   return n;
 }
 
-std::string chosen(const std::vector<NetworkInterface>& list, const char* spec, bool allow_loopback = false) {
+std::string chosen(const std::vector<InterfaceAddress>& list, const char* spec, bool allow_loopback = false) {
   std::optional<InterfaceFilter> f;
   if (spec != nullptr) f = InterfaceFilter::parse(spec);
   auto n = choose_interface(list, f, allow_loopback);
@@ -155,7 +155,7 @@ TEST_CASE("BRAID_SOCKET_IFNAME takes NCCL's syntax") {
 }
 
 TEST_CASE("The interface choice skips loopback and virtual interfaces unless asked") {
-  const std::vector<NetworkInterface> laptop = {
+  const std::vector<InterfaceAddress> laptop = {
       iface("lo", "127.0.0.1", true, true), iface("docker0", "172.17.0.1"), iface("virbr0", "192.168.122.1"),
       iface("veth1a2b", "10.9.0.1"), iface("br-5f3e", "172.18.0.1"), iface("tun0", "10.8.0.2"),
       iface("tap0", "10.7.0.2"), iface("eth0", "10.1.0.5", false), iface("wlp2s0", "fd00::5"),
@@ -167,7 +167,7 @@ TEST_CASE("The interface choice skips loopback and virtual interfaces unless ask
   CHECK(chosen(laptop, "^en,lo,docker") == "virbr0");  // exclusions only: what is left, in order
   CHECK(chosen(laptop, "=enp0") == "(none)");
   CHECK(chosen(laptop, "eth") == "(none)");  // down
-  const std::vector<NetworkInterface> alone = {iface("lo", "127.0.0.1", true, true), iface("docker0", "172.17.0.1")};
+  const std::vector<InterfaceAddress> alone = {iface("lo", "127.0.0.1", true, true), iface("docker0", "172.17.0.1")};
   CHECK(chosen(alone, nullptr) == "(none)");
   CHECK(chosen(alone, nullptr, true) == "lo");
   CHECK(virtual_interface_name("veth0"));
