@@ -314,7 +314,6 @@ int train_steps(const Config& cfg, mr::Strategy& strategy_ref, const std::shared
   const bool chief = strategy->is_chief();
 
   // Every rank draws its own random initial values; the chief's win.
-  Params params;
   mr::MirroredVariable<float> w1, b1, w2, b2;
   mr::MirroredVariable<double> loss_sum, seen;
   std::vector<std::vector<float>> init;

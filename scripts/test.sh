@@ -20,7 +20,9 @@ if [ "${QUICK:-0}" != 1 ]; then
   scripts/sanitize.sh || status=1
   logs+=("${ASAN_BUILD_DIR:-build-asan}/meson-logs/testlog.json" "${TSAN_BUILD_DIR:-build-tsan}/meson-logs/testlog.json")
   echo "== fuzzing, ${FUZZ_SECONDS:-10} s per target"
-  scripts/fuzz.sh "${FUZZ_SECONDS:-10}" | tee /tmp/braid-fuzz.$$.log
+  # In the ASan build folder, which sanitize.sh configured for the fuzz targets too.
+  FUZZ_BUILD_DIR=${FUZZ_BUILD_DIR:-${ASAN_BUILD_DIR:-build-asan}} scripts/fuzz.sh "${FUZZ_SECONDS:-10}" |
+    tee /tmp/braid-fuzz.$$.log
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 
