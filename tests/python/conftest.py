@@ -1,0 +1,45 @@
+"""Shared fixtures of the Python tests. They run under braid-run, every rank
+running the same tests in the same order (the collectives are collective):
+
+    build/tools/braid-run -n 4 /usr/bin/python3 -m pytest -q tests/python
+
+with PYTHONPATH=build/src/python (the meson test `python/pytest_4_ranks` sets
+it). Outside braid-run every test is skipped."""
+
+import os
+
+import numpy as np
+import pytest
+
+braid = pytest.importorskip("braid")
+
+# numpy dtype -> what braid calls it; bf16 travels as uint16 with dtype="bf16".
+DTYPES = [np.float16, np.float32, np.float64, np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64]
+
+
+def pytest_collection_modifyitems(config, items):
+    if "BRAID_RANK" not in os.environ:
+        skip = pytest.mark.skip(reason="run under braid-run (BRAID_RANK is not set)")
+        for item in items:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def comm():
+    c = braid.Comm.from_env(timeout=60)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def fresh_comm(comm):
+    """A communicator of its own for a test that breaks it (errors, abort) or
+    hands it to a strategy: a split of the session's one, every rank in it."""
+    c = comm.split(0, comm.rank)
+    yield c
+    c.close()
+
+
+def rank_values(rank, count, dtype):
+    """Rank r's known input: small integers exact in every type (float16 and int8 included)."""
+    return ((np.arange(count) % 5) + rank + 1).astype(dtype)
