@@ -17,8 +17,10 @@ set -euo pipefail
 # whose smoke run is a test (tests/bench).
 # pkg-config, make: the packaging test builds examples/external against an
 # installed braid with them (tests/packaging).
+# pybind11-dev, python3-numpy, python3-pytest: the Python package (src/python/)
+# and its tests (tests/python/); python3-mesonpy: `pip install .` (pyproject.toml).
 packages=(g++ make meson ninja-build pkg-config catch2 python3 libssl-dev openssl iproute2 libhwloc-dev libibverbs-dev ibverbs-providers libucx-dev
-          openmpi-bin libopenmpi-dev libgloo-dev)
+          openmpi-bin libopenmpi-dev libgloo-dev pybind11-dev python3-numpy python3-pytest python3-mesonpy)
 for arg in "$@"; do
   case "$arg" in
     --bench) packages+=(python3-matplotlib iperf3) ;;

@@ -11,7 +11,7 @@ const char* kTypesHelp =
     "braid's types are float16, float32, float64, int8, uint8, int32, uint32, int64 and uint64 "
     "(and bf16: pass a uint16 array with dtype='bf16')";
 
-std::string dtype_name(const py::dtype& dtype) { return py::str(dtype).cast<std::string>(); }
+std::string dtype_name(const py::dtype& dtype) { return dtype.attr("name").cast<std::string>(); }
 
 std::string type_name(const py::handle& object) {
   return py::str(py::type::handle_of(object).attr("__name__")).cast<std::string>();

@@ -271,6 +271,21 @@ py::object recv(PyComm& self, bool async, const py::object& array, int peer, con
   return issue(self, async, call, {o.array}, o.array);
 }
 
+// Blocking only, as in C++: a group of the send and the receive.
+py::object sendrecv(PyComm& self, const py::object& array, int dest, const py::object& out, int source,
+                    const py::object& dtype) {
+  const char* op = "sendrecv";
+  const auto type = parse_type_override(dtype, op);
+  ArrayArg in = input_array(array, {op, "array"}, type);
+  ArrayArg o = output_array(out, {op, "out"}, type);
+  check_same_type(in, {op, "array"}, o, {op, "out"});
+  Call call = [=](Comm& c, bool) -> std::optional<Work> {
+    c.sendrecv(in.data, in.count, dest, o.data, o.count, source, in.type);
+    return std::nullopt;
+  };
+  return issue(self, false, call, {in.array, o.array}, o.array);
+}
+
 py::object barrier(PyComm& self, bool async) {
   Call call = [](Comm& c, bool as) -> std::optional<Work> {
     if (as) return c.barrier_async();
@@ -427,6 +442,9 @@ void bind_collectives(py::class_<PyComm>& c) {
            arg("dtype") = none);
   def_pair(c, "recv", &recv, "Receives into array from rank peer.", arg("array"), arg("peer"), kw,
            arg("dtype") = none);
+  c.def("sendrecv", &sendrecv, "Sends array to rank dest and receives out from rank source at once (a ring "
+        "shift cannot deadlock). Blocking only.", arg("array"), arg("dest"), arg("out"), arg("source"), kw,
+        arg("dtype") = none);
   def_pair(c, "barrier", &barrier, "Returns once every rank has entered the barrier.");
   def_pair(c, "all_to_allv", &all_to_allv,
            "send_counts[p] elements at send_displs[p] of array go to rank p; recv_counts[p] from rank p land at "

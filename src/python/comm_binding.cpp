@@ -146,13 +146,14 @@ ReduceOp to_reduce_op(const py::object& value, const char* op) {
   if (py::isinstance<py::str>(value)) {
     auto text = value.cast<std::string>();
     std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (text == "mean") return ReduceOp::avg;  // tf.distribute's name
     try {
       return parse_reduce_op(text);
     } catch (const InvalidArgument&) {
     }
   }
   invalid({op, "op"}, "argument 'op' is " + py::repr(value).cast<std::string>() +
-                          "; use 'sum', 'prod', 'min', 'max', 'avg' or braid.ReduceOp");
+                          "; use 'sum', 'prod', 'min', 'max', 'avg' ('mean') or braid.ReduceOp");
 }
 
 void bind_comm(py::module_& m) {
@@ -161,7 +162,8 @@ void bind_comm(py::module_& m) {
       .value("PROD", ReduceOp::prod)
       .value("MIN", ReduceOp::min)
       .value("MAX", ReduceOp::max)
-      .value("AVG", ReduceOp::avg);
+      .value("AVG", ReduceOp::avg)
+      .value("MEAN", ReduceOp::avg);  // tf.distribute's name for it
   py::enum_<DataType>(m, "DataType", "braid's element types; numpy arrays map to them by dtype.")
       .value("F16", DataType::f16)
       .value("BF16", DataType::bf16)

@@ -4,6 +4,7 @@
 // ConnectionError), so generic handlers work too.
 #include "errors.hpp"
 
+#include <algorithm>
 #include <array>
 #include <string>
 
@@ -33,7 +34,9 @@ void raise(const Error& error) {
   const auto index = static_cast<std::size_t>(error.code());
   PyObject* cls = index < classes.size() && classes[index] ? classes[index] : classes[0];
   py::object instance = py::reinterpret_borrow<py::object>(cls)(py::str(error.what()));
-  instance.attr("code") = py::str(std::string(name_of(error.code())));
+  std::string code(name_of(error.code()));  // "peer lost" -> "peer_lost"
+  std::replace(code.begin(), code.end(), ' ', '_');
+  instance.attr("code") = py::str(code);
   PyErr_SetObject(cls, instance.ptr());
 }
 

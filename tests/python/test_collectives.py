@@ -153,6 +153,12 @@ def test_send_recv_ring(comm):
     np.testing.assert_array_equal(got, rank_values((r - 1) % n, COUNT, np.float64))
 
 
+def test_sendrecv_shift(comm):
+    n, r = comm.size, comm.rank
+    got = comm.sendrecv(rank_values(r, COUNT, np.int32), (r + 1) % n, np.zeros(COUNT, np.int32), (r - 1) % n)
+    np.testing.assert_array_equal(got, rank_values((r - 1) % n, COUNT, np.int32))
+
+
 def test_async_and_barrier(comm):
     xs = [rank_values(comm.rank, COUNT, np.float32) * (i + 1) for i in range(4)]
     works = [comm.all_reduce_async(x) for x in xs]

@@ -22,7 +22,7 @@ def test_error_classes():
     (lambda c: c.all_reduce(np.zeros(4, np.int16)), "'array' has dtype int16"),
     (lambda c: c.all_reduce(np.zeros(4, bool)), "'array' has dtype bool"),
     (lambda c: c.all_reduce([1.0, 2.0]), "'array' must be a numpy.ndarray, not list"),
-    (lambda c: c.all_reduce(np.zeros(4, np.float32), op="mean"), "argument 'op'"),
+    (lambda c: c.all_reduce(np.zeros(4, np.float32), op="median"), "argument 'op'"),
     (lambda c: c.all_reduce(np.zeros(4, np.float32), out=np.zeros(5, np.float32)), "'out' has 5 elements"),
     (lambda c: c.all_reduce(np.zeros(4, np.float32), out=np.zeros(4, np.float64)), "'out' holds f64"),
     (lambda c: c.all_reduce(np.zeros(4, np.float32), dtype="bf16"), "cannot hold bf16"),

@@ -57,7 +57,7 @@ def test_mirrored_two_replicas_per_process(fresh_comm):
     s = mirrored.Mirrored(2, fresh_comm, timeout=30)
     assert s.num_replicas_in_sync == 2 * n and s.local_replicas == 2
     w, replica_ids = one_step(s)
-    assert replica_ids == [2 * fresh_comm.rank, 2 * fresh_comm.rank + 1]
+    assert replica_ids == [2 * s.rank, 2 * s.rank + 1]
     for local in range(2):
         np.testing.assert_array_equal(w.value(local), expected_after_step(2 * n))
     assert s.verify_replicas().consistent
