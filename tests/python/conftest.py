@@ -45,6 +45,26 @@ def fresh_comm(comm):
     c.close()
 
 
+@pytest.fixture
+def make_strategy(comm):
+    """make_strategy(cls, *args, **kwargs): a strategy on a fresh split
+    communicator, kept alive until every rank has finished the test (a
+    barrier on the session communicator): a rank that destroys its strategy
+    early would take away the links, and the store, that a slower peer still
+    needs to finish the test's last collective."""
+    made = []
+
+    def make(cls, *args, **kwargs):
+        c = comm.split(0, comm.rank)
+        c.barrier()
+        made.append(cls(c, *args, **kwargs))
+        return made[-1]
+
+    yield make
+    comm.barrier()
+    made.clear()
+
+
 def rank_values(rank, count, dtype):
     """Rank r's known input: small integers exact in every type (float16 and int8 included)."""
     return ((np.arange(count) % 5) + rank + 1).astype(dtype)

@@ -129,6 +129,7 @@ def test_async_error_at_wait(comm):
 def test_closed_comm(comm):
     c = comm.split(0, comm.rank)
     c.barrier()  # connected before it is closed (see conftest.fresh_comm)
+    comm.barrier()
     c.close()
     with pytest.raises(braid.InvalidArgument, match="closed"):
         c.all_reduce(np.ones(4, np.float32))

@@ -36,10 +36,9 @@ def expected_after_step(replicas, lr=0.5):
     return np.full((3, 2), 10.0 - lr * np.mean(np.arange(1, replicas + 1)), np.float32)
 
 
-def test_multi_worker_mirrored(fresh_comm):
-    n, r = fresh_comm.size, fresh_comm.rank
-    s = mirrored.MultiWorkerMirrored(fresh_comm, timeout=30)
-    assert fresh_comm.closed  # the strategy took the communicator over
+def test_multi_worker_mirrored(comm, make_strategy):
+    n, r = comm.size, comm.rank
+    s = make_strategy(mirrored.MultiWorkerMirrored, timeout=30)
     assert s.num_replicas_in_sync == n and s.is_chief == (r == 0) and s.name == "MultiWorkerMirrored"
     w, replica_id = one_step(s)
     assert replica_id == r
@@ -52,9 +51,9 @@ def test_multi_worker_mirrored(fresh_comm):
     assert s.reduce("avg", 2.0 * r) == pytest.approx(n - 1)
 
 
-def test_mirrored_two_replicas_per_process(fresh_comm):
-    n = fresh_comm.size
-    s = mirrored.Mirrored(2, fresh_comm, timeout=30)
+def test_mirrored_two_replicas_per_process(comm, make_strategy):
+    n = comm.size
+    s = make_strategy(lambda c, **kw: mirrored.Mirrored(2, c, **kw), timeout=30)
     assert s.num_replicas_in_sync == 2 * n and s.local_replicas == 2
     w, replica_ids = one_step(s)
     assert replica_ids == [2 * s.rank, 2 * s.rank + 1]
@@ -73,18 +72,18 @@ def test_mirrored_two_replicas_per_process(fresh_comm):
         np.testing.assert_array_equal(gathered, np.arange(2 * n, dtype=np.int32))
 
 
-def test_central_storage(fresh_comm):
-    n = fresh_comm.size
-    s = mirrored.CentralStorage(fresh_comm, timeout=30)
+def test_central_storage(comm, make_strategy):
+    n = comm.size
+    s = make_strategy(mirrored.CentralStorage, timeout=30)
     w, _ = one_step(s)
     np.testing.assert_array_equal(w.value(), expected_after_step(n))
     assert s.verify_replicas().consistent
 
 
-def test_parameter_server(comm, fresh_comm):
+def test_parameter_server(comm, make_strategy):
     if comm.size < 2:
         pytest.skip("needs 2 ranks")
-    s = mirrored.ParameterServer(fresh_comm, optimizer=mirrored.Sgd(0.5), servers=1, staleness=1, timeout=30)
+    s = make_strategy(mirrored.ParameterServer, optimizer=mirrored.Sgd(0.5), servers=1, staleness=1, timeout=30)
     assert s.is_server == (comm.rank == comm.size - 1)
     w, _ = one_step(s)
     if s.is_server:
@@ -100,8 +99,8 @@ def test_parameter_server(comm, fresh_comm):
         np.testing.assert_array_equal(every[worker], every[0])
 
 
-def test_checkpoint_round_trip(fresh_comm):
-    s = mirrored.MultiWorkerMirrored(fresh_comm, timeout=30)
+def test_checkpoint_round_trip(make_strategy):
+    s = make_strategy(mirrored.MultiWorkerMirrored, timeout=30)
     w, _ = one_step(s)
     after = w.value().copy()
     path = "/tmp/braid-pytest-%s.ckpt" % os.environ.get("BRAID_STORE_ADDR", "local").replace(":", "-")
@@ -117,8 +116,8 @@ def test_checkpoint_round_trip(fresh_comm):
         os.remove(path)
 
 
-def test_errors_in_strategies(fresh_comm):
-    s = mirrored.MultiWorkerMirrored(fresh_comm, timeout=30)
+def test_errors_in_strategies(make_strategy):
+    s = make_strategy(mirrored.MultiWorkerMirrored, timeout=30)
     with pytest.raises(braid.InvalidArgument, match="scope"):
         s.create_variable("outside", np.zeros(2, np.float32))
     with s.scope():
@@ -132,6 +131,13 @@ def test_errors_in_strategies(fresh_comm):
     with pytest.raises(braid.InvalidArgument, match="returned"):
         kept[0].gradients.of(v)
     assert s.run(lambda ctx, a, b=0: a + b, args=(2,), kwargs={"b": 3}) == 5
+
+
+def test_strategy_takes_the_comm(comm, fresh_comm):
+    s = mirrored.MultiWorkerMirrored(fresh_comm, timeout=30)
+    assert fresh_comm.closed  # the strategy took the communicator over
+    assert s.reduce("sum", 1) == s.num_replicas_in_sync
+    comm.barrier()  # every rank is done with s before any destroys it
 
 
 def test_data_shard():
