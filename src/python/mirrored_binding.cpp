@@ -173,7 +173,9 @@ py::object strategy_reduce(mr::Strategy& s, const py::object& op_name, const py:
       case ReduceOp::max: combined = np.attr("maximum")(combined, v); break;
     }
   }
-  py::array a = np.attr("ascontiguousarray")(combined);
+  // np.array, not ascontiguousarray: that makes a 0-d value 1-d.
+  py::array a = np.attr("array")(combined, py::arg("order") = "C");
+  const bool scalar = a.ndim() == 0;
   Comm* comm = s.comm();
   if (comm != nullptr) {
     if (!s.runs_replicas() || s.name() == "ParameterServer")
@@ -189,7 +191,7 @@ py::object strategy_reduce(mr::Strategy& s, const py::object& op_name, const py:
     out = (kind == 'f') ? py::object(np.attr("true_divide")(a, s.num_replicas_in_sync()).attr("astype")(a.dtype()))
                         : py::object(np.attr("floor_divide")(a, s.num_replicas_in_sync()));
   }
-  if (py::array(out).ndim() == 0) return out.attr("item")();
+  if (scalar) return py::array(out).attr("item")();
   return out;
 }
 
@@ -289,7 +291,7 @@ void bind_mirrored(py::module_& m) {
         return out;
       }, "The value as a cross-replica read sees it (a copy; on_read variables aggregated: a collective).")
       .def("assign", [](const PyVariable& v, const py::object& value) {
-        py::array a = py::module_::import("numpy").attr("ascontiguousarray")(value, py::arg("dtype") = dtype_of(v.variable->type()));
+        py::array a = py::module_::import("numpy").attr("asarray")(value, py::arg("dtype") = dtype_of(v.variable->type()), py::arg("order") = "C");
         if (static_cast<std::size_t>(a.size()) != v.variable->count())
           throw InvalidArgument("Variable.assign: '" + v.variable->name() + "' has " + std::to_string(v.variable->count()) +
                                 " elements, the value " + std::to_string(a.size()));
@@ -351,7 +353,7 @@ void bind_mirrored(py::module_& m) {
       }, arg("value"), "Every replica's value concatenated along axis 0, in replica order.")
       .def("assign", [](const PyReplicaContext& c, const PyVariable& v, const py::object& value) {
         mr::Variable& var = owned_by(v, c.strategy);
-        ArrayArg a = input_array(py::module_::import("numpy").attr("ascontiguousarray")(value, py::arg("dtype") = dtype_of(var.type())),
+        ArrayArg a = input_array(py::module_::import("numpy").attr("asarray")(value, py::arg("dtype") = dtype_of(var.type()), py::arg("order") = "C"),
                                  {"ReplicaContext.assign", "value"});
         mr::ReplicaContext& ctx = c.get();
         py::gil_scoped_release release;
@@ -359,7 +361,7 @@ void bind_mirrored(py::module_& m) {
       }, arg("variable"), arg("value"), "Writes a variable from replica context (on_write: aggregated).")
       .def("assign_add", [](const PyReplicaContext& c, const PyVariable& v, const py::object& value) {
         mr::Variable& var = owned_by(v, c.strategy);
-        ArrayArg a = input_array(py::module_::import("numpy").attr("ascontiguousarray")(value, py::arg("dtype") = dtype_of(var.type())),
+        ArrayArg a = input_array(py::module_::import("numpy").attr("asarray")(value, py::arg("dtype") = dtype_of(var.type()), py::arg("order") = "C"),
                                  {"ReplicaContext.assign_add", "value"});
         mr::ReplicaContext& ctx = c.get();
         py::gil_scoped_release release;
@@ -420,7 +422,7 @@ void bind_mirrored(py::module_& m) {
       .def("create_variable", [](const StrategyPtr& s, std::string name, const py::object& initial, bool trainable,
                                  const std::string& synchronization, const std::string& aggregation,
                                  const py::object& dtype) {
-        py::array a = py::module_::import("numpy").attr("ascontiguousarray")(initial);
+        py::array a = py::module_::import("numpy").attr("asarray")(initial, py::arg("order") = "C");
         auto type = parse_type_override(dtype, "create_variable");
         ArrayArg in = input_array(a, {"create_variable", "initial"}, type);
         mr::Shape shape(a.shape(), a.shape() + a.ndim());

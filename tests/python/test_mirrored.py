@@ -44,9 +44,13 @@ def test_multi_worker_mirrored(comm, make_strategy):
     assert replica_id == r
     np.testing.assert_array_equal(w.value(), expected_after_step(n))
     np.testing.assert_array_equal(w.numpy(), expected_after_step(n))
+    with s.scope():
+        count = s.create_variable("count", np.int64(r), trainable=False)
+    assert count.shape == () and count.value() == 0 and count.dtype == np.int64
     report = s.verify_replicas()
-    assert report.consistent and report.variables_checked >= 1, report.describe()
-    assert s.reduce("sum", float(r)) == sum(range(n))
+    assert report.consistent and report.variables_checked >= 2, report.describe()
+    total = s.reduce("sum", float(r))
+    assert isinstance(total, float) and total == sum(range(n))
     np.testing.assert_array_equal(s.reduce(braid.ReduceOp.MAX, np.array([r, -r], np.int64)), [n - 1, 0])
     assert s.reduce("avg", 2.0 * r) == pytest.approx(n - 1)
 
