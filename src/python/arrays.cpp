@@ -52,9 +52,7 @@ ArrayArg array_arg(const py::object& object, ArgName name, std::optional<DataTyp
 
 }  // namespace
 
-void invalid(ArgName name, const std::string& message) {
-  throw InvalidArgument(std::string(name.op) + ": " + message);
-}
+void invalid(ArgName name, const std::string& message) { throw InvalidArgument(std::string(name.op) + ": " + message); }
 
 std::optional<DataType> data_type_of_dtype(const py::dtype& dtype) {
   const char kind = dtype.kind();
@@ -92,12 +90,13 @@ std::optional<DataType> parse_type_override(const py::object& dtype, const char*
   try {
     as_dtype = py::dtype::from_args(dtype);
   } catch (const py::error_already_set&) {
-    invalid({op, "dtype"}, "argument 'dtype' is " + py::repr(dtype).cast<std::string>() +
-                               ", not a braid type; " + kTypesHelp);
+    invalid({op, "dtype"},
+            "argument 'dtype' is " + py::repr(dtype).cast<std::string>() + ", not a braid type; " + kTypesHelp);
   }
   auto type = data_type_of_dtype(as_dtype);
-  if (!type) invalid({op, "dtype"}, "argument 'dtype' is " + dtype_name(as_dtype) + ", which braid does not have; " +
-                                        kTypesHelp);
+  if (!type)
+    invalid({op, "dtype"},
+            "argument 'dtype' is " + dtype_name(as_dtype) + ", which braid does not have; " + kTypesHelp);
   return type;
 }
 
@@ -130,8 +129,8 @@ std::vector<std::size_t> size_list(const py::object& object, ArgName name) {
   std::vector<std::size_t> out;
   if (object.is_none()) return out;
   if (!py::isinstance<py::sequence>(object) && !py::isinstance<py::array>(object))
-    invalid(name, std::string("argument '") + name.arg + "' must be a sequence of element counts, not " +
-                      type_name(object));
+    invalid(name,
+            std::string("argument '") + name.arg + "' must be a sequence of element counts, not " + type_name(object));
   for (const auto& item : py::iter(object)) {
     long long v = 0;
     try {
@@ -155,8 +154,8 @@ void check_blocks_fit(const ArrayArg& arg, ArgName name, const std::vector<std::
     if (counts[p] == 0) continue;
     if (start > arg.count || counts[p] > arg.count - start)
       invalid(name, std::string("the block of rank ") + std::to_string(p) + " (" + std::to_string(counts[p]) +
-                        " elements at " + std::to_string(start) + ") does not fit in argument '" + name.arg +
-                        "' of " + std::to_string(arg.count) + " elements");
+                        " elements at " + std::to_string(start) + ") does not fit in argument '" + name.arg + "' of " +
+                        std::to_string(arg.count) + " elements");
   }
 }
 

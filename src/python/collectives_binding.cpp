@@ -104,8 +104,8 @@ py::object reduce(PyComm& self, bool async, const py::object& array, const py::o
   const ReduceOp rop = to_reduce_op(op_name, op);
   const auto type = parse_type_override(dtype, op);
   const bool at_root = self.get().rank() == root;
-  ArrayArg in = out.is_none() && at_root ? output_array(array, {op, "array"}, type)
-                                         : input_array(array, {op, "array"}, type);
+  ArrayArg in =
+      out.is_none() && at_root ? output_array(array, {op, "array"}, type) : input_array(array, {op, "array"}, type);
   ArrayArg o = in;
   if (!out.is_none() && at_root) {
     o = output_array(out, {op, "out"}, type);
@@ -410,9 +410,11 @@ void def_pair(py::class_<PyComm>& cls, const char* name, py::object (*f)(PyComm&
               const Extra&... extra) {
   static std::deque<std::string> names;
   const std::string& async_name = names.emplace_back(std::string(name) + "_async");
-  cls.def(name, [f](PyComm& self, Args... args) { return f(self, false, args...); }, extra..., doc);
-  cls.def(async_name.c_str(), [f](PyComm& self, Args... args) { return f(self, true, args...); }, extra...,
-          (std::string(doc) + " Returns a braid.Work at once.").c_str());
+  cls.def(
+      name, [f](PyComm& self, Args... args) { return f(self, false, args...); }, extra..., doc);
+  cls.def(
+      async_name.c_str(), [f](PyComm& self, Args... args) { return f(self, true, args...); }, extra...,
+      (std::string(doc) + " Returns a braid.Work at once.").c_str());
 }
 
 }  // namespace
@@ -423,8 +425,8 @@ void bind_collectives(py::class_<PyComm>& c) {
   const auto kw = py::kw_only();
   def_pair(c, "all_reduce", &all_reduce, "out (default: array, in place) = op over ranks of array.", arg("array"),
            arg("op") = "sum", kw, arg("out") = none, arg("dtype") = none);
-  def_pair(c, "broadcast", &broadcast, "out (default: array) = array of rank root.", arg("array"), arg("root") = 0,
-           kw, arg("out") = none, arg("dtype") = none);
+  def_pair(c, "broadcast", &broadcast, "out (default: array) = array of rank root.", arg("array"), arg("root") = 0, kw,
+           arg("out") = none, arg("dtype") = none);
   def_pair(c, "reduce", &reduce, "On root, out (default: array) = op over ranks of array; returns None elsewhere.",
            arg("array"), arg("op") = "sum", arg("root") = 0, kw, arg("out") = none, arg("dtype") = none);
   def_pair(c, "all_gather", &all_gather, "out[r] = array of rank r; out defaults to a new (size, *array.shape) array.",
@@ -440,11 +442,11 @@ void bind_collectives(py::class_<PyComm>& c) {
            arg("array"), arg("out"), kw, arg("root") = 0, arg("dtype") = none);
   def_pair(c, "send", &send, "Sends array to rank peer, which receives it with recv.", arg("array"), arg("peer"), kw,
            arg("dtype") = none);
-  def_pair(c, "recv", &recv, "Receives into array from rank peer.", arg("array"), arg("peer"), kw,
-           arg("dtype") = none);
-  c.def("sendrecv", &sendrecv, "Sends array to rank dest and receives out from rank source at once (a ring "
-        "shift cannot deadlock). Blocking only.", arg("array"), arg("dest"), arg("out"), arg("source"), kw,
-        arg("dtype") = none);
+  def_pair(c, "recv", &recv, "Receives into array from rank peer.", arg("array"), arg("peer"), kw, arg("dtype") = none);
+  c.def("sendrecv", &sendrecv,
+        "Sends array to rank dest and receives out from rank source at once (a ring "
+        "shift cannot deadlock). Blocking only.",
+        arg("array"), arg("dest"), arg("out"), arg("source"), kw, arg("dtype") = none);
   def_pair(c, "barrier", &barrier, "Returns once every rank has entered the barrier.");
   def_pair(c, "all_to_allv", &all_to_allv,
            "send_counts[p] elements at send_displs[p] of array go to rank p; recv_counts[p] from rank p land at "

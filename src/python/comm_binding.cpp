@@ -87,7 +87,8 @@ bool PyWork::wait(std::optional<Millis> timeout) {
     work_.wait(Millis(0));  // raises a stored error again
     return true;
   }
-  const auto until = timeout ? std::chrono::steady_clock::now() + *timeout : std::chrono::steady_clock::time_point::max();
+  const auto until =
+      timeout ? std::chrono::steady_clock::now() + *timeout : std::chrono::steady_clock::time_point::max();
   for (;;) {
     const auto now = std::chrono::steady_clock::now();
     Millis slice = kWaitSlice;
@@ -134,8 +135,8 @@ std::optional<Millis> to_millis(const py::object& value, const char* op) {
   } else if (py::isinstance<py::int_>(value) || py::isinstance<py::float_>(value)) {
     seconds = value.cast<double>();
   } else {
-    invalid({op, "timeout"}, "argument 'timeout' must be seconds or a datetime.timedelta, not " +
-                                 py::repr(value).cast<std::string>());
+    invalid({op, "timeout"},
+            "argument 'timeout' must be seconds or a datetime.timedelta, not " + py::repr(value).cast<std::string>());
   }
   if (!(seconds >= 0)) invalid({op, "timeout"}, "argument 'timeout' must not be negative");
   return Millis(static_cast<long long>(seconds * 1000.0 + 0.5));
@@ -177,18 +178,22 @@ void bind_comm(py::module_& m) {
       .value("U64", DataType::u64);
 
   py::class_<UniqueId>(m, "UniqueId", "A rendezvous point made by one process, handed to every rank (as ncclUniqueId).")
-      .def_static("create", [] {
-        py::gil_scoped_release release;
-        return UniqueId::create();
-      }, "Starts a rendezvous store in this process and returns its id.")
+      .def_static(
+          "create",
+          [] {
+            py::gil_scoped_release release;
+            return UniqueId::create();
+          },
+          "Starts a rendezvous store in this process and returns its id.")
       .def("hex", &UniqueId::to_hex)
       .def_static("from_hex", &UniqueId::from_hex, py::arg("text"))
       .def("__repr__", [](const UniqueId& id) { return "braid.UniqueId.from_hex('" + id.to_hex() + "')"; });
 
   py::class_<PyWork>(m, "Work", "An operation started by a *_async call.")
-      .def("wait", [](PyWork& w, const py::object& timeout) { return w.wait(to_millis(timeout, "Work.wait")); },
-           py::arg("timeout") = py::none(),
-           "Waits until done (True; raises the operation's error) or until `timeout` seconds passed (False).")
+      .def(
+          "wait", [](PyWork& w, const py::object& timeout) { return w.wait(to_millis(timeout, "Work.wait")); },
+          py::arg("timeout") = py::none(),
+          "Waits until done (True; raises the operation's error) or until `timeout` seconds passed (False).")
       .def("is_completed", &PyWork::is_completed, "True when done (raises the operation's error); never blocks.")
       .def("result", &PyWork::result, "Waits, then returns the output array (None where the operation has none).");
 
@@ -212,8 +217,8 @@ One thread at a time may call a communicator (abort() from any).)");
       .def_static(
           "init",
           [](const py::object& where, int rank, int size, const py::object& timeout,
-             std::optional<std::string> transport, std::optional<std::string> algorithm,
-             std::optional<int> tcp_streams, std::optional<std::string> socket_ifname) {
+             std::optional<std::string> transport, std::optional<std::string> algorithm, std::optional<int> tcp_streams,
+             std::optional<std::string> socket_ifname) {
             CommOptions options = options_of(timeout, transport, algorithm, tcp_streams, socket_ifname);
             if (py::isinstance<UniqueId>(where)) {
               UniqueId id = where.cast<UniqueId>();
@@ -236,31 +241,42 @@ One thread at a time may call a communicator (abort() from any).)");
       .def_property_readonly("local_rank", [](PyComm& c) { return c.get().local_rank(); })
       .def_property_readonly("local_size", [](PyComm& c) { return c.get().local_size(); })
       .def_property_readonly("closed", &PyComm::closed)
-      .def("describe", [](PyComm& c) { return c.get().describe(); }, "One line: transport, algorithms, settings.")
-      .def("dump_state", [](PyComm& c) { return c.get().dump_state(); }, "The last operations and their state.")
-      .def("abort", [](PyComm& c) {
-        Comm& comm = c.get();
-        py::gil_scoped_release release;
-        comm.abort();
-      }, "Gives up on this communicator, from any thread: pending and later operations raise braid.Aborted.")
-      .def("flush", [](PyComm& c) {
-        Comm& comm = c.get();
-        py::gil_scoped_release release;
-        comm.flush();
-      }, "Waits for every operation started here; raises the error of a failed one.")
-      .def("split", [](PyComm& c, const py::object& color, int key) -> py::object {
-        const int chosen = color.is_none() ? Comm::kNoColor : color.cast<int>();
-        Comm& comm = c.get();
-        Comm part;
-        {
-          py::gil_scoped_release release;
-          part = comm.split(chosen, key);
-        }
-        if (!part.valid()) return py::none();
-        return py::cast(std::make_unique<PyComm>(std::move(part)));
-      }, py::arg("color"), py::arg("key") = 0,
-      "Collective: ranks passing the same color form a new Comm, ordered by key then rank; color None joins none "
-      "(returns None).")
+      .def(
+          "describe", [](PyComm& c) { return c.get().describe(); }, "One line: transport, algorithms, settings.")
+      .def(
+          "dump_state", [](PyComm& c) { return c.get().dump_state(); }, "The last operations and their state.")
+      .def(
+          "abort",
+          [](PyComm& c) {
+            Comm& comm = c.get();
+            py::gil_scoped_release release;
+            comm.abort();
+          },
+          "Gives up on this communicator, from any thread: pending and later operations raise braid.Aborted.")
+      .def(
+          "flush",
+          [](PyComm& c) {
+            Comm& comm = c.get();
+            py::gil_scoped_release release;
+            comm.flush();
+          },
+          "Waits for every operation started here; raises the error of a failed one.")
+      .def(
+          "split",
+          [](PyComm& c, const py::object& color, int key) -> py::object {
+            const int chosen = color.is_none() ? Comm::kNoColor : color.cast<int>();
+            Comm& comm = c.get();
+            Comm part;
+            {
+              py::gil_scoped_release release;
+              part = comm.split(chosen, key);
+            }
+            if (!part.valid()) return py::none();
+            return py::cast(std::make_unique<PyComm>(std::move(part)));
+          },
+          py::arg("color"), py::arg("key") = 0,
+          "Collective: ranks passing the same color form a new Comm, ordered by key then rank; color None joins none "
+          "(returns None).")
       .def("close", &PyComm::close, "Finishes queued operations and releases the communicator.")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyComm& c, py::args) { c.close(); })

@@ -55,7 +55,8 @@ void bind_errors(py::module_& module) {
   add(ErrorCode::system, "SystemError", PyExc_OSError, "An operating-system call failed.");
   add(ErrorCode::aborted, "Aborted", nullptr, "The communicator was aborted.");
   add(ErrorCode::internal, "InternalError", nullptr, "A broken invariant inside braid (a bug: please report it).");
-  add(ErrorCode::unsupported, "Unsupported", PyExc_NotImplementedError, "Valid, but not built or not implemented here.");
+  add(ErrorCode::unsupported, "Unsupported", PyExc_NotImplementedError,
+      "Valid, but not built or not implemented here.");
 
   py::register_exception_translator([](std::exception_ptr p) {
     try {

@@ -38,16 +38,26 @@ using StrategyPtr = std::shared_ptr<mr::Strategy>;
 
 py::dtype dtype_of(DataType type) {
   switch (type) {
-    case DataType::f16: return py::dtype("float16");
-    case DataType::bf16: return py::dtype("uint16");  // numpy has no bfloat16: its bits
-    case DataType::f32: return py::dtype("float32");
-    case DataType::f64: return py::dtype("float64");
-    case DataType::i8: return py::dtype("int8");
-    case DataType::u8: return py::dtype("uint8");
-    case DataType::i32: return py::dtype("int32");
-    case DataType::u32: return py::dtype("uint32");
-    case DataType::i64: return py::dtype("int64");
-    case DataType::u64: return py::dtype("uint64");
+    case DataType::f16:
+      return py::dtype("float16");
+    case DataType::bf16:
+      return py::dtype("uint16");  // numpy has no bfloat16: its bits
+    case DataType::f32:
+      return py::dtype("float32");
+    case DataType::f64:
+      return py::dtype("float64");
+    case DataType::i8:
+      return py::dtype("int8");
+    case DataType::u8:
+      return py::dtype("uint8");
+    case DataType::i32:
+      return py::dtype("int32");
+    case DataType::u32:
+      return py::dtype("uint32");
+    case DataType::i64:
+      return py::dtype("int64");
+    case DataType::u64:
+      return py::dtype("uint64");
   }
   return py::dtype("uint8");
 }
@@ -63,7 +73,8 @@ py::array view(const StrategyPtr& owner, DataType type, const mr::Shape& shape, 
 }
 
 mr::Synchronization parse_synchronization(const std::string& text) {
-  if (text == "on_write" || text == "ON_WRITE" || text == "auto" || text == "AUTO") return mr::Synchronization::on_write;
+  if (text == "on_write" || text == "ON_WRITE" || text == "auto" || text == "AUTO")
+    return mr::Synchronization::on_write;
   if (text == "on_read" || text == "ON_READ") return mr::Synchronization::on_read;
   throw InvalidArgument("synchronization '" + text + "': use 'on_write' or 'on_read'");
 }
@@ -102,8 +113,7 @@ Comm take_comm(const py::object& comm) {
     return Comm::from_env();
   }
   if (!py::isinstance<PyComm>(comm))
-    throw InvalidArgument("argument 'comm' must be a braid.Comm or None, not " +
-                          py::repr(comm).cast<std::string>());
+    throw InvalidArgument("argument 'comm' must be a braid.Comm or None, not " + py::repr(comm).cast<std::string>());
   return comm.cast<PyComm&>().take();
 }
 
@@ -156,8 +166,10 @@ py::object strategy_reduce(mr::Strategy& s, const py::object& op_name, const py:
   py::module_ np = py::module_::import("numpy");
   const int locals = s.local_replicas();
   py::list per_local;
-  if (locals == 1 && !(py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value))) per_local.append(value);
-  else per_local = py::list(value);
+  if (locals == 1 && !(py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value)))
+    per_local.append(value);
+  else
+    per_local = py::list(value);
   if (static_cast<int>(py::len(per_local)) != locals)
     throw InvalidArgument("Strategy.reduce: needs one value per local replica (" + std::to_string(locals) + "), got " +
                           std::to_string(py::len(per_local)));
@@ -167,10 +179,18 @@ py::object strategy_reduce(mr::Strategy& s, const py::object& op_name, const py:
     py::object v = np.attr("asarray")(per_local[i]);
     switch (op) {
       case ReduceOp::sum:
-      case ReduceOp::avg: combined = np.attr("add")(combined, v); break;
-      case ReduceOp::prod: combined = np.attr("multiply")(combined, v); break;
-      case ReduceOp::min: combined = np.attr("minimum")(combined, v); break;
-      case ReduceOp::max: combined = np.attr("maximum")(combined, v); break;
+      case ReduceOp::avg:
+        combined = np.attr("add")(combined, v);
+        break;
+      case ReduceOp::prod:
+        combined = np.attr("multiply")(combined, v);
+        break;
+      case ReduceOp::min:
+        combined = np.attr("minimum")(combined, v);
+        break;
+      case ReduceOp::max:
+        combined = np.attr("maximum")(combined, v);
+        break;
     }
   }
   // np.array, not ascontiguousarray: that makes a 0-d value 1-d.
@@ -237,10 +257,16 @@ py::array index_array(const std::vector<std::int64_t>& v) {
 mr::ShardOptions shard_options(std::int64_t dataset_size, std::int64_t global_batch_size, std::uint64_t seed,
                                bool shuffle, const std::string& remainder) {
   mr::Remainder r;
-  if (remainder == "drop") r = mr::Remainder::drop;
-  else if (remainder == "keep") r = mr::Remainder::keep;
-  else throw InvalidArgument("DataShard: remainder '" + remainder + "': use 'drop' or 'keep'");
-  return {.dataset_size = dataset_size, .global_batch_size = global_batch_size, .seed = seed, .shuffle = shuffle,
+  if (remainder == "drop")
+    r = mr::Remainder::drop;
+  else if (remainder == "keep")
+    r = mr::Remainder::keep;
+  else
+    throw InvalidArgument("DataShard: remainder '" + remainder + "': use 'drop' or 'keep'");
+  return {.dataset_size = dataset_size,
+          .global_batch_size = global_batch_size,
+          .seed = seed,
+          .shuffle = shuffle,
           .remainder = r};
 }
 
@@ -252,132 +278,175 @@ void bind_mirrored(py::module_& m) {
   py::class_<mr::Optimizer, std::shared_ptr<mr::Optimizer>>(m, "Optimizer", "An update rule (braid's C++ optimizers).")
       .def_property_readonly("name", &mr::Optimizer::name)
       .def_property_readonly("slot_names", &mr::Optimizer::slot_names);
-  py::class_<mr::Sgd, mr::Optimizer, std::shared_ptr<mr::Sgd>>(m, "Sgd",
-                                                               "SGD with heavy-ball momentum: v = momentum*v + g; w -= lr*v.")
+  py::class_<mr::Sgd, mr::Optimizer, std::shared_ptr<mr::Sgd>>(
+      m, "Sgd", "SGD with heavy-ball momentum: v = momentum*v + g; w -= lr*v.")
       .def(py::init<double, double>(), arg("learning_rate"), arg("momentum") = 0.0);
 
   py::class_<PyVariable>(m, "Variable", "A strategy's variable; one copy per local replica.")
       .def_property_readonly("name", [](const PyVariable& v) { return v.variable->name(); })
-      .def_property_readonly("shape", [](const PyVariable& v) {
-        py::tuple t(v.variable->shape().size());
-        for (std::size_t i = 0; i < v.variable->shape().size(); ++i) t[i] = v.variable->shape()[i];
-        return t;
-      })
+      .def_property_readonly("shape",
+                             [](const PyVariable& v) {
+                               py::tuple t(v.variable->shape().size());
+                               for (std::size_t i = 0; i < v.variable->shape().size(); ++i)
+                                 t[i] = v.variable->shape()[i];
+                               return t;
+                             })
       .def_property_readonly("dtype", [](const PyVariable& v) { return dtype_of(v.variable->type()); })
       .def_property_readonly("trainable", [](const PyVariable& v) { return v.variable->options().trainable; })
-      .def_property_readonly("synchronization",
-                             [](const PyVariable& v) { return std::string(mr::name_of(v.variable->options().synchronization)); })
-      .def_property_readonly("aggregation",
-                             [](const PyVariable& v) { return std::string(mr::name_of(v.variable->options().aggregation)); })
-      .def("value", [](const PyVariable& v, const py::object& where) {
-        int local = 0;
-        if (py::isinstance<PyReplicaContext>(where)) local = where.cast<PyReplicaContext&>().get().local_replica();
-        else if (!where.is_none()) local = where.cast<int>();
-        if (local < 0 || local >= v.strategy->local_replicas())
-          throw InvalidArgument("Variable.value: local replica " + std::to_string(local) + " is not in [0, " +
-                                std::to_string(v.strategy->local_replicas()) + ")");
-        return view(v.strategy, v.variable->type(), v.variable->shape(), v.variable->replica_bytes(local));
-      }, arg("replica") = py::none(),
-      "A numpy view (no copy) of one local replica's copy: value(ctx) inside run(), value(i) or value() outside.")
-      .def("numpy", [](const PyVariable& v) {
-        std::vector<std::byte> bytes;
-        {
-          py::gil_scoped_release release;
-          bytes = v.strategy->read(*v.variable);
-        }
-        std::vector<py::ssize_t> dims(v.variable->shape().begin(), v.variable->shape().end());
-        py::array out(dtype_of(v.variable->type()), dims);
-        std::memcpy(out.mutable_data(), bytes.data(), bytes.size());
-        return out;
-      }, "The value as a cross-replica read sees it (a copy; on_read variables aggregated: a collective).")
-      .def("assign", [](const PyVariable& v, const py::object& value) {
-        py::array a = py::module_::import("numpy").attr("asarray")(value, py::arg("dtype") = dtype_of(v.variable->type()), py::arg("order") = "C");
-        if (static_cast<std::size_t>(a.size()) != v.variable->count())
-          throw InvalidArgument("Variable.assign: '" + v.variable->name() + "' has " + std::to_string(v.variable->count()) +
-                                " elements, the value " + std::to_string(a.size()));
-        std::span<const std::byte> bytes(static_cast<const std::byte*>(a.data()), v.variable->bytes());
-        py::gil_scoped_release release;
-        v.strategy->assign(*v.variable, bytes);
-      }, arg("value"), "Sets every replica's copy (cross-replica context).")
+      .def_property_readonly(
+          "synchronization",
+          [](const PyVariable& v) { return std::string(mr::name_of(v.variable->options().synchronization)); })
+      .def_property_readonly(
+          "aggregation",
+          [](const PyVariable& v) { return std::string(mr::name_of(v.variable->options().aggregation)); })
+      .def(
+          "value",
+          [](const PyVariable& v, const py::object& where) {
+            int local = 0;
+            if (py::isinstance<PyReplicaContext>(where))
+              local = where.cast<PyReplicaContext&>().get().local_replica();
+            else if (!where.is_none())
+              local = where.cast<int>();
+            if (local < 0 || local >= v.strategy->local_replicas())
+              throw InvalidArgument("Variable.value: local replica " + std::to_string(local) + " is not in [0, " +
+                                    std::to_string(v.strategy->local_replicas()) + ")");
+            return view(v.strategy, v.variable->type(), v.variable->shape(), v.variable->replica_bytes(local));
+          },
+          arg("replica") = py::none(),
+          "A numpy view (no copy) of one local replica's copy: value(ctx) inside run(), value(i) or value() outside.")
+      .def(
+          "numpy",
+          [](const PyVariable& v) {
+            std::vector<std::byte> bytes;
+            {
+              py::gil_scoped_release release;
+              bytes = v.strategy->read(*v.variable);
+            }
+            std::vector<py::ssize_t> dims(v.variable->shape().begin(), v.variable->shape().end());
+            py::array out(dtype_of(v.variable->type()), dims);
+            std::memcpy(out.mutable_data(), bytes.data(), bytes.size());
+            return out;
+          },
+          "The value as a cross-replica read sees it (a copy; on_read variables aggregated: a collective).")
+      .def(
+          "assign",
+          [](const PyVariable& v, const py::object& value) {
+            py::array a = py::module_::import("numpy").attr("asarray")(
+                value, py::arg("dtype") = dtype_of(v.variable->type()), py::arg("order") = "C");
+            if (static_cast<std::size_t>(a.size()) != v.variable->count())
+              throw InvalidArgument("Variable.assign: '" + v.variable->name() + "' has " +
+                                    std::to_string(v.variable->count()) + " elements, the value " +
+                                    std::to_string(a.size()));
+            std::span<const std::byte> bytes(static_cast<const std::byte*>(a.data()), v.variable->bytes());
+            py::gil_scoped_release release;
+            v.strategy->assign(*v.variable, bytes);
+          },
+          arg("value"), "Sets every replica's copy (cross-replica context).")
       .def("__repr__", [](const PyVariable& v) {
         return "<braid.mirrored.Variable '" + v.variable->name() + "' shape=" + mr::shape_text(v.variable->shape()) +
                " dtype=" + std::string(braid::name_of(v.variable->type())) + ">";
       });
 
   py::class_<PyGradients>(m, "Gradients", "One replica's gradient buffers (views into fused buckets).")
-      .def("of", [](const PyGradients& g, const PyVariable& v) {
-        mr::ReplicaContext& ctx = g.context->get();
-        mr::Variable& var = owned_by(v, g.context->strategy);
-        return view(g.context->strategy, var.type(), var.shape(), ctx.gradients().bytes_of(var));
-      }, arg("variable"), "This replica's gradient buffer of a variable, as a writable numpy view.")
-      .def("ready", [](const PyGradients& g, const PyVariable& v) {
-        mr::ReplicaContext& ctx = g.context->get();
-        mr::Variable& var = owned_by(v, g.context->strategy);
-        py::gil_scoped_release release;
-        ctx.gradients().ready(var);
-      }, arg("variable"), "The gradient is final for this step: its bucket may start all-reducing.")
-      .def("synchronize", [](const PyGradients& g) {
-        mr::ReplicaContext& ctx = g.context->get();
-        py::gil_scoped_release release;
-        ctx.gradients().synchronize();
-      }, "Waits until every bucket is aggregated over all replicas.")
+      .def(
+          "of",
+          [](const PyGradients& g, const PyVariable& v) {
+            mr::ReplicaContext& ctx = g.context->get();
+            mr::Variable& var = owned_by(v, g.context->strategy);
+            return view(g.context->strategy, var.type(), var.shape(), ctx.gradients().bytes_of(var));
+          },
+          arg("variable"), "This replica's gradient buffer of a variable, as a writable numpy view.")
+      .def(
+          "ready",
+          [](const PyGradients& g, const PyVariable& v) {
+            mr::ReplicaContext& ctx = g.context->get();
+            mr::Variable& var = owned_by(v, g.context->strategy);
+            py::gil_scoped_release release;
+            ctx.gradients().ready(var);
+          },
+          arg("variable"), "The gradient is final for this step: its bucket may start all-reducing.")
+      .def(
+          "synchronize",
+          [](const PyGradients& g) {
+            mr::ReplicaContext& ctx = g.context->get();
+            py::gil_scoped_release release;
+            ctx.gradients().synchronize();
+          },
+          "Waits until every bucket is aggregated over all replicas.")
       .def("zero", [](const PyGradients& g) {
         mr::ReplicaContext& ctx = g.context->get();
         py::gil_scoped_release release;
         ctx.gradients().zero();
       });
 
-  py::class_<PyReplicaContext, std::shared_ptr<PyReplicaContext>>(m, "ReplicaContext",
-                                                                  "The running replica's view, passed to run()'s function.")
+  py::class_<PyReplicaContext, std::shared_ptr<PyReplicaContext>>(
+      m, "ReplicaContext", "The running replica's view, passed to run()'s function.")
       .def_property_readonly("replica_id_in_sync_group", [](const PyReplicaContext& c) { return c.get().replica_id(); })
       .def_property_readonly("replica_id", [](const PyReplicaContext& c) { return c.get().replica_id(); })
       .def_property_readonly("local_replica", [](const PyReplicaContext& c) { return c.get().local_replica(); })
-      .def_property_readonly("num_replicas_in_sync", [](const PyReplicaContext& c) { return c.get().num_replicas_in_sync(); })
+      .def_property_readonly("num_replicas_in_sync",
+                             [](const PyReplicaContext& c) { return c.get().num_replicas_in_sync(); })
       .def_property_readonly("gradients", [](const std::shared_ptr<PyReplicaContext>& c) { return PyGradients{c}; })
       .def("all_reduce", &reduce_in_context, arg("reduce_op"), arg("value"),
            "op over every replica of value (a number or array; 'mean'/'avg' the mean); returns a new value.")
-      .def("all_gather", [](const PyReplicaContext& c, const py::object& value) {
-        py::array a = py::module_::import("numpy").attr("array")(value, py::arg("copy") = true, py::arg("order") = "C");
-        ArrayArg in = input_array(a, {"ReplicaContext.all_gather", "value"});
-        mr::ReplicaContext& ctx = c.get();
-        std::vector<py::ssize_t> shape(a.shape(), a.shape() + a.ndim());
-        if (shape.empty()) shape.push_back(1);
-        shape[0] *= ctx.num_replicas_in_sync();
-        py::array out(a.dtype(), shape);
-        void* dst = out.mutable_data();
-        {
-          py::gil_scoped_release release;
-          ctx.all_gather(in.data, dst, in.count, in.type);
-        }
-        return out;
-      }, arg("value"), "Every replica's value concatenated along axis 0, in replica order.")
-      .def("assign", [](const PyReplicaContext& c, const PyVariable& v, const py::object& value) {
-        mr::Variable& var = owned_by(v, c.strategy);
-        ArrayArg a = input_array(py::module_::import("numpy").attr("asarray")(value, py::arg("dtype") = dtype_of(var.type()), py::arg("order") = "C"),
-                                 {"ReplicaContext.assign", "value"});
-        mr::ReplicaContext& ctx = c.get();
-        py::gil_scoped_release release;
-        ctx.assign(var, a.data, a.count, var.type());
-      }, arg("variable"), arg("value"), "Writes a variable from replica context (on_write: aggregated).")
-      .def("assign_add", [](const PyReplicaContext& c, const PyVariable& v, const py::object& value) {
-        mr::Variable& var = owned_by(v, c.strategy);
-        ArrayArg a = input_array(py::module_::import("numpy").attr("asarray")(value, py::arg("dtype") = dtype_of(var.type()), py::arg("order") = "C"),
-                                 {"ReplicaContext.assign_add", "value"});
-        mr::ReplicaContext& ctx = c.get();
-        py::gil_scoped_release release;
-        ctx.assign_add(var, a.data, a.count, var.type());
-      }, arg("variable"), arg("value"))
-      .def("apply_gradients", [](const PyReplicaContext& c, mr::Optimizer& optimizer) {
-        mr::ReplicaContext& ctx = c.get();
-        py::gil_scoped_release release;
-        ctx.apply_gradients(optimizer);
-      }, arg("optimizer"), "Aggregates the gradients over replicas and applies the optimizer as the strategy does.");
+      .def(
+          "all_gather",
+          [](const PyReplicaContext& c, const py::object& value) {
+            py::array a =
+                py::module_::import("numpy").attr("array")(value, py::arg("copy") = true, py::arg("order") = "C");
+            ArrayArg in = input_array(a, {"ReplicaContext.all_gather", "value"});
+            mr::ReplicaContext& ctx = c.get();
+            std::vector<py::ssize_t> shape(a.shape(), a.shape() + a.ndim());
+            if (shape.empty()) shape.push_back(1);
+            shape[0] *= ctx.num_replicas_in_sync();
+            py::array out(a.dtype(), shape);
+            void* dst = out.mutable_data();
+            {
+              py::gil_scoped_release release;
+              ctx.all_gather(in.data, dst, in.count, in.type);
+            }
+            return out;
+          },
+          arg("value"), "Every replica's value concatenated along axis 0, in replica order.")
+      .def(
+          "assign",
+          [](const PyReplicaContext& c, const PyVariable& v, const py::object& value) {
+            mr::Variable& var = owned_by(v, c.strategy);
+            ArrayArg a = input_array(py::module_::import("numpy").attr("asarray")(
+                                         value, py::arg("dtype") = dtype_of(var.type()), py::arg("order") = "C"),
+                                     {"ReplicaContext.assign", "value"});
+            mr::ReplicaContext& ctx = c.get();
+            py::gil_scoped_release release;
+            ctx.assign(var, a.data, a.count, var.type());
+          },
+          arg("variable"), arg("value"), "Writes a variable from replica context (on_write: aggregated).")
+      .def(
+          "assign_add",
+          [](const PyReplicaContext& c, const PyVariable& v, const py::object& value) {
+            mr::Variable& var = owned_by(v, c.strategy);
+            ArrayArg a = input_array(py::module_::import("numpy").attr("asarray")(
+                                         value, py::arg("dtype") = dtype_of(var.type()), py::arg("order") = "C"),
+                                     {"ReplicaContext.assign_add", "value"});
+            mr::ReplicaContext& ctx = c.get();
+            py::gil_scoped_release release;
+            ctx.assign_add(var, a.data, a.count, var.type());
+          },
+          arg("variable"), arg("value"))
+      .def(
+          "apply_gradients",
+          [](const PyReplicaContext& c, mr::Optimizer& optimizer) {
+            mr::ReplicaContext& ctx = c.get();
+            py::gil_scoped_release release;
+            ctx.apply_gradients(optimizer);
+          },
+          arg("optimizer"), "Aggregates the gradients over replicas and applies the optimizer as the strategy does.");
 
   py::class_<PyScope>(m, "Scope", "Variables may be created while a scope is entered (`with strategy.scope():`).")
-      .def("__enter__", [](PyScope& s) {
-        if (!s.scope) s.scope.emplace(s.strategy->scope());
-        return s.strategy;
-      })
+      .def("__enter__",
+           [](PyScope& s) {
+             if (!s.scope) s.scope.emplace(s.strategy->scope());
+             return s.strategy;
+           })
       .def("__exit__", [](PyScope& s, py::args) { s.scope.reset(); });
 
   py::class_<mr::ReplicaReport::Divergence>(m, "Divergence")
@@ -392,7 +461,8 @@ void bind_mirrored(py::module_& m) {
       .def("__bool__", &mr::ReplicaReport::consistent)
       .def("__str__", &mr::ReplicaReport::describe);
 
-  py::class_<mr::DataShard>(m, "DataShard", "One replica's part of every global batch (tf.data's auto-sharding by data).")
+  py::class_<mr::DataShard>(m, "DataShard",
+                            "One replica's part of every global batch (tf.data's auto-sharding by data).")
       .def(py::init([](std::int64_t dataset_size, std::int64_t global_batch_size, int replica, int num_replicas,
                        std::uint64_t seed, bool shuffle, const std::string& remainder) {
              return mr::DataShard(shard_options(dataset_size, global_batch_size, seed, shuffle, remainder), replica,
@@ -404,10 +474,13 @@ void bind_mirrored(py::module_& m) {
       .def_property_readonly("num_replicas", &mr::DataShard::num_replicas)
       .def_property_readonly("per_replica_batch_size", &mr::DataShard::per_replica_batch_size)
       .def_property_readonly("batches_per_epoch", &mr::DataShard::batches_per_epoch)
-      .def("epoch_order", [](const mr::DataShard& s, std::int64_t e) { return index_array(s.epoch_order(e)); }, arg("epoch"))
+      .def(
+          "epoch_order", [](const mr::DataShard& s, std::int64_t e) { return index_array(s.epoch_order(e)); },
+          arg("epoch"))
       .def("global_batch_samples", &mr::DataShard::global_batch_samples, arg("batch"))
-      .def("batch", [](const mr::DataShard& s, std::int64_t e, std::int64_t b) { return index_array(s.batch(e, b)); },
-           arg("epoch"), arg("batch"), "This replica's sample indices in global batch `batch` of `epoch`.");
+      .def(
+          "batch", [](const mr::DataShard& s, std::int64_t e, std::int64_t b) { return index_array(s.batch(e, b)); },
+          arg("epoch"), arg("batch"), "This replica's sample indices in global batch `batch` of `epoch`.");
 
   py::class_<mr::Strategy, StrategyPtr> strategy(m, "Strategy", "The base of every strategy.");
   strategy.def_property_readonly("name", [](mr::Strategy& s) { return std::string(s.name()); })
@@ -417,74 +490,99 @@ void bind_mirrored(py::module_& m) {
       .def_property_readonly("is_chief", &mr::Strategy::is_chief)
       .def_property_readonly("rank", [](mr::Strategy& s) { return s.comm() ? s.comm()->rank() : 0; })
       .def_property_readonly("runs_replicas", &mr::Strategy::runs_replicas)
-      .def("scope", [](const StrategyPtr& s) { return PyScope{s, std::nullopt}; },
-           "A context manager inside which variables are created.")
-      .def("create_variable", [](const StrategyPtr& s, std::string name, const py::object& initial, bool trainable,
-                                 const std::string& synchronization, const std::string& aggregation,
-                                 const py::object& dtype) {
-        py::array a = py::module_::import("numpy").attr("asarray")(initial, py::arg("order") = "C");
-        auto type = parse_type_override(dtype, "create_variable");
-        ArrayArg in = input_array(a, {"create_variable", "initial"}, type);
-        mr::Shape shape(a.shape(), a.shape() + a.ndim());
-        mr::VariableOptions options{.synchronization = parse_synchronization(synchronization),
-                                    .aggregation = parse_aggregation(aggregation), .trainable = trainable};
-        std::span<const std::byte> bytes(static_cast<const std::byte*>(in.data), in.bytes());
-        mr::Variable* v = nullptr;
-        {
-          py::gil_scoped_release release;
-          v = &s->create_variable(std::move(name), in.type, std::move(shape), bytes, options);
-        }
-        return PyVariable{s, v};
-      }, arg("name"), arg("initial"), py::kw_only(), arg("trainable") = true, arg("synchronization") = "on_write",
-      arg("aggregation") = "none", arg("dtype") = py::none(),
-      "Creates a variable on every replica (a collective, inside scope()); the chief's initial value wins.")
-      .def_property_readonly("variables", [](const StrategyPtr& s) {
-        py::list out;
-        for (mr::Variable* v : s->variables()) out.append(PyVariable{s, v});
-        return out;
-      })
-      .def("variable", [](const StrategyPtr& s, const std::string& name) { return PyVariable{s, &s->variable(name)}; },
-           arg("name"))
+      .def(
+          "scope",
+          [](const StrategyPtr& s) {
+            return PyScope{s, std::nullopt};
+          },
+          "A context manager inside which variables are created.")
+      .def(
+          "create_variable",
+          [](const StrategyPtr& s, std::string name, const py::object& initial, bool trainable,
+             const std::string& synchronization, const std::string& aggregation, const py::object& dtype) {
+            py::array a = py::module_::import("numpy").attr("asarray")(initial, py::arg("order") = "C");
+            auto type = parse_type_override(dtype, "create_variable");
+            ArrayArg in = input_array(a, {"create_variable", "initial"}, type);
+            mr::Shape shape(a.shape(), a.shape() + a.ndim());
+            mr::VariableOptions options{.synchronization = parse_synchronization(synchronization),
+                                        .aggregation = parse_aggregation(aggregation),
+                                        .trainable = trainable};
+            std::span<const std::byte> bytes(static_cast<const std::byte*>(in.data), in.bytes());
+            mr::Variable* v = nullptr;
+            {
+              py::gil_scoped_release release;
+              v = &s->create_variable(std::move(name), in.type, std::move(shape), bytes, options);
+            }
+            return PyVariable{s, v};
+          },
+          arg("name"), arg("initial"), py::kw_only(), arg("trainable") = true, arg("synchronization") = "on_write",
+          arg("aggregation") = "none", arg("dtype") = py::none(),
+          "Creates a variable on every replica (a collective, inside scope()); the chief's initial value wins.")
+      .def_property_readonly("variables",
+                             [](const StrategyPtr& s) {
+                               py::list out;
+                               for (mr::Variable* v : s->variables()) out.append(PyVariable{s, v});
+                               return out;
+                             })
+      .def(
+          "variable",
+          [](const StrategyPtr& s, const std::string& name) {
+            return PyVariable{s, &s->variable(name)};
+          },
+          arg("name"))
       .def("run", &run, arg("fn"), arg("args") = py::tuple(), arg("kwargs") = py::dict(),
            "Calls fn(ctx, *args, **kwargs) once per local replica; returns its result (a list of them with "
            "several local replicas).")
-      .def("reduce", [](mr::Strategy& s, const py::object& op, const py::object& value) {
-        return strategy_reduce(s, op, value);
-      }, arg("reduce_op"), arg("value"),
-      "op over every replica of value (one per local replica; a number or array); a collective.")
-      .def("verify_replicas", [](mr::Strategy& s) {
-        py::gil_scoped_release release;
-        return s.verify_replicas();
-      }, "Compares every mirrored variable across all replicas (a collective).")
+      .def(
+          "reduce",
+          [](mr::Strategy& s, const py::object& op, const py::object& value) { return strategy_reduce(s, op, value); },
+          arg("reduce_op"), arg("value"),
+          "op over every replica of value (one per local replica; a number or array); a collective.")
+      .def(
+          "verify_replicas",
+          [](mr::Strategy& s) {
+            py::gil_scoped_release release;
+            return s.verify_replicas();
+          },
+          "Compares every mirrored variable across all replicas (a collective).")
       .def("replica_hash", &mr::Strategy::replica_hash, arg("local_replica") = 0)
       .def("create_slots", &mr::Strategy::create_slots, arg("optimizer"))
-      .def("save", [](mr::Strategy& s, const std::string& path, std::int64_t step, std::int64_t epoch,
-                      std::int64_t batch_in_epoch) {
-        py::gil_scoped_release release;
-        s.save(path, {.step = step, .epoch = epoch, .batch_in_epoch = batch_in_epoch});
-      }, arg("path"), py::kw_only(), arg("step") = 0, arg("epoch") = 0, arg("batch_in_epoch") = 0,
-      "Writes every variable and optimizer slot to path on the chief (a collective).")
-      .def("restore", [](mr::Strategy& s, const std::string& path) {
-        mr::RestoredCheckpoint r;
-        {
-          py::gil_scoped_release release;
-          r = s.restore(path);
-        }
-        return restored_dict(r);
-      }, arg("path"), "Reads path on the chief and gives every replica its values (a collective).")
-      .def("shard", [](const mr::Strategy& s, const PyReplicaContext& ctx, std::int64_t dataset_size,
-                       std::int64_t global_batch_size, std::uint64_t seed, bool shuffle, const std::string& remainder) {
-        return s.shard(shard_options(dataset_size, global_batch_size, seed, shuffle, remainder), ctx.get());
-      }, arg("ctx"), arg("dataset_size"), arg("global_batch_size"), py::kw_only(), arg("seed") = 0,
-      arg("shuffle") = true, arg("remainder") = "drop", "This replica's DataShard.")
+      .def(
+          "save",
+          [](mr::Strategy& s, const std::string& path, std::int64_t step, std::int64_t epoch,
+             std::int64_t batch_in_epoch) {
+            py::gil_scoped_release release;
+            s.save(path, {.step = step, .epoch = epoch, .batch_in_epoch = batch_in_epoch});
+          },
+          arg("path"), py::kw_only(), arg("step") = 0, arg("epoch") = 0, arg("batch_in_epoch") = 0,
+          "Writes every variable and optimizer slot to path on the chief (a collective).")
+      .def(
+          "restore",
+          [](mr::Strategy& s, const std::string& path) {
+            mr::RestoredCheckpoint r;
+            {
+              py::gil_scoped_release release;
+              r = s.restore(path);
+            }
+            return restored_dict(r);
+          },
+          arg("path"), "Reads path on the chief and gives every replica its values (a collective).")
+      .def(
+          "shard",
+          [](const mr::Strategy& s, const PyReplicaContext& ctx, std::int64_t dataset_size,
+             std::int64_t global_batch_size, std::uint64_t seed, bool shuffle, const std::string& remainder) {
+            return s.shard(shard_options(dataset_size, global_batch_size, seed, shuffle, remainder), ctx.get());
+          },
+          arg("ctx"), arg("dataset_size"), arg("global_batch_size"), py::kw_only(), arg("seed") = 0,
+          arg("shuffle") = true, arg("remainder") = "drop", "This replica's DataShard.")
       .def("__repr__", [](mr::Strategy& s) {
         return "<braid.mirrored." + std::string(s.name()) + " " + std::to_string(s.num_replicas_in_sync()) +
                " replicas>";
       });
 
-#define BRAID_STRATEGY_OPTIONS                                                                                   \
+#define BRAID_STRATEGY_OPTIONS                                                                                    \
   py::kw_only(), arg("timeout") = py::none(), arg("bucket_bytes") = std::size_t(25) << 20, arg("overlap") = true, \
-      arg("aggregation") = "mean", arg("compression") = "none"
+                 arg("aggregation") = "mean", arg("compression") = "none"
   py::class_<mr::MultiWorkerMirrored, mr::Strategy, std::shared_ptr<mr::MultiWorkerMirrored>>(
       m, "MultiWorkerMirrored", "One replica per process (tf.distribute.MultiWorkerMirroredStrategy).")
       .def(py::init([](const py::object& comm, const py::object& timeout, std::size_t bucket_bytes, bool overlap,
@@ -507,7 +605,8 @@ void bind_mirrored(py::module_& m) {
            }),
            arg("local_replicas"), arg("comm") = py::none(), BRAID_STRATEGY_OPTIONS);
   py::class_<mr::CentralStorage, mr::Strategy, std::shared_ptr<mr::CentralStorage>>(
-      m, "CentralStorage", "Variables updated on the chief and broadcast (tf.distribute.experimental.CentralStorageStrategy).")
+      m, "CentralStorage",
+      "Variables updated on the chief and broadcast (tf.distribute.experimental.CentralStorageStrategy).")
       .def(py::init([](const py::object& comm, const py::object& timeout, std::size_t bucket_bytes, bool overlap,
                        const std::string& aggregation, const std::string& compression) {
              auto options = strategy_options(timeout, bucket_bytes, overlap, aggregation, compression);
@@ -518,12 +617,13 @@ void bind_mirrored(py::module_& m) {
            arg("comm") = py::none(), BRAID_STRATEGY_OPTIONS);
 #undef BRAID_STRATEGY_OPTIONS
   py::class_<mr::ParameterServer, mr::Strategy, std::shared_ptr<mr::ParameterServer>>(
-      m, "ParameterServer", "Asynchronous training with sharded variables on server ranks, bounded staleness "
-                            "(tf.distribute.experimental.ParameterServerStrategy).")
+      m, "ParameterServer",
+      "Asynchronous training with sharded variables on server ranks, bounded staleness "
+      "(tf.distribute.experimental.ParameterServerStrategy).")
       .def(py::init([](const py::object& comm, std::shared_ptr<mr::Optimizer> optimizer, int servers, int staleness,
                        const py::object& timeout) {
-             mr::ParameterServerOptions options{.servers = servers, .staleness = staleness,
-                                                .optimizer = std::move(optimizer), .strategy = {}};
+             mr::ParameterServerOptions options{
+                 .servers = servers, .staleness = staleness, .optimizer = std::move(optimizer), .strategy = {}};
              if (auto t = to_millis(timeout, "ParameterServer")) options.strategy.timeout = *t;
              Comm c = take_comm(comm);
              py::gil_scoped_release release;
@@ -533,18 +633,27 @@ void bind_mirrored(py::module_& m) {
            arg("timeout") = py::none())
       .def_property_readonly("is_server", &mr::ParameterServer::is_server)
       .def_property_readonly("workers", &mr::ParameterServer::workers)
-      .def("serve", [](mr::ParameterServer& s) {
-        py::gil_scoped_release release;
-        s.serve();
-      }, "Serves pulls and pushes until every worker called finish(). Servers only.")
-      .def("pull", [](mr::ParameterServer& s) {
-        py::gil_scoped_release release;
-        s.pull();
-      }, "Fetches the current values of every variable. Workers only.")
-      .def("finish", [](mr::ParameterServer& s) {
-        py::gil_scoped_release release;
-        s.finish();
-      }, "Waits for every worker, pulls the final values, tells the servers. Workers only.")
+      .def(
+          "serve",
+          [](mr::ParameterServer& s) {
+            py::gil_scoped_release release;
+            s.serve();
+          },
+          "Serves pulls and pushes until every worker called finish(). Servers only.")
+      .def(
+          "pull",
+          [](mr::ParameterServer& s) {
+            py::gil_scoped_release release;
+            s.pull();
+          },
+          "Fetches the current values of every variable. Workers only.")
+      .def(
+          "finish",
+          [](mr::ParameterServer& s) {
+            py::gil_scoped_release release;
+            s.finish();
+          },
+          "Waits for every worker, pulls the final values, tells the servers. Workers only.")
       .def_property_readonly("max_staleness_seen", &mr::ParameterServer::max_staleness_seen)
       .def_property_readonly("updates_applied", &mr::ParameterServer::updates_applied);
 }
