@@ -248,28 +248,28 @@ One thread at a time may call a communicator (abort() from any).)");
       .def(
           "abort",
           [](PyComm& c) {
-            Comm& comm = c.get();
+            Comm& self = c.get();
             py::gil_scoped_release release;
-            comm.abort();
+            self.abort();
           },
           "Gives up on this communicator, from any thread: pending and later operations raise braid.Aborted.")
       .def(
           "flush",
           [](PyComm& c) {
-            Comm& comm = c.get();
+            Comm& self = c.get();
             py::gil_scoped_release release;
-            comm.flush();
+            self.flush();
           },
           "Waits for every operation started here; raises the error of a failed one.")
       .def(
           "split",
           [](PyComm& c, const py::object& color, int key) -> py::object {
             const int chosen = color.is_none() ? Comm::kNoColor : color.cast<int>();
-            Comm& comm = c.get();
+            Comm& self = c.get();
             Comm part;
             {
               py::gil_scoped_release release;
-              part = comm.split(chosen, key);
+              part = self.split(chosen, key);
             }
             if (!part.valid()) return py::none();
             return py::cast(std::make_unique<PyComm>(std::move(part)));
