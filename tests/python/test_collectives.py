@@ -241,3 +241,31 @@ def test_split(comm):
     comm.barrier()  # every rank is done with half before any closes it
     half.close()
     assert comm.split(None) is None
+
+
+def test_gil_released_while_waiting(comm):
+    # Rank 0 enters the all-reduce 0.3 s late; meanwhile the others wait in
+    # it, and a Python thread of theirs keeps running.
+    import threading
+    import time
+
+    ticks, stop = [0], threading.Event()
+
+    def tick():
+        while not stop.is_set():
+            ticks[0] += 1
+            time.sleep(0.005)
+
+    thread = threading.Thread(target=tick)
+    if comm.rank == 0:
+        time.sleep(0.3)
+    else:
+        thread.start()
+    before = ticks[0]
+    x = np.ones(16, np.float32)
+    comm.all_reduce(x)
+    stop.set()
+    if comm.rank != 0:
+        thread.join()
+        assert ticks[0] - before >= 5  # the thread ran while this one waited
+    assert np.all(x == comm.size)

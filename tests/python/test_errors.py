@@ -135,3 +135,24 @@ def test_closed_comm(comm):
         c.all_reduce(np.ones(4, np.float32))
     with pytest.raises(braid.InvalidArgument, match="closed"):
         _ = c.rank
+
+
+def test_abort_from_another_thread(comm):
+    # Rank 0 never calls: the others wait in an all-reduce that a watchdog
+    # thread of theirs aborts after 0.3 s.
+    import threading
+
+    if comm.size < 2:
+        pytest.skip("needs 2 ranks")
+    c = new_comm_by_id(comm, timeout=30)
+    c.barrier()
+    if comm.rank != 0:
+        watchdog = threading.Timer(0.3, c.abort)
+        watchdog.start()
+        start = time.monotonic()
+        with pytest.raises((braid.Aborted, braid.PeerLost)):
+            c.all_reduce(np.ones(4, np.float32))
+        assert time.monotonic() - start < 10
+        watchdog.join()
+    comm.barrier()
+    c.close()
