@@ -269,3 +269,12 @@ def test_gil_released_while_waiting(comm):
         thread.join()
         assert ticks[0] - before >= 5  # the thread ran while this one waited
     assert np.all(x == comm.size)
+
+
+def test_empty_and_scalar_arrays(comm):
+    empty = np.zeros(0, np.float32)
+    assert comm.all_reduce(empty).size == 0
+    assert comm.all_gather(empty).shape == (comm.size, 0)
+    scalar = np.array(comm.rank + 1, np.int64)  # 0-d
+    comm.all_reduce(scalar)
+    assert scalar.shape == () and int(scalar) == comm.size * (comm.size + 1) // 2
