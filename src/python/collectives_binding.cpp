@@ -33,6 +33,7 @@ using Sizes = std::vector<std::size_t>;
 // keeps `keep` and `extra` alive until it is done), the GIL released.
 py::object issue(PyComm& self, bool async, const Call& call, std::vector<py::object> keep, py::object result,
                  std::shared_ptr<void> extra = {}) {
+  PyComm::Call in_call(self);
   Comm& comm = self.get();
   if (async) {
     std::optional<Work> work;

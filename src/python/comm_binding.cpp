@@ -57,6 +57,13 @@ void PyComm::close() {
   comm_.reset();
 }
 
+PyComm::Call::Call(PyComm& comm) : comm_(comm) {
+  if (comm_.busy_.exchange(true))
+    throw InvalidArgument(
+        "another Python thread is in a call on this braid.Comm (one thread at a time may call a communicator; "
+        "abort() from any)");
+}
+
 Comm PyComm::take() {
   get();
   Comm out = std::move(*comm_);
@@ -265,6 +272,7 @@ One thread at a time may call a communicator (abort() from any).)");
           "split",
           [](PyComm& c, const py::object& color, int key) -> py::object {
             const int chosen = color.is_none() ? Comm::kNoColor : color.cast<int>();
+            PyComm::Call in_call(c);
             Comm& self = c.get();
             Comm part;
             {

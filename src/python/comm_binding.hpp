@@ -4,6 +4,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -29,8 +30,24 @@ class PyComm {
   Comm take();
   bool closed() const { return !comm_.has_value(); }
 
+  /// Marks the communicator busy for one call: a second Python thread
+  /// calling it meanwhile gets InvalidArgument rather than undefined
+  /// behaviour (one thread at a time may call a braid::Comm; abort() is
+  /// exempt).
+  class Call {
+   public:
+    explicit Call(PyComm& comm);
+    ~Call() { comm_.busy_.store(false); }
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
+
+   private:
+    PyComm& comm_;
+  };
+
  private:
   std::optional<Comm> comm_;
+  std::atomic<bool> busy_{false};
 };
 
 /// An operation started by one of the *_async calls. It holds the arrays the

@@ -156,3 +156,24 @@ def test_abort_from_another_thread(comm):
         watchdog.join()
     comm.barrier()
     c.close()
+
+
+def test_second_thread_refused_while_a_call_waits(comm):
+    # Rank 0 enters the all-reduce 0.5 s late; meanwhile another thread of
+    # each other rank waits in it, and this thread's call is refused.
+    import threading
+
+    if comm.size < 2:
+        pytest.skip("needs 2 ranks")
+    x = np.ones(8, np.float32)
+    if comm.rank == 0:
+        time.sleep(0.5)
+        comm.all_reduce(x)
+    else:
+        waiting = threading.Thread(target=comm.all_reduce, args=(x,))
+        waiting.start()
+        time.sleep(0.1)
+        with pytest.raises(braid.InvalidArgument, match="another Python thread"):
+            comm.all_reduce(np.ones(8, np.float32))
+        waiting.join()
+    assert np.all(x == comm.size)
