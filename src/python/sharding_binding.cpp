@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "braid/types.hpp"
 #include "mirrored_binding.hpp"
 
 namespace braid::python {
