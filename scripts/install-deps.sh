@@ -17,11 +17,13 @@ set -euo pipefail
 # whose smoke run is a test (tests/bench).
 # pkg-config, make: the packaging test builds examples/external against an
 # installed braid with them (tests/packaging).
-# python3-torch, libtorch-dev, pybind11-dev, python3-pytest: braid.torch, the
-# torch.distributed backend (src/python/torch/, built when found) and its
-# tests (tests/python/torch/, suite python_torch).
+# pybind11-dev, python3-numpy, python3-pytest: the Python package (src/python/)
+# and its tests (tests/python/); python3-mesonpy: `pip install .` (pyproject.toml).
+# python3-torch, libtorch-dev: braid.torch, the torch.distributed backend
+# (src/python/torch/, built when found) and its tests (tests/python/torch/,
+# suite python_torch).
 packages=(g++ make meson ninja-build pkg-config catch2 python3 libssl-dev openssl iproute2 libhwloc-dev libibverbs-dev ibverbs-providers libucx-dev
-          openmpi-bin libopenmpi-dev libgloo-dev python3-torch libtorch-dev pybind11-dev python3-pytest)
+          openmpi-bin libopenmpi-dev libgloo-dev pybind11-dev python3-numpy python3-pytest python3-mesonpy python3-torch libtorch-dev)
 for arg in "$@"; do
   case "$arg" in
     --bench) packages+=(python3-matplotlib iperf3) ;;

@@ -15,6 +15,7 @@ this test does. Layers, bottom to top:
     collectives collectives/   "collectives/..."
     comm        src/comm/      "comm/..." or its own files
     mirrored    mirrored/      the public API only ("braid/...") and its own files
+    python      src/python/    the Python bindings: the public API only, as mirrored
 
 The public headers ("braid/...") may be included anywhere. A quoted include
 without a directory is a file of the same folder. Exits 1 naming each file,
@@ -34,10 +35,11 @@ LAYERS = {
     "collectives": ("collectives", {"core", "transport", "topology", "collectives"}),
     "comm": ("src/comm", {"core", "bootstrap", "transport", "topology", "collectives", "comm"}),
     "mirrored": ("mirrored", set()),
+    "python": ("src/python", set()),
 }
 # Where each prefix's layer lives, to name it in a message.
 OWNER = {"core": "core", "bootstrap": "bootstrap", "transport": "transport", "topology": "topology",
-         "collectives": "collectives", "comm": "comm", "mirrored": "mirrored"}
+         "collectives": "collectives", "comm": "comm", "mirrored": "mirrored", "python": "python"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 

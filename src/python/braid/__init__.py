@@ -1,6 +1,44 @@
-"""braid: collective communication for Python.
+"""braid for Python: collectives on numpy arrays and TensorFlow-style strategies.
 
-Placeholder for the torch backend's branch: the numpy binding's package
-replaces this file. ``import braid`` stays free of torch; ``import
-braid.torch`` loads torch and registers the "braid" torch.distributed backend.
+    import numpy as np, braid
+    comm = braid.Comm.from_env()             # under braid-run -n 4 /usr/bin/python3 script.py
+    grad = np.ones(1024, np.float32)
+    comm.all_reduce(grad, op="sum")          # in place; out=... for out of place
+    work = comm.all_reduce_async(grad)       # a braid.Work: wait(), is_completed(), result()
+    work.wait()
+
+Arrays are used where they are (zero copy), so they must be C-contiguous,
+of a braid type (float16/32/64, int8, uint8, int32, uint32, int64, uint64;
+bf16 as uint16 with dtype='bf16') and writable where braid writes. The GIL
+is released while braid waits. Errors are braid.Error subclasses with braid's
+messages: braid.InvalidArgument (also a ValueError), braid.Timeout (also a
+TimeoutError), braid.PeerLost (also a ConnectionError), braid.Aborted, ...
+
+braid.mirrored holds the strategies (MultiWorkerMirrored, Mirrored,
+CentralStorage, ParameterServer). braid.torch (where built) is PyTorch's
+process-group backend; it is not imported here.
 """
+
+from ._braid import (  # noqa: F401
+    Aborted,
+    Comm,
+    DataType,
+    Error,
+    InternalError,
+    InvalidArgument,
+    PeerLost,
+    ProtocolMismatch,
+    ReduceOp,
+    SystemError,
+    Timeout,
+    UniqueId,
+    Unsupported,
+    Work,
+    __version__,
+)
+from . import mirrored  # noqa: F401,E402
+
+__all__ = [
+    "Aborted", "Comm", "DataType", "Error", "InternalError", "InvalidArgument", "PeerLost", "ProtocolMismatch",
+    "ReduceOp", "SystemError", "Timeout", "UniqueId", "Unsupported", "Work", "mirrored",
+]
