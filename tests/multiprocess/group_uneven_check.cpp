@@ -22,6 +22,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "braid/braid.hpp"
@@ -39,17 +40,25 @@ using Tally = braid::check::Tally;
 // every type used here.
 double value(int from, int to, std::size_t i) { return static_cast<double>(from * 1000 + to * 37 + static_cast<int>(i % 97)); }
 
+// value() as a T: integers wrap (a double out of a narrow integer's range
+// converts with undefined behaviour; an integer converts modulo 2^bits).
+template <typename T>
+T value_as(int from, int to, std::size_t i) {
+  if constexpr (std::is_integral_v<T>) return static_cast<T>(static_cast<std::int64_t>(value(from, to, i)));
+  else return static_cast<T>(value(from, to, i));
+}
+
 template <typename T>
 std::vector<T> message(int from, int to, std::size_t count) {
   std::vector<T> out(count);
-  for (std::size_t i = 0; i < count; ++i) out[i] = static_cast<T>(value(from, to, i));
+  for (std::size_t i = 0; i < count; ++i) out[i] = value_as<T>(from, to, i);
   return out;
 }
 
 template <typename T>
 bool is_message(const T* p, int from, int to, std::size_t count) {
   for (std::size_t i = 0; i < count; ++i)
-    if (p[i] != static_cast<T>(value(from, to, i))) return false;
+    if (p[i] != value_as<T>(from, to, i)) return false;
   return true;
 }
 
