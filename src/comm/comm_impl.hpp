@@ -54,6 +54,7 @@ struct OpPlan {
     bool sends = false;
     std::size_t input_bytes = 0;
     std::size_t output_bytes = 0;
+    bool device_direct = false;  // device buffers over the links themselves (Operation::direct)
     bool operator==(const Key&) const = default;
   };
   Key key;
@@ -75,6 +76,10 @@ class Operation {
   // are on a device.
   bool device_input = false;
   bool device_output = false;
+  // Device buffers that move over the links themselves (every pair's link
+  // takes device memory, and both buffers are on the device): its schedule
+  // is built for that (CommImpl::shape), and it is never staged.
+  bool direct = false;
   bool staged = false;         // running on the communicator's staging copy
   Buffers run_buffers;         // what the executor runs on (buffers, or the staging copy)
   std::uint32_t sequence = 0;  // the high half of every tag
@@ -219,6 +224,11 @@ class CommImpl {
   static constexpr Millis kFailureLook{50};
   static constexpr std::size_t kMinSlice = 32 * 1024;
   static constexpr std::size_t kSlicesPerShare = 16;
+  /// Ranks sharing a GPU: the smallest collective moved GPU to GPU is this
+  /// times (ranks per GPU) squared; below it staging through host memory won
+  /// (H200, 2 ranks: 1.5 against 2.8 GB/s at 1 MiB, 5.2 against 3.4 at 4 MiB;
+  /// 4 ranks: 0.95 against 3.0 at 4 MiB, 3.7 against 2.6 at 16 MiB).
+  static constexpr std::size_t kSharedGpuDirectUnit = 1024 * 1024;
   /// With more local ranks than cores every hand-off between ranks may be a
   /// futex wake and a context switch, so shares are cut in fewer slices.
   static constexpr std::size_t kOversubscribedSlicesPerShare = 2;
@@ -287,6 +297,8 @@ class CommImpl {
   bool adaptive_spin_ = false;  // spin by SpinBudget (BRAID_SPIN_US unset, ranks fit on the cores)
   bool oversubscribed_ = false; // more ranks on this kernel than cores
   bool device_links_ = false;    // every pair's link moves device memory (cuda_ipc)
+  std::size_t device_direct_min_ = 0;  // device_links_: smaller collectives are staged (BRAID_DEVICE_DIRECT_BYTES)
+  bool shaping_direct_ = false;  // make_op is building a schedule for device buffers moved directly
   int local_rank_ = 0;          // among the ranks of this host (host_id), in rank order
   int local_size_ = 1;
   int yield_us_ = 0;            // oversubscribed: poll with sched_yield this long before sleeping

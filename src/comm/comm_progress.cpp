@@ -118,14 +118,8 @@ void CommImpl::start_op(Operation& op) {
   // at a time); a link made since it was built does not change it, as it
   // needed every link of the plan's peers.
   op.run_buffers = op.buffers;
-  if (op.buffers.kind == MemKind::cuda) {
-    // Device buffers move over the links directly when every pair of the
-    // communicator has a link that takes device memory (the same answer on
-    // every rank) and both buffers are on the device; else the operation
-    // runs on a host copy.
-    const bool direct = device_links_ && (op.device_input || !op.buffers.input) && (op.device_output || !op.buffers.output);
-    if (!direct) op.run_buffers = stage_in(op);
-  }
+  // Device buffers not moved directly (make_op decided) run on a host copy.
+  if (op.buffers.kind == MemKind::cuda && !op.direct) op.run_buffers = stage_in(op);
   if (plan.executor) {
     plan.executor->restart(op.run_buffers, op.sequence);
   } else {

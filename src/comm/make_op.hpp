@@ -17,6 +17,27 @@ std::shared_ptr<Operation> CommImpl::make_op(OpPlan::Key key, Buffers buffers, s
   // The caller's buffer sizes are part of the shape (the root's differ).
   key.input_bytes = buffers.input_bytes;
   key.output_bytes = buffers.output_bytes;
+  bool device_input = false, device_output = false;
+  if (device::count() > 0) {
+    const device::Location in = device::locate(buffers.input), out = device::locate(buffers.output);
+    device_input = in.kind == MemKind::cuda;
+    device_output = out.kind == MemKind::cuda;
+    if (device_input || device_output) {
+      buffers.kind = MemKind::cuda;
+      buffers.device = device_output ? out.device : in.device;
+    }
+  }
+  // Device buffers move over the links directly when every pair of the
+  // communicator has a link that takes device memory (the same answer on
+  // every rank) and both buffers are on the device; else the operation runs
+  // on a host copy; so does a collective below device_direct_min_, judged
+  // by its descriptor, which every rank shares (a send and its receive
+  // always agree: point-to-point never stages). A direct operation has a
+  // schedule of its own.
+  key.device_direct = buffers.kind == MemKind::cuda && device_links_ && (device_input || !buffers.input) &&
+                      (device_output || !buffers.output) &&
+                      (key.descriptor.kind == OpDescriptor::Kind::point_to_point ||
+                       key.descriptor.count * size_of(key.descriptor.type) >= device_direct_min_);
   auto hit = cache ? std::find_if(plans_.begin(), plans_.end(), [&](const auto& p) { return p->key == key; })
                    : plans_.end();
   std::shared_ptr<OpPlan> uncached;
@@ -25,7 +46,14 @@ std::shared_ptr<Operation> CommImpl::make_op(OpPlan::Key key, Buffers buffers, s
   } else {
     auto plan = std::make_shared<OpPlan>();
     plan->key = key;
-    plan->schedule = build();
+    shaping_direct_ = key.device_direct;
+    try {
+      plan->schedule = build();
+    } catch (...) {
+      shaping_direct_ = false;
+      throw;
+    }
+    shaping_direct_ = false;
     validate(plan->schedule, BufferSizes{key.input_bytes, key.output_bytes}, rank_);
     // On the wire the descriptor names the algorithm the schedule says it
     // is (a builder may hand a degenerate shape to another one).
@@ -42,15 +70,9 @@ std::shared_ptr<Operation> CommImpl::make_op(OpPlan::Key key, Buffers buffers, s
   }
   auto op = std::make_shared<Operation>();
   op->plan = cache ? plans_.front() : std::move(uncached);
-  if (device::count() > 0) {
-    const device::Location in = device::locate(buffers.input), out = device::locate(buffers.output);
-    op->device_input = in.kind == MemKind::cuda;
-    op->device_output = out.kind == MemKind::cuda;
-    if (op->device_input || op->device_output) {
-      buffers.kind = MemKind::cuda;
-      buffers.device = op->device_output ? out.device : in.device;
-    }
-  }
+  op->device_input = device_input;
+  op->device_output = device_output;
+  op->direct = key.device_direct;
   op->buffers = buffers;
   op->sequence = sequence;
   op->comm = this;

@@ -79,6 +79,12 @@ constexpr std::array kTable = {
                 "SO_SNDBUF/SO_RCVBUF per socket (4M, 512K; at least 64K); 0 keeps the kernel's autotuning."},
     SettingInfo{"BRAID_SLICE_BYTES", "512K",
                 "Pipeline slice: collectives move and reduce buffers in pieces of this size."},
+    SettingInfo{"BRAID_DEVICE_DIRECT_BYTES", "(auto)",
+                "Where every pair of ranks is on a link that moves GPU memory (cuda_ipc), collectives of at least "
+                "this many bytes (count x element size) on device buffers move GPU to GPU, and smaller ones are "
+                "staged through host memory; send/recv always moves directly. auto: 0 when each local rank has a "
+                "GPU of its own, else 1M x (ranks per GPU) squared, since ranks sharing a GPU take turns on it "
+                "(4M for 2)."},
     SettingInfo{"BRAID_SPIN_US", "(auto)",
                 "Microseconds to busy-poll before sleeping in the kernel; auto spins while every local "
                 "rank has a core (up to 20 us, shorter while spins keep failing), else polls with sched_yield "
@@ -89,8 +95,8 @@ constexpr std::array kTable = {
     SettingInfo{"BRAID_TRANSPORT", "(auto)",
                 "Transports to use, in order of preference, as a name or a list (shm,tcp: shared memory between "
                 "ranks of one host, TCP otherwise); each pair of ranks uses the first that reaches it. cuda_ipc "
-                "(a braid built with CUDA; ranks of one host that both have a GPU) is used only when named, as in "
-                "cuda_ipc,shm,tcp. ucx (a braid built with UCX) links two hosts when both see an RDMA device through "
+                "(a braid built with CUDA) links ranks of one host that both have a GPU, ahead of shm: device "
+                "buffers then move GPU to GPU, host buffers over its shm link. ucx (a braid built with UCX) links two hosts when both see an RDMA device through "
                 "UCX, and any pair when named (ucx, ucx,tcp); UCX_TLS and UCX_NET_DEVICES choose what UCX uses. "
                 "Unknown names are refused with the list this braid has."},
     SettingInfo{"BRAID_HOST_ID", "(none)",
@@ -255,6 +261,8 @@ Settings Settings::from_env() {
     s.slice_bytes = parse_bytes(*v, "BRAID_SLICE_BYTES");
     if (s.slice_bytes < 64) throw InvalidArgument(cat("BRAID_SLICE_BYTES='", *v, "' is below the minimum of 64 bytes"));
   }
+  if (auto v = getenv_string("BRAID_DEVICE_DIRECT_BYTES"))
+    s.device_direct_bytes = parse_bytes(*v, "BRAID_DEVICE_DIRECT_BYTES");
   if (auto v = env_integer("BRAID_SPIN_US", 0, 1000000)) s.spin_us = static_cast<int>(*v);
   if (auto v = getenv_string("BRAID_ALGO")) s.algo = *v;
   if (auto v = getenv_string("BRAID_TRANSPORT")) s.transport = *v;

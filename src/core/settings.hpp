@@ -45,6 +45,9 @@ struct Settings {
   int tcp_streams = 1;
   std::size_t tcp_buffer_bytes = 0;  // 0: leave the kernel's autotuning alone
   std::size_t slice_bytes = 512 * 1024;
+  // BRAID_DEVICE_DIRECT_BYTES: the smallest collective whose device buffers
+  // move over device links (cuda_ipc) directly; unset: chosen by the comm.
+  std::optional<std::size_t> device_direct_bytes;
   std::optional<int> spin_us;  // unset: spin only when ranks fit on the cores
   std::string algo;
   std::string transport;

@@ -7,6 +7,8 @@ cause, in time, without a hang, a crash or a shared-memory segment left over.
 
 Cases (each is also its own Meson test, suite 'faults'):
   kill9      kill -9 one of 4 ranks in a long all-reduce: survivors get PeerLost
+  kill9-device  the same with 2 ranks on GPU memory (fault_worker_device; the
+             ranks share one GPU if there is one): run with --transport cuda_ipc
              naming it (directly, or through a peer's "gave up" notice), well
              before the timeout. Also over UCX (--transport ucx, with UCX_TLS
              from the environment: tests/faults/meson.build).
@@ -271,6 +273,28 @@ def case_kill9(job):
                   f"{span(times)} s (timeout {timeout_s} s, bound {bound:.0f} s)", problems, job)
 
 
+def case_kill9_device(job):
+    """kill -9 of one of 2 ranks all-reducing 64 MiB of GPU memory: over
+    cuda_ipc the survivor may be waiting in a device copy, on the pair's
+    shared-memory ring, or on a peer's buffer it has mapped; it must fail
+    naming the peer, well before the timeout, not hang."""
+    n, timeout_s, victim = 2, 10, 1
+    store = f"127.0.0.1:{free_port()}"
+    argv = ["allreduce", "--seconds", "30", "--device", "1", "--count", str(16 << 20)]
+    ranks = [job.start(r, argv, job.env(r, n, store, f"{timeout_s}s")) for r in range(n)]
+    job.wait_for_output(ranks, "running", 30)
+    time.sleep(0.3)
+    os.kill(ranks[victim].pid, signal.SIGKILL)
+    ranks[victim].killed_by_us = True
+    t0 = time.monotonic()
+    survivor = ranks[1 - victim]
+    job.wait_all(ranks, timeout_s + 5)
+    problems = []
+    expect_error(survivor, [r"FAILED (PeerLost|Aborted)", rf"rank {victim}\b"], problems, 3.0, t0)
+    return finish("kill9-device", f"case kill9-device: 2 ranks on GPU memory, kill -9 rank {victim} mid all-reduce, "
+                  f"the survivor failed in {span([survivor.exit_time - t0])} s (timeout {timeout_s} s)", problems, job)
+
+
 def case_stall(job):
     n, timeout_s, victim = 4, 4, 2
     store = f"127.0.0.1:{free_port()}"
@@ -519,6 +543,7 @@ def case_linkdown(job):
 
 CASES = {
     "kill9": case_kill9,
+    "kill9-device": case_kill9_device,
     "linkdown": case_linkdown,
     "stall": case_stall,
     "wrongkey": case_wrongkey,

@@ -4,6 +4,8 @@
 // down, a wrong key, garbage on a port) and judges how each rank ends.
 //
 //   fault_worker allreduce [--count N] [--seconds S]   all-reduce in a loop until S passes
+//                          [--device 1]                 on GPU memory (fault_worker_device, a braid
+//                                                      built with CUDA)
 //   fault_worker mismatch  [--count N]                 rank 1 broadcasts while the others all-reduce
 //   fault_worker join                                  join, one small all-reduce, exit
 //   fault_worker garbage   --go-file PATH [--wait S]   join, barrier, print "ready", wait for PATH,
@@ -41,6 +43,9 @@
 #include <vector>
 
 #include "braid/braid.hpp"
+#ifdef FAULT_WORKER_DEVICE
+#include "core/device.hpp"  // device memory: this build links braid's layers, not libbraid.so
+#endif
 
 namespace {
 
@@ -57,6 +62,7 @@ struct Args {
   double seconds = 30;
   std::string go_file;
   double wait_seconds = 20;
+  bool device = false;
   std::string how;
   int victim = -1;
   double delay = 1.0;
@@ -83,6 +89,7 @@ Args parse(int argc, char** argv) {
     else if (flag == "--seconds") a.seconds = std::strtod(value, nullptr);
     else if (flag == "--go-file") a.go_file = value;
     else if (flag == "--wait") a.wait_seconds = std::strtod(value, nullptr);
+    else if (flag == "--device") a.device = std::atoi(value) != 0;
     else if (flag == "--how") a.how = value;
     else if (flag == "--victim") a.victim = std::atoi(value);
     else if (flag == "--delay") a.delay = std::strtod(value, nullptr);
@@ -127,10 +134,24 @@ int run_allreduce(braid::Comm& comm, const Args& a, std::string& phase) {
   std::vector<float> buffer(a.count);
   const auto end = Clock::now() + std::chrono::duration<double>(a.seconds);
   long iterations = 0;
+#ifdef FAULT_WORKER_DEVICE
+  const int devices = braid::device::count();
+  if (a.device && devices == 0) throw braid::Error(braid::ErrorCode::unsupported, braid::device::status());
+  braid::device::Memory on_gpu(a.device ? a.count * sizeof(float) : 0, devices ? comm.rank() % devices : 0);
+#else
+  if (a.device) usage("--device needs fault_worker_device (a braid built with CUDA)");
+#endif
   while (Clock::now() < end) {
     std::fill(buffer.begin(), buffer.end(), static_cast<float>(comm.rank() + 1));
     phase = "all_reduce #" + std::to_string(iterations);
-    comm.all_reduce(std::span(buffer), braid::ReduceOp::sum);
+#ifdef FAULT_WORKER_DEVICE
+    if (a.device) {
+      braid::device::copy(on_gpu.data(), buffer.data(), a.count * sizeof(float));
+      comm.all_reduce(on_gpu.data(), on_gpu.data(), a.count, braid::DataType::f32, braid::ReduceOp::sum);
+      braid::device::copy(buffer.data(), on_gpu.data(), a.count * sizeof(float));
+    } else
+#endif
+      comm.all_reduce(std::span(buffer), braid::ReduceOp::sum);
     if (!check_sum(buffer, comm.size())) {
       std::fprintf(stderr, "fault_worker rank %d: WRONG RESULT in %s\n", comm.rank(), phase.c_str());
       return kExitWrongResult;

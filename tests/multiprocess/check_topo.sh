@@ -23,7 +23,7 @@ for want in 'braid-topo: 4 ranks' 'host h0: 2 rank(s)' 'host h1: 2 rank(s)' 'ran
 done
 # The transports braid may use, in order (ucx where it is built; it links
 # nothing here, as no host has RDMA).
-grep -qE 'plan: transports shm,(ucx,)?tcp,' "$tmp/job" || fail "the plan's transports are not shm[,ucx],tcp: $(cat "$tmp/job")"
+grep -qE 'plan: transports (cuda_ipc,)?shm,(ucx,)?tcp,' "$tmp/job" || fail "the plan's transports are not [cuda_ipc,]shm[,ucx],tcp: $(cat "$tmp/job")"
 grep -qF 'r0 -- r1 [label="shm"' "$tmp/plan.dot" || fail "ring edge 0-1 is not shm: $(cat "$tmp/plan.dot")"
 grep -qF 'r1 -- r2 [label="tcp"' "$tmp/plan.dot" || fail "ring edge 1-2 is not tcp: $(cat "$tmp/plan.dot")"
 echo "check_topo: ok"

@@ -126,12 +126,12 @@ TEST_CASE("BRAID_TRANSPORT is an ordered list of transports this braid has") {
     for (const TransportKind* k : transport_order(setting)) out += std::string(out.empty() ? "" : ",") + std::string(k->name);
     return out;
   };
-  // cuda_ipc, where CUDA is compiled in, is used only when named; ucx, where
-  // UCX is, is in the default order behind shm (it links only hosts with
-  // RDMA unless named).
+  // cuda_ipc, where CUDA is compiled in, leads the default order (it links
+  // only ranks that both have a GPU); ucx, where UCX is, is behind shm (it
+  // links only hosts with RDMA unless named).
   const bool ucx = std::any_of(compiled_transports().begin(), compiled_transports().end(),
                                [](const TransportKind& k) { return k.name == "ucx"; });
-  CHECK(names("") == (ucx ? "shm,ucx,tcp" : "shm,tcp"));
+  CHECK(names("") == cat(device::compiled() ? "cuda_ipc," : "", ucx ? "shm,ucx,tcp" : "shm,tcp"));
   CHECK(names("tcp,shm") == "tcp,shm");
   CHECK(names("tcp") == "tcp");
   CHECK(names(" tcp ") == "tcp");
@@ -161,7 +161,8 @@ TEST_CASE("BRAID_TRANSPORT is an ordered list of transports this braid has") {
     CHECK(transport_between(gpu_first, g1, g2, "").name == "cuda_ipc");
     CHECK(transport_between(gpu_first, g1, a2, "").name == "shm");
     CHECK(transport_between(gpu_first, g1, gb, "").name == "tcp");
-    CHECK(transport_between(transport_order(""), g1, g2, "").name == "shm");
+    CHECK(transport_between(transport_order(""), g1, g2, "").name == "cuda_ipc");
+    CHECK(transport_between(transport_order(""), g1, a2, "").name == "shm");
     CHECK(transport_order("cuda_ipc").front()->device_memory);
     CHECK_THROWS_WITH(transport_between(transport_order("cuda_ipc"), a, a2, "cuda_ipc"),
                       Catch::Contains("cuda_ipc needs both ranks on one host, each with a CUDA device"));
