@@ -184,6 +184,26 @@ braid_result_t braid_all_gather(const void* sendbuf, void* recvbuf, size_t sendc
  * (n x recvcount). In place: recvbuf == sendbuf + rank x recvcount elements. */
 braid_result_t braid_reduce_scatter(const void* sendbuf, void* recvbuf, size_t recvcount, braid_datatype_t datatype,
                                     braid_redop_t op, braid_comm_t comm);
+/* The same five on a CUDA stream, shaped like NCCL's: `stream` is a
+ * cudaStream_t (NULL: the legacy default stream), passed as void* so that
+ * this header needs no CUDA header. braid first waits for the work queued on
+ * the stream (kernels writing sendbuf), then runs the collective, and returns
+ * when the result is in recvbuf, so work queued on the stream afterwards
+ * sees it. The call blocks the host meanwhile (braid enqueues nothing on the
+ * stream itself). Device buffers must be on the stream's device
+ * (braid_invalid_argument naming both otherwise); without CUDA or a usable
+ * device a non-NULL stream is refused (braid_unsupported). */
+braid_result_t braid_all_reduce_stream(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
+                                       braid_redop_t op, braid_comm_t comm, void* stream);
+braid_result_t braid_broadcast_stream(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
+                                      int root, braid_comm_t comm, void* stream);
+braid_result_t braid_reduce_stream(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
+                                   braid_redop_t op, int root, braid_comm_t comm, void* stream);
+braid_result_t braid_all_gather_stream(const void* sendbuf, void* recvbuf, size_t sendcount,
+                                       braid_datatype_t datatype, braid_comm_t comm, void* stream);
+braid_result_t braid_reduce_scatter_stream(const void* sendbuf, void* recvbuf, size_t recvcount,
+                                           braid_datatype_t datatype, braid_redop_t op, braid_comm_t comm,
+                                           void* stream);
 /** Block p (count elements) of sendbuf goes to rank p; block p of recvbuf
  * comes from rank p. Both hold n x count. In place: sendbuf == recvbuf. */
 braid_result_t braid_all_to_all(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,

@@ -532,6 +532,49 @@ braid_result_t braid_all_to_all(const void* sendbuf, void* recvbuf, size_t count
   return guarded([&] { comm_of(comm).all_to_all(sendbuf, recvbuf, count, to_type(datatype)); });
 }
 
+// The *_stream forms: wait for the stream's work, then the blocking call.
+namespace {
+braid_result_t wait_for_stream(braid_comm_t comm, void* stream, const void* sendbuf, const void* recvbuf,
+                               const char* what) {
+  return guarded([&] {
+    braid::device::wait_stream(stream, recvbuf ? recvbuf : sendbuf,
+                               braid::cat("rank ", comm_of(comm).rank(), ": ", what));
+  });
+}
+}  // namespace
+
+braid_result_t braid_all_reduce_stream(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
+                                       braid_redop_t op, braid_comm_t comm, void* stream) {
+  const braid_result_t waited = wait_for_stream(comm, stream, sendbuf, recvbuf, "braid_all_reduce_stream");
+  return waited != braid_success ? waited : braid_all_reduce(sendbuf, recvbuf, count, datatype, op, comm);
+}
+
+braid_result_t braid_broadcast_stream(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
+                                      int root, braid_comm_t comm, void* stream) {
+  const braid_result_t waited = wait_for_stream(comm, stream, sendbuf, recvbuf, "braid_broadcast_stream");
+  return waited != braid_success ? waited : braid_broadcast(sendbuf, recvbuf, count, datatype, root, comm);
+}
+
+braid_result_t braid_reduce_stream(const void* sendbuf, void* recvbuf, size_t count, braid_datatype_t datatype,
+                                   braid_redop_t op, int root, braid_comm_t comm, void* stream) {
+  const braid_result_t waited = wait_for_stream(comm, stream, sendbuf, recvbuf, "braid_reduce_stream");
+  return waited != braid_success ? waited : braid_reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+}
+
+braid_result_t braid_all_gather_stream(const void* sendbuf, void* recvbuf, size_t sendcount,
+                                       braid_datatype_t datatype, braid_comm_t comm, void* stream) {
+  const braid_result_t waited = wait_for_stream(comm, stream, sendbuf, recvbuf, "braid_all_gather_stream");
+  return waited != braid_success ? waited : braid_all_gather(sendbuf, recvbuf, sendcount, datatype, comm);
+}
+
+braid_result_t braid_reduce_scatter_stream(const void* sendbuf, void* recvbuf, size_t recvcount,
+                                           braid_datatype_t datatype, braid_redop_t op, braid_comm_t comm,
+                                           void* stream) {
+  const braid_result_t waited = wait_for_stream(comm, stream, sendbuf, recvbuf, "braid_reduce_scatter_stream");
+  return waited != braid_success ? waited
+                                 : braid_reduce_scatter(sendbuf, recvbuf, recvcount, datatype, op, comm);
+}
+
 braid_result_t braid_gather(const void* sendbuf, void* recvbuf, size_t sendcount, braid_datatype_t datatype, int root,
                             braid_comm_t comm) {
   return guarded([&] { comm_of(comm).gather(sendbuf, recvbuf, sendcount, to_type(datatype), root); });

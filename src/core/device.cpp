@@ -146,6 +146,28 @@ void finish_average(DataType type, void* data, std::size_t count, int ranks) {
   check(cudaStreamSynchronize(s), cat("the ", name_of(type), " average kernel"));
 }
 
+void wait_stream(void* stream, const void* buffer, std::string_view what) {
+  if (count() == 0) {
+    if (stream == nullptr) return;
+    throw Error(ErrorCode::unsupported, cat(what, ": a CUDA stream was given, but ", status()));
+  }
+  auto s = static_cast<cudaStream_t>(stream);
+  const Location on = locate(buffer);
+  if (on.kind == MemKind::cuda) {
+    int stream_device = -1;
+    if (stream == nullptr) {
+      check(cudaGetDevice(&stream_device), cat(what, ": the current device"));
+    } else if (cudaStreamGetDevice(s, &stream_device) != cudaSuccess) {
+      cudaGetLastError();
+      throw InvalidArgument(cat(what, ": stream ", stream, " is not a CUDA stream this process can use"));
+    }
+    if (stream_device != on.device)
+      throw InvalidArgument(cat(what, ": the stream is on device ", stream_device, " but the buffers are on device ",
+                                on.device, "; pass a stream of the buffers' device"));
+  }
+  check(cudaStreamSynchronize(s), cat(what, ": waiting for the work queued on the stream"));
+}
+
 IpcRegion export_region(const void* p) {
   // The allocation's base, from the driver's cuMemGetAddressRange (the
   // runtime has no call for it; the entry point avoids linking libcuda).
@@ -237,6 +259,10 @@ void copy(void*, const void*, std::size_t) { unsupported("copying device memory"
 void copy_on(int, void*, const void*, std::size_t) { unsupported("copying device memory"); }
 void reduce(DataType, ReduceOp, void*, const void*, const void*, std::size_t) { unsupported("reducing device memory"); }
 void finish_average(DataType, void*, std::size_t, int) { unsupported("averaging device memory"); }
+void wait_stream(void* stream, const void*, std::string_view what) {
+  if (stream != nullptr)
+    throw Error(ErrorCode::unsupported, cat(what, ": a CUDA stream was given, but braid was built without CUDA"));
+}
 IpcRegion export_region(const void*) { unsupported("CUDA IPC"); }
 std::byte* import_region(const std::array<std::byte, kIpcHandleBytes>&) { unsupported("CUDA IPC"); }
 Memory::Memory(std::size_t bytes, int) {

@@ -54,6 +54,12 @@ void copy_on(int device, void* dst, const void* src, std::size_t bytes);
 void reduce(DataType type, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count);
 /// data[i] /= ranks on the device that holds data, as braid::finish_average.
 void finish_average(DataType type, void* data, std::size_t count, int ranks);
+/// Waits until the work queued on `stream` (a cudaStream_t; null: the
+/// legacy default stream) is done. `buffer`, when it is device memory, must
+/// be on the stream's device: InvalidArgument naming both otherwise. Without
+/// CUDA or a device, a null stream is nothing to wait for, and another is
+/// refused with the reason.
+void wait_stream(void* stream, const void* buffer, std::string_view what);
 
 /// CUDA IPC between processes of one host: the handle of the allocation
 /// that holds a device pointer, and the pointer's offset inside it.
