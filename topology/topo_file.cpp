@@ -67,7 +67,7 @@ class Reader {
     std::size_t end = text_.find('\n', pos_);
     if (end == std::string_view::npos) end = text_.size();
     line = text_.substr(pos_, end - pos_);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    while (!line.empty() && line.back() == '\r') line.remove_suffix(1);  // CRLF files, and stable when written again
     pos_ = end + 1;
     ++line_;
     if (line.find('\0') != std::string_view::npos) fail("a NUL byte: expected text");

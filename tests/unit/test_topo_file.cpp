@@ -195,6 +195,19 @@ TEST_CASE("topo file: a file written to disk reads back, %r names each rank's fi
   CHECK_THROWS_WITH(read_topo_file(path), Catch::Contains(cat("topology file ", path, ": cannot open it")));
 }
 
+TEST_CASE("topo file: the checked-in 2-socket job file (README's braid-topo --load example) plans as its XML says") {
+  const TopoFile f = read_topo_file(cat(BRAID_SOURCE_ROOT, "/tests/unit/topologies/2socket-8ranks.topo"));
+  REQUIRE(f.ranks.size() == 8);
+  REQUIRE(f.machines.size() == 1);
+  CHECK(f.ranks[5].gpus == 8);
+  CHECK(f.ranks[5].rdma);
+  const TopoPlan tp = plan_topology(f, Settings{}, "2socket-8ranks.topo");
+  CHECK(tp.plan.ring == std::vector<int>{0, 2, 4, 6, 1, 3, 5, 7});
+  CHECK(tp.places[7].nic == "eth1");
+  CHECK(tp.places[7].gpu == "cuda7");
+  CHECK(tp.places[6].gpu == "cuda3");
+}
+
 // A good file's text with `from` replaced by `to` (which must occur).
 std::string broken(std::string text, const std::string& from, const std::string& to) {
   const auto at = text.find(from);
