@@ -11,6 +11,11 @@
 //   ... braid-topo --dot FILE       also writes the plan as a Graphviz graph:
 //                                   a box per host, a node per rank, the ring's
 //                                   edges coloured by transport
+//   braid-topo --load FILE          the plan of a job's topology file
+//                                   (BRAID_TOPO_DUMP_FILE wrote it), without the
+//                                   job or its hardware; BRAID_TOPO_FILE=FILE
+//                                   does the same, and under braid-run makes the
+//                                   job plan from it
 #include <unistd.h>
 
 #include <cstdio>
@@ -24,6 +29,7 @@
 #include "braid/braid.hpp"
 #include "command_line.hpp"
 #include "job_ranks.hpp"
+#include "topo_load.hpp"
 #include "core/settings.hpp"
 #include "core/text.hpp"
 #include "topology/machine.hpp"
@@ -31,7 +37,7 @@
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: braid-topo [--dot FILE]
+constexpr const char* kUsage = R"(usage: braid-topo [--load FILE] [--dot FILE]
 
 Prints this host's topology as braid sees it (hwloc): packages, NUMA nodes,
 cores, the CPUs this process may run on, network interfaces and GPUs. Under
@@ -39,7 +45,14 @@ braid-run (BRAID_RANK set) every rank joins the communicator and rank 0
 prints the job's plan: hosts and their ranks with their CPUs, the transport
 between each pair of ranks, the ring order and the algorithm per size band.
 
+With --load FILE (or BRAID_TOPO_FILE=FILE) it reads a topology file that
+BRAID_TOPO_DUMP_FILE wrote and prints its hosts' machines, the ranks with their
+NUMA node, nearest NIC and GPU, and the plan derived from them, on any machine.
+Under braid-run with BRAID_TOPO_FILE set the job plans from the file, and
+rank 0 prints that plan.
+
 options:
+  --load FILE  plan from this topology file instead of this host or job
   --dot FILE   also write the plan as a Graphviz graph (dot -Tpng FILE)
   -h, --help   print this help
 )";
@@ -77,20 +90,39 @@ void write_dot(const std::string& path, const std::vector<braid::RankInfo>& info
   out << "}\n";
 }
 
+void print_loaded(const braid::LoadedTopology& loaded, const std::string& dot) {
+  std::printf("%s", braid::describe_loaded(loaded).c_str());
+  if (!dot.empty()) {
+    write_dot(dot, loaded.file.ranks, loaded.hosts, loaded.planned.plan);
+    std::printf("wrote %s (render: dot -Tpng %s -o plan.png)\n", dot.c_str(), dot.c_str());
+  }
+}
+
 int run(int argc, char** argv) {
-  std::string dot;
+  std::string dot, load;
   bool help = false;
   braid::CommandLine cli;
   cli.flag({"-h", "--help"}, [&] { help = true; })
-      .option({"--dot"}, [&](std::string_view, std::string_view v) { dot = v; });
+      .option({"--dot"}, [&](std::string_view, std::string_view v) { dot = v; })
+      .option({"--load"}, [&](std::string_view, std::string_view v) { load = v; });
   cli.parse(argc, argv, braid::CommandLine::Positionals::interleaved,
             [](std::string_view extra) { throw braid::UsageError(braid::cat("unexpected argument '", extra, "'")); });
   if (help) {
     std::fputs(kUsage, stdout);
     return 0;
   }
+  const bool in_job = std::getenv("BRAID_RANK") != nullptr || std::getenv("TF_CONFIG") != nullptr;
+  const braid::Settings settings = braid::Settings::from_env();
+  if (load.empty() && !in_job) load = settings.topo_file;
+  if (!load.empty()) {
+    if (in_job)
+      throw braid::UsageError("--load plans from a file without a job: run it without braid-run "
+                              "(under braid-run, set BRAID_TOPO_FILE)");
+    print_loaded(braid::load_topology(load, settings), dot);
+    return 0;
+  }
   const braid::Machine machine = braid::Machine::local();
-  if (std::getenv("BRAID_RANK") == nullptr && std::getenv("TF_CONFIG") == nullptr) {
+  if (!in_job) {
     std::printf("%s", machine.describe().c_str());
     if (!dot.empty()) std::fprintf(stderr, "braid-topo: --dot draws a job's plan: run under braid-run\n");
     return 0;
@@ -110,10 +142,15 @@ int run(int argc, char** argv) {
   std::vector<char> machines(4096 * static_cast<std::size_t>(n));
   comm.all_gather(own.data(), machines.data(), 4096, braid::DataType::u8);
   if (comm.rank() != 0) return 0;
+  if (!settings.topo_file.empty()) {  // the communicator planned from the file too
+    print_loaded(braid::load_topology(settings.topo_file, settings), dot);
+    std::printf("communicator: %s\n", comm.describe().c_str());
+    return 0;
+  }
 
   const std::vector<braid::RankInfo>& infos = job.infos;
   const std::vector<std::string>& hosts = job.hosts;
-  const braid::Plan plan = braid::make_plan(infos, braid::Settings::from_env());
+  const braid::Plan plan = braid::make_plan(infos, settings);
   std::printf("braid-topo: %d ranks\n", n);
   std::map<std::string, std::vector<int>> by_host;
   for (int r = 0; r < n; ++r) by_host[hosts[static_cast<std::size_t>(r)]].push_back(r);

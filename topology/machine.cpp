@@ -111,31 +111,51 @@ std::vector<Gpu> gpus(hwloc_topology_t topo) {
   return out;
 }
 
+// The binding part of a Machine from the CPU set `set` (clipped to the topology's).
+void fill_binding(hwloc_topology_t topo, hwloc_bitmap_t set, Machine& m) {
+  hwloc_bitmap_and(set, set, hwloc_topology_get_topology_cpuset(topo));
+  m.bound_cpus = cpu_list(set);
+  m.bound_pus = hwloc_bitmap_weight(set);
+  m.bound_cores = 0;
+  for (hwloc_obj_t core = nullptr; (core = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_CORE, core)) != nullptr;)
+    if (hwloc_bitmap_intersects(core->cpuset, set)) ++m.bound_cores;
+  if (m.bound_cores == 0) m.bound_cores = m.bound_pus;  // no core objects (some VMs): count threads
+  m.bound_numa.clear();
+  for (hwloc_obj_t node = nullptr; (node = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, node)) != nullptr;)
+    if (hwloc_bitmap_intersects(node->cpuset, set)) m.bound_numa.push_back(static_cast<int>(node->os_index));
+}
+
 // The binding part of a Machine, read now.
 void read_binding(hwloc_topology_t topo, Machine& m) {
   BitmapPtr set(hwloc_bitmap_alloc());
   if (!set) throw SystemError("hwloc_bitmap_alloc failed");
   if (hwloc_get_cpubind(topo, set.get(), HWLOC_CPUBIND_PROCESS) != 0)
     hwloc_bitmap_copy(set.get(), hwloc_topology_get_allowed_cpuset(topo));
-  hwloc_bitmap_and(set.get(), set.get(), hwloc_topology_get_topology_cpuset(topo));
-  m.bound_cpus = cpu_list(set.get());
-  m.bound_pus = hwloc_bitmap_weight(set.get());
-  m.bound_cores = 0;
-  for (hwloc_obj_t core = nullptr; (core = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_CORE, core)) != nullptr;)
-    if (hwloc_bitmap_intersects(core->cpuset, set.get())) ++m.bound_cores;
-  if (m.bound_cores == 0) m.bound_cores = m.bound_pus;  // no core objects (some VMs): count threads
-  m.bound_numa.clear();
-  for (hwloc_obj_t node = nullptr; (node = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, node)) != nullptr;)
-    if (hwloc_bitmap_intersects(node->cpuset, set.get())) m.bound_numa.push_back(static_cast<int>(node->os_index));
+  fill_binding(topo, set.get(), m);
 }
 
-Machine from(hwloc_topology_t topo) {
-  Machine m;
+// The interfaces hwloc's topology itself holds (an XML topology from another
+// host: this host's /sys/class/net says nothing about it). Loopback and
+// virtual interfaces are not PCI devices, so hwloc never lists them.
+std::vector<NetworkInterface> recorded_interfaces(hwloc_topology_t topo) {
+  std::vector<NetworkInterface> out;
+  for (hwloc_obj_t dev = nullptr; (dev = hwloc_get_next_osdev(topo, dev)) != nullptr;)
+    if (dev->attr->osdev.type == HWLOC_OBJ_OSDEV_NETWORK && dev->name != nullptr)
+      out.push_back(NetworkInterface{.name = dev->name, .numa = numa_of(topo, dev)});
+  return out;
+}
+
+void fill_counts(hwloc_topology_t topo, Machine& m) {
   m.packages = std::max(1, hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PACKAGE));
   m.numa_nodes = std::max(1, hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE));
   m.pus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
   m.cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
   if (m.cores <= 0) m.cores = m.pus;
+}
+
+Machine from(hwloc_topology_t topo) {
+  Machine m;
+  fill_counts(topo, m);
   read_binding(topo, m);
   m.nics = interfaces(topo);
   m.gpus = gpus(topo);
@@ -150,6 +170,44 @@ std::string plural(int n, std::string_view one, std::string_view many) { return 
 Machine Machine::discover() {
   TopologyPtr topo = load_topology(true);
   return from(topo.get());
+}
+
+std::string Machine::export_xml() {
+  TopologyPtr topo = load_topology(true);
+  char* buffer = nullptr;
+  int length = 0;
+  if (hwloc_topology_export_xmlbuffer(topo.get(), &buffer, &length, 0) != 0 || buffer == nullptr)
+    throw SystemError(cat("hwloc_topology_export_xmlbuffer failed: ", errno_text(errno)));
+  std::string xml(buffer, static_cast<std::size_t>(std::max(0, length - 1)));  // length counts the final NUL
+  hwloc_free_xmlbuffer(topo.get(), buffer);
+  return xml;
+}
+
+Machine Machine::from_xml(std::string_view xml, std::span<const std::uint64_t> cpus, std::string_view what) {
+  hwloc_topology_t raw = nullptr;
+  if (hwloc_topology_init(&raw) != 0) throw SystemError(cat("hwloc_topology_init failed: ", errno_text(errno)));
+  TopologyPtr topo(raw);
+  // hwloc reads XML at load time; set_xmlbuffer's length counts a final NUL.
+  std::string text(xml);
+  if (hwloc_topology_set_xmlbuffer(raw, text.c_str(), static_cast<int>(text.size() + 1)) != 0)
+    throw InvalidArgument(cat(what, ": hwloc could not load it as an XML topology (", errno_text(errno), ")"));
+  hwloc_topology_set_io_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_ALL);
+  if (hwloc_topology_load(raw) != 0)
+    throw InvalidArgument(cat(what, ": hwloc could not load it as an XML topology (", errno_text(errno),
+                              "; HWLOC_XML_VERBOSE=1 shows where its XML reader stopped)"));
+  Machine m;
+  fill_counts(raw, m);
+  BitmapPtr set(hwloc_bitmap_alloc());
+  if (!set) throw SystemError("hwloc_bitmap_alloc failed");
+  for (std::size_t w = 0; w < cpus.size(); ++w)
+    for (unsigned b = 0; b < 64; ++b)
+      if ((cpus[w] >> b) & 1u) hwloc_bitmap_set(set.get(), static_cast<unsigned>(w * 64 + b));
+  if (hwloc_bitmap_iszero(set.get())) hwloc_bitmap_copy(set.get(), hwloc_topology_get_topology_cpuset(raw));
+  fill_binding(raw, set.get(), m);
+  m.nics = recorded_interfaces(raw);
+  m.gpus = braid::gpus(raw);
+  m.rdma_note = "not recorded in the topology file";
+  return m;
 }
 
 Machine Machine::local() {

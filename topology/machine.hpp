@@ -13,7 +13,10 @@
 // communicator starts: local() refreshes the binding each call).
 #pragma once
 
+#include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace braid {
@@ -65,6 +68,14 @@ struct Machine {
   static Machine discover();
   /// The process's machine (discovered once) with the binding read now.
   static Machine local();
+  /// This host as hwloc XML (hwloc_topology_export_xmlbuffer, I/O devices
+  /// included): the machine part of a topology file (topo_file.hpp).
+  static std::string export_xml();
+  /// The machine an hwloc XML topology describes, as seen by a process bound
+  /// to `cpus` (RankInfo's mask; empty: every CPU of the machine). Its NICs
+  /// and GPUs are the ones the XML holds; nothing is read from this host.
+  /// Throws InvalidArgument naming `what` when hwloc cannot read the XML.
+  static Machine from_xml(std::string_view xml, std::span<const std::uint64_t> cpus, std::string_view what);
 
   /// Several lines: "1 package, 1 NUMA node, 2 cores, 2 hardware threads; bound to CPUs 0-1 (2 cores, NUMA 0)",
   /// then one line per interface, GPU and RDMA port.

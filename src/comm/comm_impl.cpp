@@ -14,6 +14,8 @@
 #include "core/log.hpp"
 #include "core/text.hpp"
 #include "core/wire.hpp"
+#include "topo_inputs.hpp"
+#include "topology/topo_plan.hpp"
 
 namespace braid {
 
@@ -202,6 +204,10 @@ void CommImpl::join(Rendezvous rendezvous) {
     for (std::size_t k = 0; k < kinds_.size(); ++k)
       addresses[k][r] = store.get(rank_key(cat("address/", kinds_[k]->name), r), settings_.timeout);
   }
+  // With BRAID_TOPO_FILE or BRAID_TOPO_DUMP_FILE the plan comes from the
+  // file, or from the inputs being dumped (hosts' XML through the store).
+  std::optional<Plan> planned =
+      plan_from_topology_settings(settings_, rank_, infos, store, [&](int r) { return rank_key("topo_xml", r); });
   // Nobody (in particular not the rank hosting the store) leaves start-up
   // before every rank has read what it needs from the store.
   store.set(rank_key("fetched", rank_), std::string_view("1"));
@@ -222,7 +228,7 @@ void CommImpl::join(Rendezvous rendezvous) {
   // communicator of a loop that re-creates one at this address) is told the
   // communicator formed already, instead of joining.
   if (store_server_) store_server_->seal();
-  start(std::move(infos), std::move(addresses));
+  start(std::move(infos), std::move(addresses), std::move(planned));
 }
 
 std::vector<std::unique_ptr<Transport>> CommImpl::make_transports(std::span<const TransportKind* const> kinds,
@@ -232,17 +238,13 @@ std::vector<std::unique_ptr<Transport>> CommImpl::make_transports(std::span<cons
   return out;
 }
 
-void CommImpl::start(std::vector<RankInfo> infos, Addresses addresses) {
+void CommImpl::start(std::vector<RankInfo> infos, Addresses addresses, std::optional<Plan> plan) {
   infos_ = std::move(infos);
   addresses_ = std::move(addresses);
   // BRAID_HOST_ID on some ranks only would plan some ranks of one machine as
   // apart and others as together: every rank refuses it alike.
-  std::vector<int> named, unnamed;
-  for (const RankInfo& i : infos_) (i.host_id_from_env ? named : unnamed).push_back(i.rank);
-  if (!named.empty() && !unnamed.empty())
-    throw InvalidArgument(cat("rank ", rank_, ": BRAID_HOST_ID is set on ", describe_ranks(named), " but not on ",
-                              describe_ranks(unnamed), ": set it on every rank (to simulate hosts) or on none"));
-  plan_ = make_plan(infos_, settings_);
+  check_host_id_overrides(infos_, cat("rank ", rank_));
+  plan_ = plan ? std::move(*plan) : make_plan(infos_, settings_);
   // Every pair is reached by the first transport of the order that can
   // (InvalidArgument naming the pair when none can).
   link_kind_.assign(static_cast<std::size_t>(size_), -1);

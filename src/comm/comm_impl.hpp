@@ -18,6 +18,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -238,8 +239,9 @@ class CommImpl {
   /// One transport per kind, speaking for `setup`.
   static std::vector<std::unique_ptr<Transport>> make_transports(std::span<const TransportKind* const> kinds,
                                                                  const TransportSetup& setup);
-  /// Everything after the addresses are known: plan, spin policy, ring links.
-  void start(std::vector<RankInfo> infos, Addresses addresses);
+  /// Everything after the addresses are known: plan (`plan` when given, from
+  /// a topology file; else made from `infos`), spin policy, ring links.
+  void start(std::vector<RankInfo> infos, Addresses addresses, std::optional<Plan> plan = std::nullopt);
   void connect_peers(const std::vector<int>& peers);
   void connect_with(Transport& transport, std::span<const PeerRef> wanted);
   /// The index in kinds_ of the transport the plan picks for ranks a and b.

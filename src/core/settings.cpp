@@ -103,6 +103,14 @@ constexpr std::array kTable = {
                 "Names the host this rank counts as on: ranks with different names are planned and connected as "
                 "on different hosts (TCP between them, not shared memory) even on one machine, to try a multi-host "
                 "layout on one. Set it on every rank or on none."},
+    SettingInfo{"BRAID_TOPO_DUMP_FILE", "(none)",
+                "Write the planner's inputs and the plan to this file when a communicator starts: every rank's "
+                "info, each host's machine as hwloc XML, the plan as text. Rank 0 writes it; a %r in the path "
+                "makes every rank write its own (plan.%r.topo). Reload it with BRAID_TOPO_FILE or braid-topo --load."},
+    SettingInfo{"BRAID_TOPO_FILE", "(none)",
+                "Plan from this topology file (written by BRAID_TOPO_DUMP_FILE) instead of the job's own ranks and "
+                "machines: hosts, ring and algorithms follow the file, links still connect the ranks where they run. "
+                "A file of another rank count is an error; one of other hosts is logged (WARN) and used."},
     SettingInfo{"BRAID_DUMP_ON_SIGNAL", "(none)",
                 "On this signal (USR1, USR2, ...) every communicator of the process prints its flight "
                 "recorder (recent operations, who waits on whom) to stderr."},
@@ -267,6 +275,8 @@ Settings Settings::from_env() {
   if (auto v = getenv_string("BRAID_ALGO")) s.algo = *v;
   if (auto v = getenv_string("BRAID_TRANSPORT")) s.transport = *v;
   if (auto v = getenv_string("BRAID_DUMP_ON_SIGNAL")) s.dump_on_signal = *v;
+  if (auto v = getenv_string("BRAID_TOPO_DUMP_FILE")) s.topo_dump_file = *v;
+  if (auto v = getenv_string("BRAID_TOPO_FILE")) s.topo_file = *v;
   // Set but empty is a mistake (an unset variable in a launcher's script),
   // not a request to run without authentication.
   for (const char* name : {"BRAID_AUTH_KEY", "BRAID_AUTH_KEY_FILE"}) {

@@ -18,6 +18,7 @@
 
 #include "bootstrap/store_protocol.hpp"
 #include "core/rank_info.hpp"
+#include "topology/topo_file.hpp"
 #include "core/socket.hpp"
 #include "core/text.hpp"
 #include "core/wire.hpp"
@@ -143,6 +144,21 @@ void rank_info_seeds(SeedWriter& w) {
   RankInfo info{.rank = 3, .hostname = "node-a.cluster", .host_id = 0x1234567890abcdefull, .pid = 4242};
   w.add("rank_info", "node-a", info.encode());
   w.add("rank_info", "empty-host", RankInfo{.rank = 0}.encode());
+}
+
+void topo_file_seeds(SeedWriter& w) {
+  TopoFile file;
+  for (int r = 0; r < 3; ++r)
+    file.ranks.push_back(RankInfo{.rank = r, .hostname = r < 2 ? "node-a" : "node-b",
+                                  .host_id = r < 2 ? 0x11u : 0x22u, .kernel_id = r < 2 ? 0x11u : 0x22u,
+                                  .pid = 4242 + r, .cpus = {std::uint64_t{1} << r}});
+  file.ranks[2].cpus = {0xf0, 0x1};
+  file.machines.push_back(HostMachine{0x11, "<topology version=\"2.0\">\n  <object type=\"Machine\"/>\n</topology>\n"});
+  file.plan = "ring: 0 1 2\n";
+  w.add("topo_file", "two-hosts", text_bytes(format_topo_file(file)));
+  file.machines.clear();
+  file.plan.clear();
+  w.add("topo_file", "no-machine", text_bytes(format_topo_file(file)));
 }
 
 void wire_seeds(SeedWriter& w) {
@@ -288,6 +304,7 @@ int main(int argc, char** argv) {
     unique_id_seeds(w);
     tf_config_seeds(w);
     tcp_link_seeds(w);
+    topo_file_seeds(w);
     std::printf("fuzz_seeds: wrote %d seeds under %s\n", w.count(), argv[1]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fuzz_seeds: %s\n", e.what());
