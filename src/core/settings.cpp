@@ -93,6 +93,11 @@ constexpr std::array kTable = {
                 "cuda_ipc,shm,tcp. ucx (a braid built with UCX) links two hosts when both see an RDMA device through "
                 "UCX, and any pair when named (ucx, ucx,tcp); UCX_TLS and UCX_NET_DEVICES choose what UCX uses. "
                 "Unknown names are refused with the list this braid has."},
+    SettingInfo{"BRAID_TUNING_FILE", "(built-in)",
+                "Link parameters (latency, bandwidth, reduction bandwidth per transport) for the cost model that "
+                "chooses each collective's algorithm per size, as written by braid-perf --tune. A file measured "
+                "on another machine or without a profile for the job's rank and host count is ignored with a "
+                "warning (the built-in parameters are used); one that cannot be read or parsed is an error."},
     SettingInfo{"BRAID_HOST_ID", "(none)",
                 "Names the host this rank counts as on: ranks with different names are planned and connected as "
                 "on different hosts (TCP between them, not shared memory) even on one machine, to try a multi-host "
@@ -258,6 +263,7 @@ Settings Settings::from_env() {
   if (auto v = env_integer("BRAID_SPIN_US", 0, 1000000)) s.spin_us = static_cast<int>(*v);
   if (auto v = getenv_string("BRAID_ALGO")) s.algo = *v;
   if (auto v = getenv_string("BRAID_TRANSPORT")) s.transport = *v;
+  if (auto v = getenv_string("BRAID_TUNING_FILE")) s.tuning_file = *v;
   if (auto v = getenv_string("BRAID_DUMP_ON_SIGNAL")) s.dump_on_signal = *v;
   // Set but empty is a mistake (an unset variable in a launcher's script),
   // not a request to run without authentication.

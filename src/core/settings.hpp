@@ -48,6 +48,7 @@ struct Settings {
   std::optional<int> spin_us;  // unset: spin only when ranks fit on the cores
   std::string algo;
   std::string transport;
+  std::string tuning_file;  // BRAID_TUNING_FILE: link parameters for the cost model (topology/link_model.hpp)
   std::string dump_on_signal;
   // Trust: the shared secret every connection proves (none: authentication off).
   AuthKey auth_key;
