@@ -1,22 +1,28 @@
 // Each algorithm's alpha-beta cost. With n ranks, m bytes and a link of
 // latency a, transfer time per byte b and reduction time per byte g:
 //
-//   ring          2(n-1) a + 2(n-1)/n m b + (n-1)/n m g
-//   direct        a + (n-1) m b + (n+1) m g          (n-1 whole buffers at once, 2 copies;
-//                                                     2 ranks to 64 KiB: a + m b + m g)
-//   recdbl        h a + h m b + (log2 p + f) m g     (h hops: log2 p, plus the fold)
+//   ring          2(n-1) a + max(2(n-1)/n m b, (n-1)/n m g)
+//   tree          2 d a + max(m b, m/2 g)               (d = ceil(log2 n))
+//   direct        a + (n-1) m b + (n+1) m g             (n-1 whole buffers at once, 2 copies;
+//                                                        2 ranks to 64 KiB: a + m b + m g)
+//   recdbl        h a + h m b + (log2 p + f) m g        (h hops: log2 p, plus the fold)
 //   rabenseifner  2 log2 p a + 2(p-1)/p m b + (p-1)/p m g, plus a fold
-//   tree          2 d a + 2 m b + m g                (d = ceil(log2 n), two half trees)
 //   hierarchical  ring reduce-scatter and all-gather inside a host, ring
 //                 all-reduce of a host's share (m / ranks per host) across
 //
 // p is the largest power of two <= n; the n - p ranks above it fold into a
-// partner first (recursive_doubling.cpp, rabenseifner.cpp). Pipelining
-// (ring, tree, chain) overlaps the reduction of one slice with the transfer
-// of the next, but the reduction of the last slice and the start-up of the
-// pipe stay on the critical path; the model keeps the sums, which the link
-// parameters were fitted with (braid-perf --tune), so they absorb the
-// overlap.
+// partner first (recursive_doubling.cpp, rabenseifner.cpp).
+//
+// The pipelined schedules (ring, tree) reduce one slice while the next is in
+// flight, so their transfer and reduction overlap: the slower of the two is
+// on the critical path, not their sum. The double tree (double_tree.cpp)
+// sends each half of the buffer down its own tree, both trees at once, and
+// the reduction up and the broadcast down of successive slices overlap too:
+// a rank's busiest link direction carries about one buffer, and it reduces
+// half of it. On 2 ranks the ring and the tree have the same counts; the
+// registry lists the tree first, so it wins the tie (measured on 2 ranks
+// over shm: the tree 1.5-2.5x faster from 4 KiB to 2 MiB, the ring 1.1-1.3x
+// faster from 4 MiB; bench/auto_vs_forced.py).
 //
 // Broadcast, with the message cut into k slices for the pipelined ones
 // (chain, tree; slices as the communicator cuts them: a sixteenth of a rank's
@@ -45,10 +51,15 @@ double price(const LinkParams& l, double messages, double bytes, double reduced)
   return messages * l.latency_us + l.transfer_us(bytes) + l.reduce_us(reduced);
 }
 
+// A pipelined schedule: transfer and reduction overlap.
+double pipelined(const LinkParams& l, double messages, double bytes, double reduced) {
+  return messages * l.latency_us + std::max(l.transfer_us(bytes), l.reduce_us(reduced));
+}
+
 double ring_on(const LinkParams& l, int n, double m) {
   if (n <= 1) return 0;
   const double share = (n - 1.0) / n;
-  return price(l, 2.0 * (n - 1), 2 * share * m, share * m);
+  return pipelined(l, 2.0 * (n - 1), 2 * share * m, share * m);
 }
 
 // How the communicator slices a pipelined broadcast (comm_impl.cpp's shape()).
@@ -93,7 +104,7 @@ double rabenseifner_all_reduce(const CostInputs& in) {
 double tree_all_reduce(const CostInputs& in) {
   if (in.ranks <= 1) return 0;
   const double m = static_cast<double>(in.bytes);
-  return price(in.flat(), 2.0 * log2_ceil(in.ranks), 2 * m, m);
+  return pipelined(in.flat(), 2.0 * log2_ceil(in.ranks), m, m / 2);
 }
 
 double hierarchical_all_reduce(const CostInputs& in) {
@@ -102,7 +113,7 @@ double hierarchical_all_reduce(const CostInputs& in) {
   const double m = static_cast<double>(in.bytes);
   const double share = (k - 1.0) / k;
   // Reduce-scatter and all-gather inside the host: a ring all-reduce's messages and bytes.
-  const double inside = price(in.intra, 2.0 * (k - 1), 2 * share * m, share * m);
+  const double inside = pipelined(in.intra, 2.0 * (k - 1), 2 * share * m, share * m);
   return inside + ring_on(in.inter, in.hosts, m / k);
 }
 

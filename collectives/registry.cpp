@@ -16,13 +16,15 @@ constexpr std::uint8_t kRing = 1, kDirect = 2, kRecdbl = 3, kRabenseifner = 4, k
                        kPairwise = 8, kP2p = 9, kHierarchical = 10;
 
 // Each collective's entries together, its default first: the algorithm it
-// runs when nothing has a cost (and, for all_reduce, on a tie).
+// runs when nothing has a cost. On a tie of costs the earlier entry wins:
+// all_reduce lists the tree before the ring (algorithm_costs.cpp says why)
+// and direct before recursive doubling (one hop each on 2 ranks).
 constexpr AlgorithmEntry kRegistry[] = {
+    {"all_reduce", "tree", kTree, tree_all_reduce, cost::tree_all_reduce},
     {"all_reduce", "ring", kRing, ring_all_reduce, cost::ring_all_reduce},
     {"all_reduce", "direct", kDirect, direct_all_reduce, cost::direct_all_reduce},
     {"all_reduce", "recdbl", kRecdbl, recursive_doubling_all_reduce, cost::recursive_doubling_all_reduce},
     {"all_reduce", "rabenseifner", kRabenseifner, rabenseifner_all_reduce, cost::rabenseifner_all_reduce},
-    {"all_reduce", "tree", kTree, tree_all_reduce, cost::tree_all_reduce},
     {"all_reduce", "hierarchical", kHierarchical, hierarchical_all_reduce, cost::hierarchical_all_reduce},
     {"broadcast", "chain", kChain, chain_broadcast, cost::chain_broadcast},
     {"broadcast", "binomial", kBinomial, binomial_broadcast, cost::binomial_broadcast},
