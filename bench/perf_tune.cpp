@@ -54,6 +54,16 @@ TuneSample coefficients(CostFunction cost, CostInputs inputs) {
   return TuneSample{with({1, kFree, kFree}), with({0, 1e-3, kFree}), with({0, kFree, 1e-3}), 0};
 }
 
+bool linear(CostFunction cost, CostInputs inputs) {
+  const TuneSample c = coefficients(cost, inputs);
+  for (const LinkParams& l : {LinkParams{3, 2, 5}, LinkParams{0.5, 7, 1.5}}) {
+    inputs.intra = inputs.inter = l;
+    const double sum = c.messages * l.latency_us + c.bytes * l.transfer_us(1) + c.reduced * l.reduce_us(1);
+    if (std::abs(cost(inputs) - sum) > 1e-9 * std::max(1.0, sum)) return false;
+  }
+  return true;
+}
+
 LinkParams fit_link_params(std::span<const TuneSample> samples) {
   // Every subset of the three parameters, fitted by the normal equations of
   // the relative error; the best fit whose parameters are all >= 0 wins.
@@ -122,7 +132,8 @@ int tune(Comm& comm, const Plan& plan, const std::string& machine, const Options
 
   struct Measured {
     std::string_view algorithm;
-    std::size_t bytes;
+    CostFunction cost;
+    CostInputs inputs;
     TuneSample sample;
   };
   std::vector<Measured> measured;
@@ -148,28 +159,35 @@ int tune(Comm& comm, const Plan& plan, const std::string& machine, const Options
         forced.all_reduce(&mine, &slowest, 1, DataType::f64, ReduceOp::max);
         best = std::min(best, slowest);
       }
-      TuneSample s = coefficients(a.cost, plan.cost_inputs(count * sizeof(float)));
+      const CostInputs inputs = plan.cost_inputs(count * sizeof(float));
+      TuneSample s = coefficients(a.cost, inputs);
       s.measured_us = best;
-      measured.push_back({a.name, count * sizeof(float), s});
+      measured.push_back({a.name, a.cost, inputs, s});
     }
   }
   if (rank != 0) return 0;
 
+  // The fit takes the algorithms whose cost is linear in the parameters
+  // (the unpipelined ones); the pipelined ones take the slower of transfer
+  // and reduction (algorithm_costs.cpp), so their coefficients are not a
+  // sum. Every algorithm is printed against the fitted model all the same.
   std::vector<TuneSample> samples;
-  for (const auto& m : measured) samples.push_back(m.sample);
+  for (const auto& m : measured)
+    if (linear(m.cost, m.inputs)) samples.push_back(m.sample);
   const LinkParams fitted = fit_link_params(samples);
   const LinkParams before = plan.links.of(transport);
   std::printf("# %-13s %10s %12s %12s %12s\n", "algorithm", "bytes", "measured us", "fitted us", "before us");
   double worst = 1;
   for (const auto& m : measured) {
-    const TuneSample& s = m.sample;
     auto predict = [&](const LinkParams& l) {
-      return s.messages * l.latency_us + s.bytes / (l.bandwidth_gbps * 1e3) + s.reduced / (l.reduce_gbps * 1e3);
+      CostInputs in = m.inputs;
+      in.intra = in.inter = l;
+      return m.cost(in);
     };
     const double p = predict(fitted);
-    worst = std::max({worst, p / s.measured_us, s.measured_us / p});
-    std::printf("  %-13s %10zu %12.2f %12.2f %12.2f\n", std::string(m.algorithm).c_str(), m.bytes, s.measured_us, p,
-                predict(before));
+    worst = std::max({worst, p / m.sample.measured_us, m.sample.measured_us / p});
+    std::printf("  %-13s %10zu %12.2f %12.2f %12.2f%s\n", std::string(m.algorithm).c_str(), m.inputs.bytes,
+                m.sample.measured_us, p, predict(before), linear(m.cost, m.inputs) ? "" : "  (pipelined: not fitted)");
   }
   std::printf("# %s: latency %.3g us, bandwidth %.3g GB/s, reduce %.3g GB/s (before: %.3g us, %.3g GB/s, %.3g GB/s, "
               "%s); the fit is within a factor %.2f of every measurement\n",

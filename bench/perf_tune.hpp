@@ -5,8 +5,9 @@
 // 8 B to 32 MiB (up to -e), each timed three times (the fastest kept: the
 // least disturbed by other work on the machine). The cost model is linear in
 // the link's latency a, time per byte b and reduction time per byte g (each
-// cost function prices messages, bytes and reduced bytes), so the three come
-// from a least-squares fit of every measurement at once, on the relative
+// cost function of an unpipelined algorithm prices messages, bytes and
+// reduced bytes), so the three come from a least-squares fit of those
+// algorithms' measurements at once, on the relative
 // error so that 8 B counts as much as 32 MiB, with none below zero. Rank 0
 // adds them to FILE as the profile of this rank and host count, for the
 // transport that the job's flat algorithms cross (shm on one host, the
@@ -40,6 +41,9 @@ LinkParams fit_link_params(std::span<const TuneSample> samples);
 
 /// The coefficients of `cost` for `inputs`, from unit link parameters.
 TuneSample coefficients(CostFunction cost, CostInputs inputs);
+/// Whether `cost` at `inputs` is the sum its coefficients say (the
+/// pipelined algorithms take a maximum instead, and are left out of the fit).
+bool linear(CostFunction cost, CostInputs inputs);
 
 /// Runs the measurement on every rank of `comm`; rank 0 writes o.tune for
 /// `machine` (the host name of rank 0, as load_link_model compares it).
