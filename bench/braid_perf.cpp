@@ -33,6 +33,8 @@
 #include "job_ranks.hpp"
 #include "perf_options.hpp"
 #include "perf_report.hpp"
+#include "perf_tune.hpp"
+#include "collectives/registry.hpp"
 #include "topology/plan.hpp"
 
 namespace {
@@ -297,9 +299,23 @@ class Case {
   std::byte* call_out_ = nullptr;
 };
 
+// The algorithm a row runs: the plan's choice for its size, as the schedule
+// that the registry builds from it names itself (a builder hands a shape it
+// cannot run to another algorithm: forced hierarchical on one host is the
+// ring), which is what the communicator runs from the same plan.
 std::string algorithm_at(const CaseSpec& s, const braid::Plan& plan, std::size_t bytes, int n) {
   if (const char* fixed = fixed_algorithm(s.collective->kind)) return fixed;
-  return std::string(plan.algorithm_for(s.collective->name, bytes, n));
+  const std::string_view chosen = plan.algorithm_for(s.collective->name, bytes);
+  braid::CollectiveShape shape;
+  shape.rank = 0;
+  shape.ranks = n;
+  shape.ring = plan.ring;
+  shape.hosts = plan.hosts;
+  shape.count = std::max<std::size_t>(1, bytes / braid::size_of(s.type));
+  shape.type = s.type;
+  shape.op = s.op;
+  shape.root = s.root;
+  return braid::build_schedule(s.collective->name, chosen, shape).algorithm;
 }
 
 // "ring (--algo)", or "direct 8..2048 B, ring 8192..67108864 B (auto)"
@@ -432,9 +448,11 @@ int main(int argc, char** argv) {
                                                 braid::size_of(t));
     PerfBuffers buffers(buffer_bytes, o.device, comm.local_rank());
     // The plan the communicator made from the same rank infos and settings
-    // (topology/plan.hpp), for naming the algorithm of each row.
+    // (topology/plan.hpp, with the registry's costs), for naming the algorithm
+    // of each row.
     const Placement where = gather_placement(comm);
-    const braid::Plan plan = braid::make_plan(where.infos, braid::Settings::from_env());
+    const braid::Plan plan = braid::make_plan(where.infos, braid::Settings::from_env(), braid::algorithm_costs());
+    if (!o.tune.empty()) return tune(comm, plan, where.infos.front().hostname, o);
 
     if (rank == 0) {
       if (o.output == Output::table) {

@@ -6,13 +6,14 @@
 
 #include "command_line.hpp"
 #include "core/settings.hpp"
-#include "topology/plan.hpp"
+#include "collectives/registry.hpp"
 
 namespace braid::perf {
 namespace {
 
 constexpr std::string_view kUsage =
     R"(usage: braid-perf COLLECTIVE [options]     (run it under braid-run: braid-run -n 4 braid-perf all_reduce)
+       braid-perf --tune FILE              (braid-run -n 4 braid-perf --tune tuning.json)
 
   COLLECTIVE  all_reduce broadcast reduce all_gather reduce_scatter all_to_all gather scatter
               sendrecv (each rank sends to the next, receives from the previous);
@@ -41,6 +42,11 @@ Options take "-x VALUE", "-xVALUE", "--name VALUE" or "--name=VALUE", as in nccl
                            and wait for all of them (the communicator still runs them in order)
   --algo NAME              force the collective's algorithm (adds COLLECTIVE:NAME to BRAID_ALGO):
 %s  --transport NAME         force the transport (sets BRAID_TRANSPORT): shm, tcp, or a list
+  --tune FILE              measure every all_reduce algorithm at a few sizes (in communicators
+                           of their own, BRAID_ALGO forced), fit the cost model's latency and
+                           bandwidths of the transport the job's ranks use, and add them to FILE
+                           (JSON, read through BRAID_TUNING_FILE) as the profile of this rank
+                           and host count; prints measured against predicted times
   --device                 buffers in GPU memory (device local_rank modulo the devices; a braid
                            built with CUDA), checked on the host after each checked run
   --json                   one JSON object per size and placement instead of the table
@@ -170,6 +176,7 @@ ParsedCommandLine parse_options(const std::vector<std::string_view>& args) {
       .option({"-g", "--ngpus", "-t", "--nthreads"}, [&](auto name, auto v) { parse_choice(name, v, 1, 1); })
       .option({"--algo"}, [&](auto, auto v) { o.algo = v; })
       .option({"--transport"}, [&](auto, auto v) { o.transport = v; })
+      .option({"--tune"}, [&](auto, auto v) { o.tune = v; })
       .flag({"--device"}, [&] { o.device = true; })
       .flag({"--json"}, [&] { o.output = Output::json; })
       .flag({"--csv"}, [&] { o.output = Output::csv; })
@@ -180,6 +187,12 @@ ParsedCommandLine parse_options(const std::vector<std::string_view>& args) {
     collective = a;
   });
   if (parsed.help) return parsed;
+  if (!o.tune.empty()) {
+    if (!collective.empty() && find_collective(collective) != find_collective("all_reduce"))
+      throw UsageError("--tune measures all_reduce's algorithms; leave out '" + collective + "'");
+    if (!o.algo.empty()) throw UsageError("--tune measures every algorithm; leave out --algo");
+    collective = "all_reduce";
+  }
   if (collective.empty()) throw UsageError("missing the collective");
   o.collective = find_collective(collective);
   if (o.collective == nullptr) throw UsageError("unknown collective '" + collective + "'");

@@ -34,6 +34,7 @@ struct Options {
   std::string algo;       // --algo: COLLECTIVE:NAME added to BRAID_ALGO
   std::string transport;  // --transport: BRAID_TRANSPORT
   bool device = false;    // --device: buffers in GPU memory (device local_rank % devices)
+  std::string tune;       // --tune FILE: fit the cost model's link parameters, write FILE (perf_tune.hpp)
 };
 
 struct ParsedCommandLine {

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <numeric>
 
+#include "collectives/registry.hpp"
+
 namespace braid::perf {
 namespace {
 
@@ -79,15 +81,16 @@ Kind even_form(Kind kind) {
 }
 
 const char* fixed_algorithm(Kind kind) {
-  switch (kind) {
-    case Kind::sendrecv: return "p2p";
-    case Kind::all_to_allv:
-    case Kind::all_gatherv:
-    case Kind::reduce_scatterv: return "pairwise";
-    case Kind::gatherv:
-    case Kind::scatterv: return "direct";
-    default: return nullptr;
+  // The registry's entries without a builder are the calls that build their
+  // own schedule: one algorithm each. Its names are string literals, so
+  // data() ends in a NUL.
+  for (const auto& c : kCollectives) {
+    if (c.kind != kind) continue;
+    const std::string_view name = kind == Kind::sendrecv ? std::string_view("send/recv") : c.name;
+    for (const auto& e : algorithm_registry())
+      if (e.collective == name && e.build == nullptr) return e.name.data();
   }
+  return nullptr;
 }
 
 double bus_factor(Kind kind, int ranks) {

@@ -8,7 +8,7 @@
 // is. Each rank moves (n-1) times the buffer, so this wins only for tiny
 // messages; the communicator uses it below a size threshold.
 //
-// On 2 ranks it is two steps: send the input, and receive-and-reduce the
+// On 2 ranks and up to 64 KiB it is two steps: send the input, and receive-and-reduce the
 // peer's into the output (after the send, since in place the output is the
 // input). Rank 0 computes in0 op in1 and rank 1 in1 op in0, which are the
 // same bits for every operator (core/reduce.cpp: sum and product of two
@@ -27,7 +27,14 @@ Schedule direct_all_reduce(const CollectiveShape& shape) {
   if (bytes == 0) return sched;
   const Region in{BufferId::input, 0, bytes};
   const Region out{BufferId::output, 0, bytes};
-  if (n == 2) {
+  // The 2-step form waits for its send before it receives (in place, the
+  // output is the input being sent). A send larger than a transport buffers
+  // waits for the peer's receive in turn, so both ranks would wait for ever:
+  // 4 MiB over shm (whose ring holds 2 MiB) did. Up to kEagerBytes every
+  // transport takes the send without the receiver; above, the scratch form
+  // receives while it sends.
+  constexpr std::size_t kEagerBytes = 64 * 1024;
+  if (n == 2 && bytes <= kEagerBytes) {
     const int peer = 1 - shape.rank;
     const std::uint32_t sent = sched.add(Step{.kind = StepKind::send, .peer = peer, .src = in, .tag_index = 0});
     const std::uint32_t got = sched.add(

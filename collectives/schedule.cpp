@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "collectives/registry.hpp"
 #include "core/check.hpp"
 #include "core/text.hpp"
 
@@ -21,19 +22,13 @@ std::string_view name_of(StepKind kind) {
 
 namespace {
 
-constexpr std::string_view kAlgorithmNames[] = {"(unknown)", "ring", "direct", "recdbl", "rabenseifner", "tree",
-                                                "chain", "binomial", "pairwise", "p2p", "hierarchical"};
 constexpr std::string_view kKindNames[] = {"(unknown)", "all_reduce", "broadcast", "reduce", "all_gather",
                                            "reduce_scatter", "all_to_all", "gather", "scatter", "send/recv", "barrier",
                                            "all_to_allv", "all_gatherv", "reduce_scatterv", "gatherv", "scatterv"};
 
 }  // namespace
 
-std::uint8_t OpDescriptor::algorithm_id(std::string_view name) {
-  for (std::size_t i = 1; i < std::size(kAlgorithmNames); ++i)
-    if (kAlgorithmNames[i] == name) return static_cast<std::uint8_t>(i);
-  return 0;
-}
+std::uint8_t OpDescriptor::algorithm_id(std::string_view name) { return algorithm_wire_id(name); }
 
 std::array<std::byte, 16> OpDescriptor::encode() const {
   std::array<std::byte, 16> out{};
@@ -74,7 +69,7 @@ std::string OpDescriptor::describe() const {
   if (kind >= Kind::all_to_allv) out += count > 0 ? cat(", ", count, " elements in all") : std::string(", uneven counts");
   else out += cat(", ", count, " elements");
   if (root >= 0) out += cat(", root ", root);
-  if (algorithm > 0 && algorithm < std::size(kAlgorithmNames)) out += cat(", ", kAlgorithmNames[algorithm]);
+  if (auto name = algorithm_of_wire_id(algorithm); !name.empty()) out += cat(", ", name);
   return out + ")";
 }
 

@@ -67,7 +67,7 @@ struct OpDescriptor {
   static OpDescriptor decode(const std::array<std::byte, 16>& bytes);
   /// "all_reduce(f32 sum, 1024 elements, ring)".
   std::string describe() const;
-  /// A small number for each algorithm name braid has (0 for others).
+  /// The algorithm registry's wire id of `name` (0 for names braid does not have).
   static std::uint8_t algorithm_id(std::string_view name);
   bool operator==(const OpDescriptor&) const = default;
 };

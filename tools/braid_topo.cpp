@@ -1,5 +1,5 @@
 // braid-topo: what braid sees of the machine, and under braid-run the plan of
-// the whole job.
+// the whole job, with the algorithm per size band and its predicted time.
 //
 //   braid-topo                      this host: packages, NUMA nodes, cores,
 //                                   the binding, interfaces, GPUs (hwloc)
@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "braid/braid.hpp"
+#include "collectives/registry.hpp"
 #include "command_line.hpp"
 #include "job_ranks.hpp"
 #include "topo_load.hpp"
@@ -98,6 +99,30 @@ void print_loaded(const braid::LoadedTopology& loaded, const std::string& dot) {
   }
 }
 
+// busbw as braid-perf computes it: algbw x 2(n-1)/n for all_reduce, x 1 for broadcast.
+double bus_factor(std::string_view collective, int n) { return collective == "all_reduce" ? 2.0 * (n - 1) / n : 1.0; }
+
+// Per size band (8 B to 64 MiB, powers of two), the algorithm the plan runs
+// and the cost model's time and busbw at the band's first and last size.
+void print_bands(const braid::Plan& plan, std::string_view collective) {
+  const int n = static_cast<int>(plan.ring.size());
+  if (n < 2) return;
+  std::printf("\n%s by size (%s link parameters):\n", std::string(collective).c_str(), plan.links.source.c_str());
+  std::printf("  %-13s %21s %23s %25s\n", "algorithm", "sizes", "predicted time (us)", "predicted busbw (GB/s)");
+  for (const auto& band : plan.bands(collective, 8, std::size_t{64} << 20)) {
+    auto at = [&](std::size_t bytes) { return plan.predict_us(collective, band.algorithm, bytes); };
+    auto busbw = [&](std::size_t bytes, double us) { return bytes / (us * 1e3) * bus_factor(collective, n); };
+    const auto first = at(band.first), last = at(band.last);
+    const std::string sizes = braid::cat(braid::human_bytes(band.first), " - ", braid::human_bytes(band.last));
+    if (!first || !last) {
+      std::printf("  %-13s %21s %23s %25s\n", std::string(band.algorithm).c_str(), sizes.c_str(), "(no cost model)", "");
+      continue;
+    }
+    std::printf("  %-13s %21s %10.1f - %10.1f %11.3f - %11.3f\n", std::string(band.algorithm).c_str(), sizes.c_str(),
+                *first, *last, busbw(band.first, *first), busbw(band.last, *last));
+  }
+}
+
 int run(int argc, char** argv) {
   std::string dot, load;
   bool help = false;
@@ -150,7 +175,7 @@ int run(int argc, char** argv) {
 
   const std::vector<braid::RankInfo>& infos = job.infos;
   const std::vector<std::string>& hosts = job.hosts;
-  const braid::Plan plan = braid::make_plan(infos, settings);
+  const braid::Plan plan = braid::make_plan(infos, settings, braid::algorithm_costs());
   std::printf("braid-topo: %d ranks\n", n);
   std::map<std::string, std::vector<int>> by_host;
   for (int r = 0; r < n; ++r) by_host[hosts[static_cast<std::size_t>(r)]].push_back(r);
@@ -167,6 +192,8 @@ int run(int argc, char** argv) {
     }
   }
   std::printf("\nplan: %s\n", plan.describe().c_str());
+  print_bands(plan, "all_reduce");
+  print_bands(plan, "broadcast");
   std::printf("communicator: %s\n", comm.describe().c_str());
   if (!dot.empty()) {
     write_dot(dot, infos, hosts, plan);

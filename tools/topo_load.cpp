@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "collectives/registry.hpp"
 #include "core/text.hpp"
 #include "topology/machine.hpp"
 
@@ -11,7 +12,7 @@ LoadedTopology load_topology(const std::string& path, const Settings& settings) 
   LoadedTopology out;
   out.path = path;
   out.file = read_topo_file(path);
-  out.planned = plan_topology(out.file, settings, path);
+  out.planned = plan_topology(out.file, settings, path, algorithm_costs());
   for (std::size_t r = 0; r < out.file.ranks.size(); ++r)
     out.hosts.push_back(cat("host ", out.planned.plan.hosts[r], " (", out.file.ranks[r].hostname, ")"));
   return out;

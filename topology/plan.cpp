@@ -1,36 +1,17 @@
 #include "topology/plan.hpp"
 
 #include <algorithm>
-#include <array>
+#include <bit>
+#include <cmath>
+#include <limits>
 
 #include "braid/types.hpp"
+#include "core/log.hpp"
 #include "core/text.hpp"
 #include "transport/registry.hpp"
 
 namespace braid {
 namespace {
-
-struct CollectiveAlgorithms {
-  std::string_view collective;
-  std::span<const std::string_view> algorithms;
-};
-
-constexpr std::string_view kAllReduce[] = {"ring", "direct", "recdbl", "rabenseifner", "tree", "hierarchical"};
-constexpr std::string_view kBroadcast[] = {"chain", "binomial", "tree"};
-constexpr std::string_view kReduce[] = {"binomial"};
-constexpr std::string_view kAllGather[] = {"ring"};
-constexpr std::string_view kReduceScatter[] = {"ring"};
-constexpr std::string_view kAllToAll[] = {"pairwise"};
-constexpr std::string_view kGather[] = {"direct"};
-constexpr std::string_view kScatter[] = {"direct"};
-constexpr std::string_view kBarrier[] = {"ring"};
-constexpr std::array kCollectives = {
-    CollectiveAlgorithms{"all_reduce", kAllReduce},   CollectiveAlgorithms{"broadcast", kBroadcast},
-    CollectiveAlgorithms{"reduce", kReduce},          CollectiveAlgorithms{"all_gather", kAllGather},
-    CollectiveAlgorithms{"reduce_scatter", kReduceScatter}, CollectiveAlgorithms{"all_to_all", kAllToAll},
-    CollectiveAlgorithms{"gather", kGather},          CollectiveAlgorithms{"scatter", kScatter},
-    CollectiveAlgorithms{"barrier", kBarrier},
-};
 
 std::string normalise(std::string_view name) {
   std::string out(name);
@@ -42,54 +23,88 @@ std::string normalise(std::string_view name) {
   return out;
 }
 
-bool has(std::span<const std::string_view> list, std::string_view name) {
-  return std::find(list.begin(), list.end(), name) != list.end();
-}
-
-std::string joined(std::span<const std::string_view> list) {
+std::string joined(const std::vector<std::string_view>& list) {
   std::string out;
   for (auto a : list) out += cat(out.empty() ? "" : ", ", a);
   return out;
 }
 
-}  // namespace
-
-std::span<const std::string_view> algorithms_of(std::string_view collective) {
-  for (const auto& c : kCollectives)
-    if (c.collective == collective) return c.algorithms;
-  throw Error(ErrorCode::internal, cat("no collective named ", collective));
+std::size_t size_class(std::size_t bytes) {
+  return bytes <= 1 ? 0 : static_cast<std::size_t>(std::bit_width(bytes - 1));
 }
 
-std::string_view Plan::algorithm_for(std::string_view collective, std::size_t bytes, int ranks) const {
+}  // namespace
+
+std::vector<std::string_view> Plan::algorithms_of(std::string_view collective) const {
+  std::vector<std::string_view> out;
+  for (const auto& a : algorithms)
+    if (a.collective == collective) out.push_back(a.name);
+  return out;
+}
+
+CostInputs Plan::cost_inputs(std::size_t bytes) const {
+  CostInputs in;
+  in.bytes = bytes;
+  in.ranks = static_cast<int>(ring.size());
+  in.hosts = host_count;
+  in.uniform_ranks_per_host = uniform_hosts ? in.ranks / host_count : 0;
+  in.intra = links.of(intra_transport.empty() ? inter_transport : intra_transport);
+  in.inter = inter_transport.empty() ? in.intra : links.of(inter_transport);
+  return in;
+}
+
+std::optional<double> Plan::predict_us(std::string_view collective, std::string_view algorithm, std::size_t bytes) const {
+  for (const auto& a : algorithms)
+    if (a.collective == collective && a.name == algorithm && a.cost != nullptr) {
+      const double t = a.cost(cost_inputs(bytes));
+      if (std::isfinite(t)) return t;
+    }
+  return std::nullopt;
+}
+
+void Plan::choose() {
+  chosen_.clear();
+  for (const auto& a : algorithms) {
+    if (std::any_of(chosen_.begin(), chosen_.end(), [&](const Choice& c) { return c.collective == a.collective; }))
+      continue;
+    Choice c;
+    c.collective = a.collective;
+    for (std::size_t k = 0; k < kSizeClasses; ++k) {
+      const CostInputs in = cost_inputs(std::size_t{1} << k);
+      std::string_view best = a.name;  // the default, when nothing has a finite cost
+      double best_us = std::numeric_limits<double>::infinity();
+      // Ties keep the registry's order: the default first.
+      for (const auto& candidate : algorithms) {
+        if (candidate.collective != a.collective || candidate.cost == nullptr) continue;
+        const double t = candidate.cost(in);
+        if (t < best_us) {
+          best_us = t;
+          best = candidate.name;
+        }
+      }
+      c.by_size_class[k] = best;
+    }
+    chosen_.push_back(c);
+  }
+}
+
+std::string_view Plan::algorithm_for(std::string_view collective, std::size_t bytes) const {
   if (!forced.empty())
     if (auto it = forced.find(std::string(collective)); it != forced.end()) return it->second;
-  if (collective == "all_reduce") {
-    // Latency first: one exchange (direct) for 2 ranks, log2(n) exchanges
-    // (recursive doubling) for more; then Rabenseifner, whose 2 log2(n) hops
-    // move the same 2(n-1)/n of the buffer as the ring; the pipelined ring
-    // for large buffers. Measured on 4 ranks over loopback TCP (2 cores):
-    // 64 B took 17 us with recdbl and 52 us with the ring; 256 KiB 107 us
-    // with Rabenseifner and 122 us with the ring; from 2 MiB the ring and
-    // Rabenseifner are within noise and the ring keeps slices in cache.
-    // At 1 MiB on 4 ranks the pipelined ring wins over both transports
-    // (shm: 600-770 us against 840-1220; tcp: 2.0-2.4 ms against 2.3-2.5),
-    // while Rabenseifner still wins at 512 KiB over shm (410-480 us against
-    // 770), so Rabenseifner stops below 1 MiB.
-    if (bytes <= kSmallBytes) return ranks == 2 ? "direct" : "recdbl";
-    // Several hosts with as many ranks each: the ring's host crossings carry
-    // 2(n-1)/n of the buffer each, the hierarchical one's (hosts-1)/hosts of
-    // a host's share (hierarchical.cpp).
-    if (bytes >= kHierarchicalBytes && uniform_hosts) return "hierarchical";
-    // On 2 ranks Rabenseifner is the ring without pipelining: ring it is.
-    if (bytes < kMediumBytes && ranks > 2) return "rabenseifner";
-    return "ring";
+  for (const Choice& c : chosen_)
+    if (c.collective == collective) return c.by_size_class[std::min(size_class(bytes), kSizeClasses - 1)];
+  throw Error(ErrorCode::internal, cat("the plan has no algorithm for ", collective));
+}
+
+std::vector<Plan::Band> Plan::bands(std::string_view collective, std::size_t first, std::size_t last) const {
+  std::vector<Band> out;
+  for (std::size_t bytes = std::max<std::size_t>(first, 1); bytes <= last; bytes *= 2) {
+    const std::string_view algo = algorithm_for(collective, bytes);
+    if (!out.empty() && out.back().algorithm == algo) out.back().last = bytes;
+    else out.push_back({algo, bytes, bytes});
+    if (bytes > last / 2) break;
   }
-  if (collective == "broadcast") {
-    // The binomial tree's log2(n) hops beat the chain's n-1 until the root's
-    // log2(n) whole copies cost more than the chain's pipeline fill.
-    return bytes <= kMediumBytes ? "binomial" : "chain";
-  }
-  return algorithms_of(collective).front();
+  return out;
 }
 
 std::string Plan::describe() const {
@@ -97,19 +112,23 @@ std::string Plan::describe() const {
   for (std::size_t i = 0; i < ring.size() && i < 16; ++i) order += cat(i ? " " : "", ring[i]);
   if (ring.size() > 16) order += " ...";
   std::string algos;
-  for (const auto& c : kCollectives) {
-    if (c.collective != "all_reduce" && c.collective != "broadcast") continue;
+  for (std::string_view collective : {"all_reduce", "broadcast"}) {
+    if (algorithms_of(collective).empty()) continue;
     std::string chosen;
-    if (auto it = forced.find(std::string(c.collective)); it != forced.end()) chosen = it->second + " (forced)";
-    else if (c.collective == "all_reduce")
-      chosen = ring.size() == 2 ? cat("direct up to ", human_bytes(kSmallBytes), ", ring above")
-                                : cat("recdbl up to ", human_bytes(kSmallBytes), ", rabenseifner below ",
-                                      human_bytes(kMediumBytes),
-                                      uniform_hosts ? ", hierarchical from there" : ", ring from there");
-    else chosen = cat("binomial up to ", human_bytes(kMediumBytes), ", chain above");
-    algos += cat(", ", c.collective, " ", chosen);
+    if (auto it = forced.find(std::string(collective)); it != forced.end()) {
+      chosen = it->second + " (forced)";
+    } else {
+      // "recdbl to 16 KiB, rabenseifner to 512 KiB, ring from 1 MiB"
+      const auto b = bands(collective, 1, std::size_t{1} << 30);
+      for (std::size_t i = 0; i < b.size(); ++i)
+        chosen += cat(i ? ", " : "", b[i].algorithm,
+                      b.size() == 1 ? std::string()
+                      : i + 1 < b.size() ? cat(" to ", human_bytes(b[i].last))
+                                         : cat(" from ", human_bytes(b[i].first)));
+    }
+    algos += cat(", ", collective, " ", chosen);
   }
-  return cat("transports ", transport_names(), algos, ", ring ", order);
+  return cat("transports ", transport_names(), algos, " (cost model, ", links.source, " link parameters), ring ", order);
 }
 
 std::string Plan::transport_names() const {
@@ -122,10 +141,16 @@ std::string_view Plan::transport_between(const RankInfo& a, const RankInfo& b) c
   return braid::transport_between(transports, a, b, transport_setting).name;
 }
 
-Plan make_plan(std::span<const RankInfo> ranks, const Settings& settings) {
+Plan make_plan(std::span<const RankInfo> ranks, const Settings& settings, std::span<const AlgorithmCost> algorithms) {
   Plan plan;
   plan.transports = transport_order(settings.transport);
   plan.transport_setting = settings.transport;
+  plan.algorithms.assign(algorithms.begin(), algorithms.end());
+  auto collective_known = [&](std::string_view c) { return !plan.algorithms_of(c).empty(); };
+  auto has = [&](std::string_view c, std::string_view a) {
+    auto list = plan.algorithms_of(c);
+    return std::find(list.begin(), list.end(), a) != list.end();
+  };
   // BRAID_ALGO: "name" applies to every collective that has an algorithm of
   // that name; "collective:name" to one; both may be listed with commas.
   std::string_view spec = settings.algo;
@@ -137,24 +162,24 @@ Plan make_plan(std::span<const RankInfo> ranks, const Settings& settings) {
     auto colon = item.find(':');
     if (colon == std::string_view::npos) {
       bool used = false;
-      for (const auto& c : kCollectives)
-        if (has(c.algorithms, item)) {
-          plan.forced[std::string(c.collective)] = std::string(item);
+      for (const auto& a : plan.algorithms)
+        if (a.name == item) {
+          plan.forced[std::string(a.collective)] = std::string(item);
           used = true;
         }
       if (!used)
         throw InvalidArgument(cat("BRAID_ALGO='", settings.algo, "': no collective has an algorithm named '", item,
-                                  "' (all_reduce: ", joined(kAllReduce), "; broadcast: ", joined(kBroadcast), ")"));
+                                  "' (all_reduce: ", joined(plan.algorithms_of("all_reduce")),
+                                  "; broadcast: ", joined(plan.algorithms_of("broadcast")), ")"));
       continue;
     }
     std::string collective = normalise(item.substr(0, colon));
     std::string_view algo = item.substr(colon + 1);
-    auto it = std::find_if(kCollectives.begin(), kCollectives.end(), [&](auto& c) { return c.collective == collective; });
-    if (it == kCollectives.end())
+    if (!collective_known(collective))
       throw InvalidArgument(cat("BRAID_ALGO='", settings.algo, "': '", item.substr(0, colon), "' is not a collective"));
-    if (!has(it->algorithms, algo))
+    if (!has(collective, algo))
       throw InvalidArgument(cat("BRAID_ALGO='", settings.algo, "': ", collective, " has no algorithm '", algo,
-                                "' (known: ", joined(it->algorithms), ")"));
+                                "' (known: ", joined(plan.algorithms_of(collective)), ")"));
     plan.forced[collective] = std::string(algo);
   }
   std::map<std::uint64_t, int> first_rank_of_host;
@@ -178,8 +203,43 @@ Plan make_plan(std::span<const RankInfo> ranks, const Settings& settings) {
     plan.hosts.push_back(number_of_first[first_rank_of_host[r.host_id]]);
     ++per_host[static_cast<std::size_t>(plan.hosts.back())];
   }
+  plan.host_count = std::max<int>(1, static_cast<int>(per_host.size()));
   plan.uniform_hosts = per_host.size() >= 2 && per_host.front() >= 2 &&
                        std::all_of(per_host.begin(), per_host.end(), [&](int k) { return k == per_host.front(); });
+
+  // The links the cost model prices: the transport between the first two
+  // ranks of one host, and between the first two ranks of different hosts
+  // (by rank, so every rank finds the same ones).
+  for (std::size_t a = 0; a < ranks.size(); ++a)
+    for (std::size_t b = a + 1; b < ranks.size(); ++b) {
+      std::string& slot = plan.hosts[a] == plan.hosts[b] ? plan.intra_transport : plan.inter_transport;
+      if (!slot.empty()) continue;
+      try {
+        slot = plan.transport_between(ranks[a], ranks[b]);
+      } catch (const InvalidArgument&) {
+        // The comm layer says which pair nothing reaches; the model prices tcp.
+        slot = "tcp";
+      }
+    }
+  // Ranks that share a kernel share its CPUs (RankInfo::shared_cpus; 0 when
+  // the infos do not say).
+  std::map<std::uint64_t, int> per_kernel;
+  for (const auto& r : ranks) ++per_kernel[r.kernel_id];
+  for (const auto& [kernel, count] : per_kernel) {
+    const int cpus = RankInfo::shared_cpus(ranks, kernel);
+    if (cpus > 0 && count > cpus) plan.oversubscribed = true;
+  }
+  plan.links = load_link_model(settings.tuning_file, ranks.empty() ? std::string_view() : ranks.front().hostname,
+                               static_cast<int>(ranks.size()), plan.host_count, plan.oversubscribed);
+  plan.choose();
+  // A forced algorithm that cannot run on this shape: its builder falls back
+  // (hierarchical.cpp: the ring), and the log says so once per communicator.
+  for (const auto& [collective, algo] : plan.forced)
+    for (const auto& a : plan.algorithms)
+      if (a.collective == collective && a.name == algo && a.cost != nullptr && !plan.predict_us(collective, algo, 1 << 20))
+        log_warn("BRAID_ALGO forces ", collective, ":", algo, ", which cannot run on ", ranks.size(), " ranks on ",
+                 plan.host_count, " host(s)", plan.uniform_hosts ? "" : " of different sizes",
+                 ": its schedule falls back to another algorithm (the operation descriptor names it)");
   return plan;
 }
 

@@ -1,12 +1,18 @@
 // The Plan: which transport each peer uses, the ring order, and which
 // algorithm each collective runs at each size. It is a plain value so it can
 // be printed, tested from made-up rank infos, and overridden from the
-// environment. This is the thin first planner (TCP everywhere, algorithms by
-// size thresholds); the hwloc planner issue replaces make_plan's insides with
-// a cost model.
+// environment.
+//
+// The algorithm per size comes from an alpha-beta cost model: the algorithm
+// registry (collectives/registry.hpp) gives each algorithm's cost function,
+// the link model (link_model.hpp) the latency and bandwidths of the
+// transports the plan uses, and the plan keeps, per collective and
+// power-of-two size, the algorithm predicted fastest.
 #pragma once
 
+#include <array>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -14,6 +20,8 @@
 
 #include "core/rank_info.hpp"
 #include "core/settings.hpp"
+#include "topology/cost_model.hpp"
+#include "topology/link_model.hpp"
 
 namespace braid {
 
@@ -26,35 +34,71 @@ struct Plan {
   std::string transport_setting;  // BRAID_TRANSPORT as given, for messages
   std::vector<int> ring;                      // ranks in ring order
   std::vector<int> hosts;                     // host number of each rank (0, 1, ... by lowest rank)
+  int host_count = 1;
   /// 2 or more hosts, each with the same number, 2 or more, of ranks: the
   /// shape hierarchical all-reduce takes.
   bool uniform_hosts = false;
+  /// More ranks share some kernel than their CPUs: the built-in link
+  /// parameters differ (link_model.cpp).
+  bool oversubscribed = false;
   std::map<std::string, std::string> forced;  // collective -> algorithm (BRAID_ALGO)
 
+  /// The algorithms the plan chooses among (the registry's), each
+  /// collective's default first.
+  std::vector<AlgorithmCost> algorithms;
+  LinkModel links;
+  std::string intra_transport;  // between ranks of one host ("" when no host has two)
+  std::string inter_transport;  // between hosts ("" on one host)
+
   /// The algorithm for one `collective` ("all_reduce", "broadcast", ...) of
-  /// `bytes` over `ranks` ranks: the forced one, else the size rule.
-  std::string_view algorithm_for(std::string_view collective, std::size_t bytes, int ranks) const;
+  /// `bytes`: the forced one, else the cheapest by the cost model at `bytes`
+  /// rounded up to a power of two (one table lookup: this runs on every call).
+  std::string_view algorithm_for(std::string_view collective, std::size_t bytes) const;
+  /// The cost model's microseconds for `algorithm` at `bytes` (nullopt: the
+  /// algorithm has no cost function or cannot run on this job's shape).
+  std::optional<double> predict_us(std::string_view collective, std::string_view algorithm, std::size_t bytes) const;
+  /// What the cost functions see for `bytes`.
+  CostInputs cost_inputs(std::size_t bytes) const;
+  /// The algorithms `collective` has, its default first.
+  std::vector<std::string_view> algorithms_of(std::string_view collective) const;
+
+  /// Consecutive power-of-two sizes from `first` to `last` that run one algorithm.
+  struct Band {
+    std::string_view algorithm;
+    std::size_t first = 0, last = 0;
+  };
+  std::vector<Band> bands(std::string_view collective, std::size_t first, std::size_t last) const;
+
   std::string describe() const;
   /// The transport a pair of ranks uses; InvalidArgument when none reaches.
   std::string_view transport_between(const RankInfo& a, const RankInfo& b) const;
   /// The transports of the order, comma-separated ("tcp"), for headers.
   std::string transport_names() const;
 
-  /// Size rules until the cost model: see plan.cpp for the measurements.
-  static constexpr std::size_t kSmallBytes = 32 * 1024;
-  static constexpr std::size_t kMediumBytes = 1024 * 1024;
-  /// From here on, on uniform hosts, all-reduce is hierarchical.
-  static constexpr std::size_t kHierarchicalBytes = 1024 * 1024;
-};
+  /// Chooses the algorithm of every collective and size from `algorithms`
+  /// and `links` (make_plan calls it; call it again after changing either).
+  void choose();
 
-/// The algorithms each collective has, first the default.
-std::span<const std::string_view> algorithms_of(std::string_view collective);
+ private:
+  static constexpr std::size_t kSizeClasses = 48;  // 1 B .. 128 TiB
+  struct Choice {
+    std::string_view collective;
+    std::array<std::string_view, kSizeClasses> by_size_class{};  // index: bit width of bytes - 1
+  };
+  std::vector<Choice> chosen_;
+};
 
 /// Ring order keeps the ranks of one host next to each other (hosts in the
 /// order of their lowest rank), so a ring crosses between hosts as few times
 /// as possible. BRAID_ALGO ("ring", or per collective "all_reduce:tree,
-/// broadcast:binomial") and BRAID_TRANSPORT are checked here: an unknown name
-/// throws InvalidArgument listing the known ones.
-Plan make_plan(std::span<const RankInfo> ranks, const Settings& settings);
+/// broadcast:binomial") and BRAID_TRANSPORT are checked here against
+/// `algorithms`: an unknown name throws InvalidArgument listing the known
+/// ones. The link parameters come from BRAID_TUNING_FILE or the built-in
+/// ones (load_link_model).
+///
+/// `algorithms` is the registry's cost table, which the caller (the comm
+/// layer, a tool, a test) passes down: the registry lives in collectives/,
+/// above this layer, and the planner reads it without including it.
+Plan make_plan(std::span<const RankInfo> ranks, const Settings& settings, std::span<const AlgorithmCost> algorithms);
 
 }  // namespace braid

@@ -110,14 +110,15 @@ void check_host_id_overrides(std::span<const RankInfo> ranks, std::string_view w
                               describe_ranks(unnamed), ": set it on every rank (to simulate hosts) or on none"));
 }
 
-TopoPlan plan_topology(const TopoFile& inputs, const Settings& settings, std::string_view name) {
+TopoPlan plan_topology(const TopoFile& inputs, const Settings& settings, std::string_view name,
+                       std::span<const AlgorithmCost> algorithms) {
   check_host_id_overrides(inputs.ranks, name);
   for (std::size_t r = 0; r < inputs.ranks.size(); ++r)
     if (inputs.ranks[r].rank != static_cast<int>(r))
       throw InvalidArgument(cat(name, ": the rank info at position ", r, " is rank ", inputs.ranks[r].rank));
   TopoPlan out;
   out.places = place(inputs, name);
-  out.plan = make_plan(inputs.ranks, settings);
+  out.plan = make_plan(inputs.ranks, settings, algorithms);
   order_ring_by_numa(out.plan, out.places);
   return out;
 }

@@ -42,7 +42,8 @@ void check_host_id_overrides(std::span<const RankInfo> ranks, std::string_view w
 /// The plan from `inputs`, `name` (the file, or "this job") naming it in
 /// errors: BRAID_HOST_ID on some ranks only, a rank whose CPUs are not on its
 /// host's machine, or XML that hwloc cannot read throw InvalidArgument.
-TopoPlan plan_topology(const TopoFile& inputs, const Settings& settings, std::string_view name);
+TopoPlan plan_topology(const TopoFile& inputs, const Settings& settings, std::string_view name,
+                       std::span<const AlgorithmCost> algorithms);
 
 /// The plan as text: make_plan's summary, each host with its ranks and their
 /// placement, the ring. What a topology file's plan section holds.

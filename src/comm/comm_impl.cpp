@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "collectives/algorithms.hpp"
+#include "collectives/registry.hpp"
 #include "core/check.hpp"
 #include "core/log.hpp"
 #include "core/text.hpp"
@@ -244,7 +245,9 @@ void CommImpl::start(std::vector<RankInfo> infos, Addresses addresses, std::opti
   // BRAID_HOST_ID on some ranks only would plan some ranks of one machine as
   // apart and others as together: every rank refuses it alike.
   check_host_id_overrides(infos_, cat("rank ", rank_));
-  plan_ = plan ? std::move(*plan) : make_plan(infos_, settings_);
+  // The registry's costs go down to the planner (collectives/registry.hpp
+  // says why the planner cannot read them itself).
+  plan_ = plan ? std::move(*plan) : make_plan(infos_, settings_, algorithm_costs());
   // Every pair is reached by the first transport of the order that can
   // (InvalidArgument naming the pair when none can).
   link_kind_.assign(static_cast<std::size_t>(size_), -1);
@@ -444,7 +447,7 @@ CollectiveShape CommImpl::shape(std::size_t count, DataType type, ReduceOp op, i
 }
 
 std::string_view CommImpl::algorithm_for(std::string_view collective, std::size_t bytes) const {
-  return plan_.algorithm_for(collective, bytes, size_);
+  return plan_.algorithm_for(collective, bytes);
 }
 
 OpDescriptor CommImpl::descriptor_of(OpDescriptor::Kind kind, DataType type, ReduceOp op, int root, std::size_t count,
@@ -485,13 +488,7 @@ std::shared_ptr<Operation> CommImpl::all_reduce(const void* send, void* recv, st
       {.descriptor = descriptor_of(OpDescriptor::Kind::all_reduce, type, op, -1, count, algo)},
       Buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), bytes, bytes}, ++collective_sequence_,
       [&] {
-        const CollectiveShape s = shape(count, type, op, 0);
-        return algo == "direct"         ? direct_all_reduce(s)
-               : algo == "recdbl"       ? recursive_doubling_all_reduce(s)
-               : algo == "rabenseifner" ? rabenseifner_all_reduce(s)
-               : algo == "tree"         ? tree_all_reduce(s)
-               : algo == "hierarchical" ? hierarchical_all_reduce(s)
-                                        : ring_all_reduce(s);
+        return build_schedule("all_reduce", algo, shape(count, type, op, 0));
       },
       [&] { return shape_text("all_reduce", type, name_of(op), count); });
 }
@@ -509,8 +506,7 @@ std::shared_ptr<Operation> CommImpl::broadcast(const void* send, void* recv, std
       {.descriptor = descriptor_of(OpDescriptor::Kind::broadcast, type, ReduceOp::sum, root, count, algo)},
       buffers, ++collective_sequence_,
       [&] {
-        const CollectiveShape s = shape(count, type, ReduceOp::sum, root);
-        return algo == "tree" ? tree_broadcast(s) : algo == "binomial" ? binomial_broadcast(s) : chain_broadcast(s);
+        return build_schedule("broadcast", algo, shape(count, type, ReduceOp::sum, root));
       },
       [&] { return shape_text("broadcast", type, cat("root ", root), count); });
 }

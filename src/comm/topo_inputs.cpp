@@ -11,6 +11,7 @@
 
 #include <map>
 
+#include "collectives/registry.hpp"
 #include "core/log.hpp"
 #include "core/text.hpp"
 #include "topology/machine.hpp"
@@ -25,7 +26,7 @@ std::optional<Plan> plan_from_topology_settings(const Settings& settings, int ra
     const TopoFile file = read_topo_file(settings.topo_file);
     const std::string warning = check_file_matches_job(file, infos, settings.topo_file);
     if (!warning.empty() && rank == 0) log_warn(warning);
-    TopoPlan planned = plan_topology(file, settings, settings.topo_file);
+    TopoPlan planned = plan_topology(file, settings, settings.topo_file, algorithm_costs());
     if (rank == 0) log_info("planned from BRAID_TOPO_FILE=", settings.topo_file, ": ", planned.plan.describe());
     return std::move(planned.plan);
   }
@@ -45,7 +46,7 @@ std::optional<Plan> plan_from_topology_settings(const Settings& settings, int ra
     inputs.machines.push_back(
         HostMachine{host, std::string(reinterpret_cast<const char*>(xml.data()), xml.size())});
   }
-  TopoPlan planned = plan_topology(inputs, settings, "this job");
+  TopoPlan planned = plan_topology(inputs, settings, "this job", algorithm_costs());
   const bool each = settings.topo_dump_file.find("%r") != std::string::npos;
   if (rank == 0 || each) {
     inputs.plan = describe_topology_plan(inputs, planned);

@@ -99,6 +99,11 @@ constexpr std::array kTable = {
                 "buffers then move GPU to GPU, host buffers over its shm link. ucx (a braid built with UCX) links two hosts when both see an RDMA device through "
                 "UCX, and any pair when named (ucx, ucx,tcp); UCX_TLS and UCX_NET_DEVICES choose what UCX uses. "
                 "Unknown names are refused with the list this braid has."},
+    SettingInfo{"BRAID_TUNING_FILE", "(built-in)",
+                "Link parameters (latency, bandwidth, reduction bandwidth per transport) for the cost model that "
+                "chooses each collective's algorithm per size, as written by braid-perf --tune. A file measured "
+                "on another machine or without a profile for the job's rank and host count is ignored with a "
+                "warning (the built-in parameters are used); one that cannot be read or parsed is an error."},
     SettingInfo{"BRAID_HOST_ID", "(none)",
                 "Names the host this rank counts as on: ranks with different names are planned and connected as "
                 "on different hosts (TCP between them, not shared memory) even on one machine, to try a multi-host "
@@ -274,6 +279,7 @@ Settings Settings::from_env() {
   if (auto v = env_integer("BRAID_SPIN_US", 0, 1000000)) s.spin_us = static_cast<int>(*v);
   if (auto v = getenv_string("BRAID_ALGO")) s.algo = *v;
   if (auto v = getenv_string("BRAID_TRANSPORT")) s.transport = *v;
+  if (auto v = getenv_string("BRAID_TUNING_FILE")) s.tuning_file = *v;
   if (auto v = getenv_string("BRAID_DUMP_ON_SIGNAL")) s.dump_on_signal = *v;
   if (auto v = getenv_string("BRAID_TOPO_DUMP_FILE")) s.topo_dump_file = *v;
   if (auto v = getenv_string("BRAID_TOPO_FILE")) s.topo_file = *v;

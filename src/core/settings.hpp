@@ -51,6 +51,7 @@ struct Settings {
   std::optional<int> spin_us;  // unset: spin only when ranks fit on the cores
   std::string algo;
   std::string transport;
+  std::string tuning_file;  // BRAID_TUNING_FILE: link parameters for the cost model (topology/link_model.hpp)
   std::string dump_on_signal;
   std::string topo_dump_file;  // BRAID_TOPO_DUMP_FILE: write the planner's inputs and plan here (%r: the rank)
   std::string topo_file;       // BRAID_TOPO_FILE: plan from this topology file

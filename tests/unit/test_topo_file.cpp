@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "collectives/registry.hpp"
 #include "core/settings.hpp"
 #include "core/text.hpp"
 #include "topology/topo_file.hpp"
@@ -75,7 +76,7 @@ TEST_CASE("topo file: 2 sockets, 2 NICs, 8 GPUs, ranks bound alternately: NUMA-a
   for (int r = 0; r < 8; ++r) cpus.push_back(cat((r % 2) * 4 + r / 2));
   TopoFile f = job({0, 0, 0, 0, 0, 0, 0, 0}, cpus);
   add_machine(f, 0, topology_xml("2socket-2nic-8gpu.xml"));
-  const TopoPlan tp = plan_topology(f, Settings{}, "test");
+  const TopoPlan tp = plan_topology(f, Settings{}, "test", algorithm_costs());
   CHECK(tp.plan.ring == std::vector<int>{0, 2, 4, 6, 1, 3, 5, 7});
   CHECK(numa_crossings(tp) == 2);  // rank order would cross at each of the 8 steps
   for (int r = 0; r < 8; ++r) {
@@ -94,7 +95,7 @@ TEST_CASE("topo file: 2 sockets, 2 NICs, 8 GPUs, ranks bound alternately: NUMA-a
 TEST_CASE("topo file: 2 sockets, one rank per socket, and a rank that spans both") {
   TopoFile f = job({0, 0, 0}, {"4-7", "0-3", "0-7"});
   add_machine(f, 0, topology_xml("2socket-2nic-8gpu.xml"));
-  const TopoPlan tp = plan_topology(f, Settings{}, "test");
+  const TopoPlan tp = plan_topology(f, Settings{}, "test", algorithm_costs());
   CHECK(tp.places[0].numa == 1);
   CHECK(tp.places[0].nic == "eth1");
   CHECK(tp.places[0].gpu == "cuda4");
@@ -113,7 +114,7 @@ TEST_CASE("topo file: 2 hosts x 4 ranks, interleaved: hosts contiguous in the ri
   TopoFile f = job({0, 1, 0, 1, 0, 1, 0, 1}, {"0", "0", "1", "1", "2", "2", "3", "3"});
   add_machine(f, 0, topology_xml("1socket-4core.xml"));
   add_machine(f, 1, topology_xml("1socket-4core.xml"));
-  const TopoPlan tp = plan_topology(f, Settings{}, "test");
+  const TopoPlan tp = plan_topology(f, Settings{}, "test", algorithm_costs());
   CHECK(tp.plan.hosts == std::vector<int>{0, 1, 0, 1, 0, 1, 0, 1});
   CHECK(tp.plan.ring == std::vector<int>{0, 2, 4, 6, 1, 3, 5, 7});
   CHECK(tp.plan.uniform_hosts);
@@ -129,7 +130,7 @@ TEST_CASE("topo file: 3 hosts with uneven ranks, one without a machine section")
   TopoFile f = job({2, 0, 1, 0, 2, 2, 1}, {"4", "0", "0", "1", "0", "5", "1"});
   add_machine(f, 0, topology_xml("1socket-4core.xml"));
   add_machine(f, 2, topology_xml("2socket-2nic-8gpu.xml"));
-  const TopoPlan tp = plan_topology(f, Settings{}, "test");
+  const TopoPlan tp = plan_topology(f, Settings{}, "test", algorithm_costs());
   CHECK(tp.plan.hosts == std::vector<int>{0, 1, 2, 1, 0, 0, 2});
   // Host 0 (ranks 0, 4, 5): rank 4 on NUMA 0 goes first, then 0 and 5 on NUMA 1.
   CHECK(tp.plan.ring == std::vector<int>{4, 0, 5, 1, 3, 2, 6});
@@ -150,7 +151,7 @@ TEST_CASE("topo file: dump -> load gives the same inputs and the same plan") {
   f.ranks[6].rdma = true;
   add_machine(f, 0, topology_xml("2socket-2nic-8gpu.xml"));
   add_machine(f, 1, topology_xml("2socket-2nic-8gpu.xml"));
-  const TopoPlan before = plan_topology(f, Settings{}, "test");
+  const TopoPlan before = plan_topology(f, Settings{}, "test", algorithm_costs());
   f.plan = describe_topology_plan(f, before);
   const std::string text = format_topo_file(f);
 
@@ -173,7 +174,7 @@ TEST_CASE("topo file: dump -> load gives the same inputs and the same plan") {
   CHECK(g.plan == f.plan);
   CHECK(format_topo_file(g) == text);
 
-  const TopoPlan after = plan_topology(g, Settings{}, "dump.topo");
+  const TopoPlan after = plan_topology(g, Settings{}, "dump.topo", algorithm_costs());
   CHECK(after.plan.ring == before.plan.ring);
   CHECK(after.plan.hosts == before.plan.hosts);
   CHECK(after.plan.describe() == before.plan.describe());
@@ -201,7 +202,7 @@ TEST_CASE("topo file: the checked-in 2-socket job file (README's braid-topo --lo
   REQUIRE(f.machines.size() == 1);
   CHECK(f.ranks[5].gpus == 8);
   CHECK(f.ranks[5].rdma);
-  const TopoPlan tp = plan_topology(f, Settings{}, "2socket-8ranks.topo");
+  const TopoPlan tp = plan_topology(f, Settings{}, "2socket-8ranks.topo", algorithm_costs());
   CHECK(tp.plan.ring == std::vector<int>{0, 2, 4, 6, 1, 3, 5, 7});
   CHECK(tp.places[7].nic == "eth1");
   CHECK(tp.places[7].gpu == "cuda7");
@@ -257,12 +258,12 @@ TEST_CASE("topo file: a file that does not parse names the file, the line, the f
 TEST_CASE("topo file: XML that hwloc cannot load, and a rank not on its machine") {
   TopoFile f = job({0, 0}, {"0", "1"});
   add_machine(f, 0, "<topology version=\"2.0\"><object type=\"Nonsense\"/></topology>\n");
-  CHECK_THROWS_WITH(plan_topology(f, Settings{}, "bad.topo"),
+  CHECK_THROWS_WITH(plan_topology(f, Settings{}, "bad.topo", algorithm_costs()),
                     Catch::Contains("bad.topo: the machine of host node-0 (rank 0): hwloc could not load it"));
   // A dump of an 8-CPU machine with ranks on CPUs 8-15: another machine's section.
   TopoFile g = job({0, 0}, {"0-7", "8-15"});
   add_machine(g, 0, topology_xml("2socket-2nic-8gpu.xml"));
-  CHECK_THROWS_WITH(plan_topology(g, Settings{}, "bad.topo"),
+  CHECK_THROWS_WITH(plan_topology(g, Settings{}, "bad.topo", algorithm_costs()),
                     Catch::Contains("bad.topo: rank 1 may run on 8 CPUs, but only 0 of them (none) are on the machine "
                                     "given for its host node-0 (8 hardware threads): the machine section describes "
                                     "another machine"));
@@ -272,10 +273,10 @@ TEST_CASE("topo file: BRAID_HOST_ID on some ranks only is refused, naming the ra
   TopoFile f = job({0, 0, 1, 1}, {});
   f.ranks[0].host_id_from_env = true;
   f.ranks[2].host_id_from_env = true;
-  CHECK_THROWS_WITH(plan_topology(f, Settings{}, "bad.topo"),
+  CHECK_THROWS_WITH(plan_topology(f, Settings{}, "bad.topo", algorithm_costs()),
                     Catch::Contains("bad.topo: BRAID_HOST_ID is set on ranks 0, 2 but not on ranks 1, 3"));
   for (auto& r : f.ranks) r.host_id_from_env = true;
-  CHECK_NOTHROW(plan_topology(f, Settings{}, "good.topo"));
+  CHECK_NOTHROW(plan_topology(f, Settings{}, "good.topo", algorithm_costs()));
 }
 
 TEST_CASE("topo file: a file for another rank count is refused, one of other hosts is used with a warning") {

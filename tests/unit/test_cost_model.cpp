@@ -1,0 +1,224 @@
+// The planner's cost model (topology/cost_model.hpp, link_model.hpp and the
+// registry's cost functions) from made-up link parameters: no timing is
+// asserted, only which algorithm the model must choose from given numbers,
+// that every rank derives the same choices, and the tuning file's contract.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "collectives/algorithm_costs.hpp"
+#include "collectives/registry.hpp"
+#include "core/settings.hpp"
+#include "core/text.hpp"
+#include "topology/link_model.hpp"
+#include "topology/plan.hpp"
+
+namespace braid {
+namespace {
+
+// `hosts[r]` is rank r's host, named "host<k>".
+std::vector<RankInfo> ranks_on(const std::vector<int>& hosts) {
+  std::vector<RankInfo> infos;
+  for (std::size_t r = 0; r < hosts.size(); ++r) {
+    RankInfo info;
+    info.rank = static_cast<int>(r);
+    info.hostname = cat("host", hosts[r]);
+    info.host_id = 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(hosts[r] + 1);
+    info.kernel_id = info.host_id;
+    info.pid = 1000 + static_cast<int>(r);
+    infos.push_back(info);
+  }
+  return infos;
+}
+
+std::vector<RankInfo> one_host(int n) { return ranks_on(std::vector<int>(static_cast<std::size_t>(n), 0)); }
+
+// A plan whose every transport has `link`.
+Plan plan_with(const std::vector<RankInfo>& infos, LinkParams link) {
+  Plan plan = make_plan(infos, Settings{}, algorithm_costs());
+  for (auto& [name, params] : plan.links.transports) params = link;
+  plan.choose();
+  return plan;
+}
+
+struct TempFile {
+  std::string path = cat(std::filesystem::temp_directory_path().string(), "/braid_tuning_", getpid(), "_", this, ".json");
+  explicit TempFile(const std::string& text) { std::ofstream(path) << text; }
+  ~TempFile() { std::filesystem::remove(path); }
+};
+
+constexpr std::size_t kSizes[] = {8, 1024, 64 << 10, 1 << 20, 64 << 20};
+
+TEST_CASE("cost model: latency-bound links take the fewest hops, bandwidth-bound the fewest bytes") {
+  for (int n : {2, 4, 8}) {
+    INFO(n << " ranks");
+    // Messages cost a millisecond, bytes nothing: direct's single hop wins
+    // at every size (on 2 ranks recursive doubling is one hop too, and
+    // above 64 KiB direct copies through scratch).
+    const Plan slow_hops = plan_with(one_host(n), {1000, 1e6, 1e6});
+    for (std::size_t bytes : kSizes)
+      CHECK(slow_hops.algorithm_for("all_reduce", bytes) == (n == 2 && bytes > (64 << 10) ? "recdbl" : "direct"));
+    // Messages free: the double tree, whose busiest link carries one buffer
+    // with the reduction overlapped (the ring's 2(n-1)/n; on 2 ranks they
+    // tie, and the registry's order gives the tree the tie).
+    const Plan slow_bytes = plan_with(one_host(n), {0, 1, 1});
+    for (std::size_t bytes : kSizes) CHECK(slow_bytes.algorithm_for("all_reduce", bytes) == "tree");
+    // Broadcast: the binomial tree's log2(n) hops against the chain's pipeline.
+    CHECK(slow_hops.algorithm_for("broadcast", 64 << 20) == "binomial");
+  }
+  // In between, the choice moves from few hops to few bytes as the buffer grows.
+  const Plan mixed = plan_with(one_host(4), {5, 5, 10});
+  CHECK(mixed.algorithm_for("all_reduce", 8) == "direct");
+  CHECK(mixed.algorithm_for("all_reduce", 64 << 20) == "tree");
+}
+
+TEST_CASE("cost model: the plan's choice is the cheapest prediction at every power of two") {
+  for (const auto& hosts : {std::vector<int>{0, 0}, std::vector<int>{0, 0, 0, 0}, std::vector<int>{0, 0, 0, 0, 0},
+                            std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 1, 0, 1, 0, 1}}) {
+    const Plan plan = make_plan(ranks_on(hosts), Settings{}, algorithm_costs());
+    for (std::string_view collective : {"all_reduce", "broadcast"})
+      for (std::size_t bytes = 1; bytes <= (std::size_t{1} << 30); bytes *= 2) {
+        const std::string_view chosen = plan.algorithm_for(collective, bytes);
+        const auto chosen_us = plan.predict_us(collective, chosen, bytes);
+        INFO(plan.describe() << "; " << collective << " " << bytes << " B: " << chosen);
+        REQUIRE(chosen_us);
+        for (auto other : plan.algorithms_of(collective))
+          if (auto us = plan.predict_us(collective, other, bytes)) CHECK(*chosen_us <= *us);
+        // Sizes between powers of two take the next power's choice.
+        if (bytes > 2) CHECK(plan.algorithm_for(collective, bytes - 1) == chosen);
+      }
+  }
+}
+
+TEST_CASE("cost model: hierarchical only where its shape is, and cheaper across slow hosts") {
+  const Plan flat = make_plan(one_host(4), Settings{}, algorithm_costs());
+  CHECK_FALSE(flat.predict_us("all_reduce", "hierarchical", 1 << 20));
+  Plan two_hosts = make_plan(ranks_on({0, 0, 1, 1}), Settings{}, algorithm_costs());
+  CHECK(two_hosts.intra_transport == "shm");
+  CHECK(two_hosts.inter_transport == "tcp");
+  CHECK(two_hosts.host_count == 2);
+  REQUIRE(two_hosts.predict_us("all_reduce", "hierarchical", 64 << 20));
+  CHECK(*two_hosts.predict_us("all_reduce", "hierarchical", 64 << 20) <
+        *two_hosts.predict_us("all_reduce", "ring", 64 << 20));
+  CHECK(two_hosts.algorithm_for("all_reduce", 64 << 20) == "hierarchical");
+}
+
+TEST_CASE("cost model: every rank derives the same plan from the same inputs") {
+  // What each rank holds after the exchange: the infos by rank, through the
+  // store's wire form, and the same tuning file.
+  const auto infos = ranks_on({0, 0, 1, 1, 0, 1});
+  const TempFile file(R"({"braid_tuning": 1, "machine": "host0", "profiles": [{"ranks": 6, "hosts": 2,
+      "transports": {"shm": {"latency_us": 2, "bandwidth_gbps": 3, "reduce_gbps": 4},
+                     "tcp": {"latency_us": 20, "bandwidth_gbps": 1, "reduce_gbps": 4}}}]})");
+  Settings s;
+  s.tuning_file = file.path;
+  std::vector<std::string> described;
+  std::vector<std::vector<std::string_view>> choices;
+  for (int self = 0; self < 6; ++self) {
+    std::vector<RankInfo> seen;
+    for (const auto& i : infos) seen.push_back(RankInfo::decode(i.encode()));
+    const Plan plan = make_plan(seen, s, algorithm_costs());
+    described.push_back(plan.describe());
+    std::vector<std::string_view> mine;
+    for (std::size_t bytes = 1; bytes <= (std::size_t{1} << 36); bytes *= 2)
+      for (std::string_view c : {"all_reduce", "broadcast"}) mine.push_back(plan.algorithm_for(c, bytes));
+    choices.push_back(mine);
+  }
+  for (int self = 1; self < 6; ++self) {
+    CHECK(described[static_cast<std::size_t>(self)] == described[0]);
+    CHECK(choices[static_cast<std::size_t>(self)] == choices[0]);
+  }
+  CHECK(described[0].find("tuning file") != std::string::npos);
+}
+
+TEST_CASE("tuning file: read back what was written, and its parameters decide") {
+  TuningFile f;
+  f.machine = "host0";
+  f.merge({.ranks = 4, .hosts = 1, .transports = {{"shm", {0.5, 8, 12}}}});
+  f.merge({.ranks = 2, .hosts = 1, .transports = {{"tcp", {9, 2, 10}}}});
+  f.merge({.ranks = 4, .hosts = 1, .transports = {{"tcp", {30, 1, 6}}}});  // joins the 4-rank profile
+  const TuningFile back = parse_tuning(format_tuning(f), "test");
+  REQUIRE(back.profiles.size() == 2);
+  CHECK(back.machine == "host0");
+  CHECK(back.find(4, 1)->transports.at("shm") == LinkParams{0.5, 8, 12});
+  CHECK(back.find(4, 1)->transports.at("tcp") == LinkParams{30, 1, 6});
+  CHECK(back.find(2, 1)->transports.size() == 1);
+  CHECK(back.find(3, 1) == nullptr);
+
+  // A millisecond of latency in the file: direct at 1 MiB on 4 ranks, where
+  // the built-in parameters choose otherwise.
+  const TempFile slow(R"({"braid_tuning": 1, "machine": "host0", "profiles": [{"ranks": 4, "hosts": 1,
+      "transports": {"shm": {"latency_us": 1000, "bandwidth_gbps": 1000, "reduce_gbps": 1000}}}]})");
+  Settings s;
+  s.tuning_file = slow.path;
+  const Plan tuned = make_plan(one_host(4), s, algorithm_costs());
+  CHECK(tuned.links.source.find(slow.path) != std::string::npos);
+  CHECK(tuned.links.of("shm") == LinkParams{1000, 1000, 1000});
+  CHECK(tuned.algorithm_for("all_reduce", 1 << 20) == "direct");
+  CHECK(make_plan(one_host(4), Settings{}, algorithm_costs()).algorithm_for("all_reduce", 1 << 20) != "direct");
+}
+
+TEST_CASE("tuning file: another machine or rank count falls back to the built-in parameters") {
+  const TempFile file(R"({"braid_tuning": 1, "machine": "elsewhere", "profiles": [{"ranks": 4, "hosts": 1,
+      "transports": {"shm": {"latency_us": 1000, "bandwidth_gbps": 1000, "reduce_gbps": 1000}}}]})");
+  const LinkModel other_machine = load_link_model(file.path, "host0", 4, 1, false);
+  CHECK(other_machine.source == "built-in");
+  CHECK(other_machine.of("shm") == default_link_params("shm", false));
+  const LinkModel other_ranks = load_link_model(file.path, "elsewhere", 2, 1, false);
+  CHECK(other_ranks.source == "built-in");
+  const LinkModel match = load_link_model(file.path, "elsewhere", 4, 1, true);
+  CHECK(match.of("shm") == LinkParams{1000, 1000, 1000});
+  CHECK(match.of("tcp") == default_link_params("tcp", true));  // not in the file: built-in
+}
+
+TEST_CASE("tuning file: what does not parse is an error naming the file and the problem") {
+  auto error_of = [](const std::string& text) {
+    const TempFile file(text);
+    try {
+      load_link_model(file.path, "host0", 2, 1, false);
+    } catch (const InvalidArgument& e) {
+      CHECK(std::string(e.what()).find(file.path) != std::string::npos);
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  CHECK_THAT(error_of("{not json"), Catch::Contains("not JSON"));
+  CHECK_THAT(error_of("[]"), Catch::Contains("not a JSON object"));
+  CHECK_THAT(error_of(R"({"machine": "host0", "profiles": []})"), Catch::Contains("braid_tuning"));
+  CHECK_THAT(error_of(R"({"braid_tuning": 1, "profiles": []})"), Catch::Contains("machine"));
+  CHECK_THAT(error_of(R"({"braid_tuning": 1, "machine": "host0", "profiles": [{"ranks": 0, "hosts": 1,
+      "transports": {"shm": {"latency_us": 1, "bandwidth_gbps": 1, "reduce_gbps": 1}}}]})"),
+             Catch::Contains("ranks"));
+  CHECK_THAT(error_of(R"({"braid_tuning": 1, "machine": "host0", "profiles": [{"ranks": 2, "hosts": 1,
+      "transports": {"shm": {"latency_us": -1, "bandwidth_gbps": 1, "reduce_gbps": 1}}}]})"),
+             Catch::Contains("latency_us"));
+  CHECK_THAT(error_of(R"({"braid_tuning": 1, "machine": "host0", "profiles": [{"ranks": 2, "hosts": 1,
+      "transports": {}}]})"),
+             Catch::Contains("transports"));
+  CHECK_THROWS_WITH(load_link_model("/nonexistent/braid.json", "host0", 2, 1, false), Catch::Contains("cannot be read"));
+}
+
+TEST_CASE("cost functions: the counts of their files") {
+  CostInputs in;
+  in.bytes = 1000;
+  in.intra = in.inter = {1, 1e-3, 1e-3};  // 1 us per message, per byte moved, per byte reduced
+  in.ranks = 4;
+  // Pipelined: the slower of transfer and reduction counts.
+  CHECK(cost::ring_all_reduce(in) == Approx(6 + 1500));
+  CHECK(cost::tree_all_reduce(in) == Approx(4 + 1000));
+  CHECK(cost::recursive_doubling_all_reduce(in) == Approx(2 + 2000 + 2000));
+  CHECK(cost::rabenseifner_all_reduce(in) == Approx(4 + 1500 + 750));
+  CHECK(cost::direct_all_reduce(in) == Approx(1 + 3000 + 5000));
+  CHECK(std::isinf(cost::hierarchical_all_reduce(in)));
+  in.ranks = 2;
+  CHECK(cost::direct_all_reduce(in) == Approx(1 + 1000 + 1000));  // send + receive-and-reduce
+  in.ranks = 1;
+  CHECK(cost::ring_all_reduce(in) == 0);
+}
+
+}  // namespace
+}  // namespace braid
