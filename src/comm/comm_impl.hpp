@@ -97,6 +97,8 @@ class Operation {
   /// (after `done` is set), or at once by then() when it is done already.
   void add_callback(std::function<void(std::exception_ptr)> callback);
   void run_callbacks();
+  /// Back to a fresh operation, for reuse by make_op (nobody else holds it).
+  void clear();
 
   // Touched only by the driving thread.
   Executor* executor = nullptr;  // the plan's, while this operation runs
@@ -163,8 +165,10 @@ class CommImpl {
   /// One non-blocking pass; true when done. Throws the operation's error.
   bool test(const std::shared_ptr<Operation>& op);
   /// submit() and wait() for a blocking call: when nothing is queued and
-  /// nobody drives, the calling thread queues and drives `op` under one
-  /// lock round trip, so a small collective pays no hand-off.
+  /// nobody drives, the calling thread drives `op` at once without queueing
+  /// it (drive's `unqueued`), so a small collective pays no hand-off, no
+  /// queue and no recorder entry; it is queued and recorded only if it has
+  /// to wait beyond the first spin.
   void run(const std::shared_ptr<Operation>& op);
 
   /// Waits until every queued operation is done; throws the last one's
@@ -264,6 +268,9 @@ class CommImpl {
   /// Plans of recent shapes, most recently used first.
   static constexpr std::size_t kPlanCache = 16;
   std::vector<std::shared_ptr<OpPlan>> plans_;
+  /// The last blocking operation that finished unqueued, reused by the next
+  /// make_op once its caller let it go (a small collective allocates nothing).
+  std::shared_ptr<Operation> spare_op_;
   CollectiveShape shape(std::size_t count, DataType type, ReduceOp op, int root) const;
   std::string_view algorithm_for(std::string_view collective, std::size_t bytes) const;
   void check_buffer(const void* p, std::size_t count, std::string_view op, std::string_view which) const;
@@ -277,7 +284,11 @@ class CommImpl {
 
   // Progress (comm_progress.cpp).
   /// With driving_ held; true when it released driving_ (see comm_progress.cpp).
-  bool drive(const std::shared_ptr<Operation>& target, Deadline until, bool release = false);
+  /// `unqueued`: `target` is not in the queue yet and runs first.
+  bool drive(const std::shared_ptr<Operation>& target, Deadline until, bool release = false, bool unqueued = false);
+  /// An operation run unqueued that must wait (or failed): puts it at the
+  /// head of the queue and in the flight recorder, as if run() had queued it.
+  void enqueue_running(const std::shared_ptr<Operation>& op);
   void start_op(Operation& op);
   /// For an operation on device buffers whose links take host memory only:
   /// copies the device input into pinned staging and returns the buffers to

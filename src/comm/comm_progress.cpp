@@ -34,6 +34,20 @@ void Operation::run_callbacks() {
   for (auto& callback : run) callback(error);
 }
 
+void Operation::clear() {
+  device_input = device_output = staged = false;
+  background = recorded = false;
+  record = 0;
+  done = false;
+  error = nullptr;
+  executor = nullptr;
+  if (has_callbacks_.load()) {
+    std::lock_guard lock(callbacks_mutex_);
+    callbacks_.clear();
+    has_callbacks_.store(false);
+  }
+}
+
 void CommImpl::submit(const std::shared_ptr<Operation>& op, bool background) {
   op->background = background;
   std::unique_lock lock(mutex_);
@@ -65,22 +79,30 @@ void CommImpl::run(const std::shared_ptr<Operation>& op) {
       wait(op, Deadline::never());
       return;
     }
-    op->record = ++records_;
-    queue_.push_back(op);
     driving_ = true;
   }
-  // Queued and started at once: one entry in the recorder.
-  recorder_.started_now(op->record, op->sequence, op->plan->what);
-  op->recorded = true;
   // drive() returns having released driving_ with `op` done, or else after
   // a failure of the queue (which completed `op` too) still driving.
-  if (!drive(op, Deadline::never(), true)) {
+  if (!drive(op, Deadline::never(), true, true)) {
     std::lock_guard lock(mutex_);
     driving_ = false;
     changed_.notify_all();
   }
   if (!op->done) wait(op, Deadline::never());
   if (op->error) std::rethrow_exception(op->error);
+  // Never queued: no other thread ever saw it, so make_op may reuse it.
+  if (op->record == 0) spare_op_ = op;
+}
+
+void CommImpl::enqueue_running(const std::shared_ptr<Operation>& op) {
+  {
+    std::lock_guard lock(mutex_);
+    op->record = ++records_;
+    // Operations queued meanwhile (callbacks' *_async) come after it.
+    queue_.push_front(op);
+  }
+  recorder_.started_now(op->record, op->sequence, op->plan->what);
+  op->recorded = true;
 }
 
 bool CommImpl::wait(const std::shared_ptr<Operation>& op, Deadline until) {
@@ -129,7 +151,8 @@ void CommImpl::start_op(Operation& op) {
   op.executor = plan.executor.get();
   op.started = coarse_now();
   op.deadline = Deadline(op.started + settings_.timeout);
-  if (!op.recorded) recorder_.started(op.record);  // run() records its operation as started
+  // run() records its operation as started; an unqueued one has no entry yet.
+  if (!op.recorded && op.record != 0) recorder_.started(op.record);
 }
 
 Buffers CommImpl::stage_in(Operation& op) {
@@ -218,8 +241,12 @@ void CommImpl::announce_failure(const std::string& why) {
 // Runs queued operations in order until `target` (or, when null, the whole
 // queue) is done, or `until` passes. The caller holds driving_; with
 // `release`, drive() gives it up itself when it finishes `target` (in the
-// lock it takes anyway), and the caller must not.
-bool CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until, bool release) {
+// lock it takes anyway), and the caller must not. With `unqueued`, `target`
+// is not in the queue (run()'s short path): it runs first, and goes to the
+// head of the queue and into the recorder only if it outlasts the first
+// spin or fails, so an operation that finishes at once costs two lock round
+// trips (run's and the finish) and no recorder entry.
+bool CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until, bool release, bool unqueued) {
   // Once nothing moves, spin until spin_until, then sleep; adaptive spins
   // take their length from the budget and tell it whether it paid.
   auto next_spin = [&]() -> std::chrono::nanoseconds {
@@ -233,6 +260,7 @@ bool CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until, b
   // The head is looked up under the lock only when it changes: only the
   // driving thread removes operations, so it stays the head until then.
   std::shared_ptr<Operation> head;
+  if (unqueued) head = target;
   while (true) {
     if (!head) {
       std::lock_guard lock(mutex_);
@@ -251,9 +279,14 @@ bool CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until, b
           std::lock_guard lock(mutex_);
           head->done = true;
           head->executor = nullptr;
-          recorder_.finished(head->record);
-          if (head->background) --background_queued_;
-          queue_.pop_front();
+          if (unqueued) {
+            unqueued = false;
+            recorder_.finished_quickly(head->sequence, head->plan->what);
+          } else {
+            recorder_.finished(head->record);
+            if (head->background) --background_queued_;
+            queue_.pop_front();
+          }
           if (was_target && release) driving_ = false;
           changed_.notify_all();
         }
@@ -277,6 +310,14 @@ bool CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until, b
         if (yield_us_ > 0) sched_yield();
         else cpu_relax();
         continue;
+      }
+      // From here on it waits on its peers: receives polled on a link's
+      // short path become requests (so news wakes a sleep), and an unqueued
+      // operation becomes an ordinary one (queued, recorded, seen by dumps).
+      head->executor->park();
+      if (unqueued) {
+        unqueued = false;
+        enqueue_running(head);
       }
       if (now >= head->deadline.at()) {
         recorder_.waiting(head->record, head->executor->describe_pending());
@@ -309,6 +350,7 @@ bool CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until, b
       sleep_for_news(std::chrono::duration_cast<std::chrono::microseconds>(nap));
     } catch (const Error& e) {
       if (e.code() == ErrorCode::internal) log_warn(e.what());
+      if (unqueued) enqueue_running(head);  // so fail_queue fails it, first
       fail_queue(std::current_exception());
       return false;
     }
