@@ -103,11 +103,12 @@ Executor::Executor(const Schedule& schedule, Buffers buffers, std::span<Link* co
 }
 
 void Executor::restart(Buffers buffers, std::uint32_t sequence) {
-  check_kind(buffers.kind);
+  if (buffers.kind != MemKind::host) check_kind(buffers.kind);
   buffers_ = buffers;
   sequence_ = sequence;
   // The pool may have handed a larger block to another operation since.
-  scratch_ = pool_->take(scratch_bytes_, buffers_.kind, buffers_.device);
+  if (scratch_bytes_ > 0 || buffers_.kind != MemKind::host)
+    scratch_ = pool_->take(scratch_bytes_, buffers_.kind, buffers_.device);
   const auto n = schedule_.steps.size();
   std::fill(state_.begin(), state_.end(), State::waiting);
   for (std::size_t i = 0; i < n; ++i) deps_left_[i] = static_cast<std::uint32_t>(schedule_.steps[i].deps.size());

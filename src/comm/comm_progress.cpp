@@ -90,8 +90,6 @@ void CommImpl::run(const std::shared_ptr<Operation>& op) {
   }
   if (!op->done) wait(op, Deadline::never());
   if (op->error) std::rethrow_exception(op->error);
-  // Never queued: no other thread ever saw it, so make_op may reuse it.
-  if (op->record == 0) spare_op_ = op;
 }
 
 void CommImpl::enqueue_running(const std::shared_ptr<Operation>& op) {
@@ -282,6 +280,10 @@ bool CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until, b
           if (unqueued) {
             unqueued = false;
             recorder_.finished_quickly(head->sequence, head->plan->what);
+            // Never queued, so no other thread saw it: make_op may reuse it
+            // once run()'s caller lets it go. Set before driving_ is given
+            // up, so a thread that drives next (a callback's *_async) sees it.
+            spare_op_ = head;
           } else {
             recorder_.finished(head->record);
             if (head->background) --background_queued_;

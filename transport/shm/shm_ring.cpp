@@ -293,17 +293,23 @@ bool ShmRingReceiver::pop_small(MemView dst, const std::byte* local, DataType ty
     if (!has_data()) return false;
   }
   const SlotHeader& slot = slot_header(tail_);
-  IncomingMessage m{tag, dst, local, type, op};
-  if (local != nullptr && dst.bytes % size_of(type) != 0)
-    throw InvalidArgument(cat(description_, ": a reduce of ", dst.bytes, " bytes is not a whole number of ",
-                              name_of(type), " elements"));
-  check_slot(slot, m);
-  if (slot.chunk_bytes != dst.bytes)  // every sender puts a small message in one chunk
+  const std::size_t element = local != nullptr ? size_of(type) : 1;
+  // The whole check of try_pop (check_slot), spelt out for the common case;
+  // check_slot says what is wrong otherwise. Every sender puts a small
+  // message in one chunk.
+  if (slot.message.tag != tag.id || slot.message.bytes != dst.bytes || slot.offset != 0 ||
+      slot.chunk_bytes != dst.bytes || std::memcmp(slot.message.context.data(), tag.context.data(), 16) != 0 ||
+      dst.bytes % element != 0) [[unlikely]] {
+    if (dst.bytes % element != 0)
+      throw InvalidArgument(cat(description_, ": a reduce of ", dst.bytes, " bytes is not a whole number of ",
+                                name_of(type), " elements"));
+    check_slot(slot, IncomingMessage{tag, dst, local, type, op});
     throw ProtocolMismatch(cat(description_, ": ", describe_tag(tag), " of ", dst.bytes, " bytes came in a chunk of ",
                                slot.chunk_bytes, " bytes: the ring is corrupt"));
-  if (slot.chunk_bytes > 0) {
-    if (local == nullptr) std::memcpy(dst.data, slot.inline_data, slot.chunk_bytes);
-    else reduce(type, op, dst.data, local, slot.inline_data, slot.chunk_bytes / size_of(type));
+  }
+  if (dst.bytes > 0) {
+    if (local == nullptr) std::memcpy(dst.data, slot.inline_data, dst.bytes);
+    else reduce(type, op, dst.data, local, slot.inline_data, dst.bytes / element);
   }
   ++tail_;
   atomic(control_->tail).store(tail_, std::memory_order_seq_cst);  // seq_cst: see doorbell.hpp
