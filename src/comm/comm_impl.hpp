@@ -97,8 +97,6 @@ class Operation {
   /// (after `done` is set), or at once by then() when it is done already.
   void add_callback(std::function<void(std::exception_ptr)> callback);
   void run_callbacks();
-  /// Back to a fresh operation, for reuse by make_op (nobody else holds it).
-  void clear();
 
   // Touched only by the driving thread.
   Executor* executor = nullptr;  // the plan's, while this operation runs
@@ -268,9 +266,6 @@ class CommImpl {
   /// Plans of recent shapes, most recently used first.
   static constexpr std::size_t kPlanCache = 16;
   std::vector<std::shared_ptr<OpPlan>> plans_;
-  /// The last blocking operation that finished unqueued, reused by the next
-  /// make_op once its caller let it go (a small collective allocates nothing).
-  std::shared_ptr<Operation> spare_op_;
   CollectiveShape shape(std::size_t count, DataType type, ReduceOp op, int root) const;
   std::string_view algorithm_for(std::string_view collective, std::size_t bytes) const;
   void check_buffer(const void* p, std::size_t count, std::string_view op, std::string_view which) const;

@@ -34,20 +34,6 @@ void Operation::run_callbacks() {
   for (auto& callback : run) callback(error);
 }
 
-void Operation::clear() {
-  device_input = device_output = staged = false;
-  background = recorded = false;
-  record = 0;
-  done = false;
-  error = nullptr;
-  executor = nullptr;
-  if (has_callbacks_.load()) {
-    std::lock_guard lock(callbacks_mutex_);
-    callbacks_.clear();
-    has_callbacks_.store(false);
-  }
-}
-
 void CommImpl::submit(const std::shared_ptr<Operation>& op, bool background) {
   op->background = background;
   std::unique_lock lock(mutex_);
@@ -285,10 +271,6 @@ bool CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until, b
           if (unqueued) {
             unqueued = false;
             recorder_.finished_quickly(head->sequence, head->plan->what);
-            // Never queued, so no other thread saw it: make_op may reuse it
-            // once run()'s caller lets it go. Set before driving_ is given
-            // up, so a thread that drives next (a callback's *_async) sees it.
-            spare_op_ = head;
           } else {
             recorder_.finished(head->record);
             if (head->background) --background_queued_;
