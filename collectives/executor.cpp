@@ -92,19 +92,31 @@ Executor::Executor(const Schedule& schedule, Buffers buffers, std::span<Link* co
     (s.kind == StepKind::send ? q->sends : q->recvs).push_back(static_cast<std::uint32_t>(i));
   }
   first_ready_ = local_ready_;
+  short_.assign(n, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Step& s = schedule_.steps[i];
+    if (s.peer < 0) continue;
+    const Link& link = *links_[s.peer];
+    const std::size_t bytes = s.kind == StepKind::send ? s.src.bytes : s.dst.bytes;
+    short_[i] = bytes <= link.short_message_bytes() && (s.kind != StepKind::recv_reduce || link.can_reduce());
+  }
 }
 
 void Executor::restart(Buffers buffers, std::uint32_t sequence) {
-  check_kind(buffers.kind);
+  if (buffers.kind != MemKind::host) check_kind(buffers.kind);
   buffers_ = buffers;
   sequence_ = sequence;
   // The pool may have handed a larger block to another operation since.
-  scratch_ = pool_->take(scratch_bytes_, buffers_.kind, buffers_.device);
+  if (scratch_bytes_ > 0 || buffers_.kind != MemKind::host)
+    scratch_ = pool_->take(scratch_bytes_, buffers_.kind, buffers_.device);
   const auto n = schedule_.steps.size();
   std::fill(state_.begin(), state_.end(), State::waiting);
   for (std::size_t i = 0; i < n; ++i) deps_left_[i] = static_cast<std::uint32_t>(schedule_.steps[i].deps.size());
   for (auto& r : requests_) r.reset();
-  for (auto& q : peers_) q.next_send = q.next_recv = 0;
+  for (auto& q : peers_) {
+    q.next_send = q.next_recv = 0;
+    q.polling = kNone;
+  }
   local_ready_ = first_ready_;
   in_flight_.clear();
   done_count_ = 0;
@@ -137,11 +149,61 @@ std::byte* Executor::write_ptr(const Region& r) {
   return nullptr;
 }
 
+Tag Executor::tag_of(std::uint32_t index) const {
+  const Step& s = schedule_.steps[index];
+  return step_tags_.empty() ? make_tag(sequence_, s.tag_index, context_)
+                            : make_tag(step_tags_[index].sequence, s.tag_index, step_contexts_[index]);
+}
+
 void Executor::post(std::uint32_t index) {
+  // Small host messages take the link's short path when it has one: a send
+  // is in the peer's hands at once, a receive is polled (receive_now) until
+  // it arrives or the caller is about to sleep (park). No request, no queue.
+  if (short_[index] && buffers_.kind == MemKind::host) {
+    const Step& s = schedule_.steps[index];
+    if (s.kind == StepKind::send) {
+      bool sent;
+      try {
+        sent = links_[s.peer]->send_now(ConstMemView{read_ptr(s.src), s.src.bytes}, tag_of(index));
+      } catch (const Error&) {
+        explain(index, std::current_exception());
+      }
+      if (sent) {
+        finish(index);
+        posted_done_ = true;
+        return;
+      }
+    } else {
+      if (receive_now(index)) {
+        posted_done_ = true;
+        return;
+      }
+      state_[index] = State::polling;
+      for (auto& q : peers_)
+        if (q.peer == s.peer) q.polling = index;
+      return;
+    }
+  }
+  post_request(index, tag_of(index));
+}
+
+bool Executor::receive_now(std::uint32_t index) {
+  const Step& s = schedule_.steps[index];
+  const bool reduce = s.kind == StepKind::recv_reduce;
+  bool done;
+  try {
+    done = links_[s.peer]->recv_now(MemView{write_ptr(s.dst), s.dst.bytes}, reduce ? read_ptr(s.src) : nullptr,
+                                    schedule_.type, schedule_.op, tag_of(index));
+  } catch (const Error&) {
+    explain(index, std::current_exception());
+  }
+  if (done) finish(index);
+  return done;
+}
+
+void Executor::post_request(std::uint32_t index, const Tag& tag) {
   const Step& s = schedule_.steps[index];
   Link& link = *links_[s.peer];
-  Tag tag = step_tags_.empty() ? make_tag(sequence_, s.tag_index, context_)
-                               : make_tag(step_tags_[index].sequence, s.tag_index, step_contexts_[index]);
   switch (s.kind) {
     case StepKind::send:
       requests_[index] = link.send(ConstMemView{read_ptr(s.src), s.src.bytes, buffers_.kind}, tag);
@@ -161,6 +223,14 @@ void Executor::post(std::uint32_t index) {
   }
   state_[index] = State::posted;
   in_flight_.push_back(index);
+}
+
+void Executor::park() {
+  for (auto& q : peers_)
+    if (q.polling != kNone) {
+      post_request(q.polling, tag_of(q.polling));
+      q.polling = kNone;
+    }
 }
 
 void Executor::run_local(std::uint32_t index) {
@@ -211,10 +281,17 @@ void Executor::post_ready() {
       local_ready_.pop_back();
       run_local(i);
     }
+    posted_done_ = false;
     for (auto& q : peers_) {
+      if (q.polling != kNone && receive_now(q.polling)) {
+        q.polling = kNone;
+        posted_done_ = true;
+      }
       while (q.next_send < q.sends.size() && deps_left_[q.sends[q.next_send]] == 0) post(q.sends[q.next_send++]);
-      while (q.next_recv < q.recvs.size() && deps_left_[q.recvs[q.next_recv]] == 0) post(q.recvs[q.next_recv++]);
+      while (q.polling == kNone && q.next_recv < q.recvs.size() && deps_left_[q.recvs[q.next_recv]] == 0)
+        post(q.recvs[q.next_recv++]);
     }
+    again = posted_done_;
     // Requests may complete at post time (an in-memory link, or a broken one).
     for (std::size_t k = 0; k < in_flight_.size();) {
       std::uint32_t i = in_flight_[k];
@@ -236,9 +313,11 @@ void Executor::post_ready() {
   }
 }
 
-void Executor::explain_failure(std::uint32_t index) const {
+void Executor::explain_failure(std::uint32_t index) const { explain(index, requests_[index]->error()); }
+
+void Executor::explain(std::uint32_t index, std::exception_ptr error) const {
   try {
-    requests_[index]->rethrow_if_failed();
+    if (error) std::rethrow_exception(error);
   } catch (const TagMismatch& m) {
     const Step& s = schedule_.steps[index];
     OpDescriptor theirs = OpDescriptor::decode(m.received.context);
@@ -256,7 +335,7 @@ void Executor::explain_failure(std::uint32_t index) const {
                                  "): a rank skipped or added an operation"));
     throw;
   }
-  BRAID_CHECK(false, "explain_failure called for a request that did not fail");
+  BRAID_CHECK(false, "explain called for a step that did not fail");
   std::abort();
 }
 
@@ -282,6 +361,13 @@ std::string Executor::describe_pending() const {
     if (!out.empty()) out += ", ";
     out += cat(name_of(s.kind), s.kind == StepKind::send ? " to " : " from ", links_[s.peer]->describe_peer(), " (",
                human_bytes(s.kind == StepKind::send ? s.src.bytes : s.dst.bytes), ", step ", s.tag_index, ")");
+  }
+  for (const auto& q : peers_) {
+    if (q.polling == kNone || listed++ == 3) continue;
+    const Step& s = schedule_.steps[q.polling];
+    if (!out.empty()) out += ", ";
+    out += cat(name_of(s.kind), " from ", links_[s.peer]->describe_peer(), " (", human_bytes(s.dst.bytes), ", step ",
+               s.tag_index, ")");
   }
   if (out.empty()) out = "nothing (local work pending)";
   return cat(done_count_, " of ", schedule_.steps.size(), " steps done; waiting on ", out);

@@ -72,6 +72,10 @@ class Executor {
   /// One pass of posting, progress and completion. Returns true once every
   /// step is done; throws the first error of any step.
   bool advance();
+  /// Before the caller sleeps: receives polled on a link's short path
+  /// (Link::recv_now) are posted as requests, so the link is busy and its
+  /// news wakes the sleeper. Runs no step.
+  void park();
   /// True if the last advance() moved any bytes or finished any step.
   bool moved() const { return moved_; }
   bool finished() const { return done_count_ == schedule_.steps.size(); }
@@ -79,20 +83,30 @@ class Executor {
   std::string describe_pending() const;
 
  private:
-  enum class State : std::uint8_t { waiting, posted, done };
+  enum class State : std::uint8_t { waiting, posted, polling, done };
+  static constexpr std::uint32_t kNone = ~std::uint32_t{0};
   struct PeerQueue {
     int peer;
     std::vector<std::uint32_t> sends;  // step indices in schedule order
     std::vector<std::uint32_t> recvs;
     std::size_t next_send = 0;
     std::size_t next_recv = 0;
+    // A receive polled on the link's short path (recv_now) instead of
+    // posted; the receives after it wait for it (the link matches in order).
+    std::uint32_t polling = kNone;
   };
 
   void post_ready();
   // Rethrows a failed request's error; a TagMismatch is explained with both
   // sides' operation descriptors.
   [[noreturn]] void explain_failure(std::uint32_t index) const;
+  [[noreturn]] void explain(std::uint32_t index, std::exception_ptr error) const;
   void post(std::uint32_t index);
+  Tag tag_of(std::uint32_t index) const;
+  /// Link::recv_now for receive step `index`: true when it is done.
+  bool receive_now(std::uint32_t index);
+  /// Posts step `index` to its link as a request.
+  void post_request(std::uint32_t index, const Tag& tag);
   void finish(std::uint32_t index);
   void run_local(std::uint32_t index);
   /// dst = a (op) b over bytes, on the host or the device as buffers_ are.
@@ -116,6 +130,7 @@ class Executor {
   std::vector<std::array<std::byte, 16>> step_contexts_;  // their descriptors, encoded
   int self_rank_;
   std::vector<State> state_;
+  std::vector<std::uint8_t> short_;  // per step: small enough for its link's short path (send_now, recv_now)
   std::vector<std::uint32_t> deps_left_;
   std::vector<std::uint32_t> dependents_begin_;  // CSR adjacency of dependents
   std::vector<std::uint32_t> dependents_;
@@ -126,6 +141,7 @@ class Executor {
   std::vector<std::uint32_t> in_flight_;
   std::size_t done_count_ = 0;
   bool moved_ = false;
+  bool posted_done_ = false;  // a step finished when it was posted (short path)
 };
 
 }  // namespace braid

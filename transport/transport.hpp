@@ -151,6 +151,33 @@ class Link {
   /// Device buffers over a link that does not are staged through host memory
   /// by the communicator.
   virtual bool accepts(MemKind kind) const { return kind == MemKind::host; }
+
+  /// The short path, for small host messages (the executor uses it for
+  /// messages of at most short_message_bytes()): a transfer done at once,
+  /// without a request or a queue, when nothing of its direction is queued on
+  /// the link before it. It keeps the matching rule (k-th send meets k-th
+  /// receive, tag and size checked before dst is touched).
+  ///   send_now: true when `src` is in the peer's hands (src may be reused);
+  ///             false when it cannot go now (no room, something queued):
+  ///             nothing was sent, and the caller uses send().
+  ///   recv_now: true when the message had arrived whole and is now in dst
+  ///             (copied, or dst = local op message when `local` is not
+  ///             null); false when it has not arrived (dst untouched). It
+  ///             throws what a failed receive would (TagMismatch, PeerLost).
+  /// A caller that polls recv_now instead of posting recv() must post the
+  /// receive before it sleeps: only a queued receive makes busy() true and
+  /// brings the link's news to the sleeping engine.
+  /// 0: the link has no short path (the defaults refuse every message).
+  virtual std::size_t short_message_bytes() const { return 0; }
+  virtual bool send_now(ConstMemView src, const Tag& tag) {
+    (void)src, (void)tag;
+    return false;
+  }
+  virtual bool recv_now(MemView dst, const std::byte* local, DataType type, ReduceOp op, const Tag& tag) {
+    (void)dst, (void)local, (void)type, (void)op, (void)tag;
+    return false;
+  }
+
   /// Moves as many bytes as the sockets take without blocking; completes or
   /// fails requests. Returns true if anything moved.
   virtual bool progress() = 0;

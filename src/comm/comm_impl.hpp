@@ -164,8 +164,10 @@ class CommImpl {
   /// One non-blocking pass; true when done. Throws the operation's error.
   bool test(const std::shared_ptr<Operation>& op);
   /// submit() and wait() for a blocking call: when nothing is queued and
-  /// nobody drives, the calling thread queues and drives `op` under one
-  /// lock round trip, so a small collective pays no hand-off.
+  /// nobody drives, the calling thread drives `op` at once without queueing
+  /// it (drive's `unqueued`), so a small collective pays no hand-off, no
+  /// queue and no recorder entry; it is queued and recorded only if it has
+  /// to wait beyond the first spin.
   void run(const std::shared_ptr<Operation>& op);
 
   /// Waits until every queued operation is done; throws the last one's
@@ -279,7 +281,11 @@ class CommImpl {
 
   // Progress (comm_progress.cpp).
   /// With driving_ held; true when it released driving_ (see comm_progress.cpp).
-  bool drive(const std::shared_ptr<Operation>& target, Deadline until, bool release = false);
+  /// `unqueued`: `target` is not in the queue yet and runs first.
+  bool drive(const std::shared_ptr<Operation>& target, Deadline until, bool release = false, bool unqueued = false);
+  /// An operation run unqueued that must wait (or failed): puts it at the
+  /// head of the queue and in the flight recorder, as if run() had queued it.
+  void enqueue_running(const std::shared_ptr<Operation>& op);
   void start_op(Operation& op);
   /// For an operation on device buffers whose links take host memory only:
   /// copies the device input into pinned staging and returns the buffers to

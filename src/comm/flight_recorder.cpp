@@ -135,6 +135,19 @@ std::string FlightRecorder::dump() const {
     }
     out += "\n";
   }
+  // Operations that finished without waiting, oldest first (a sequence
+  // being written as this reads may show the entry's previous one).
+  const std::uint64_t quick = quick_count_.load(std::memory_order_acquire);
+  if (quick > 0) {
+    const std::uint64_t shown = std::min<std::uint64_t>(quick, kQuickKept);
+    out += cat("  and ", quick, " operation(s) that finished without waiting; the last ", shown, ":\n");
+    for (std::uint64_t k = quick - shown; k < quick; ++k) {
+      const Quick& q = quick_[k % kQuickKept];
+      const std::uint32_t sequence = q.sequence.load(std::memory_order_relaxed);
+      out += cat("    ", (sequence & 0x80000000u) ? "p2p #" : "op #", sequence & 0x7fffffffu, " ",
+                 q.what ? *q.what : std::string("?"), ": done\n");
+    }
+  }
   return out;
 }
 

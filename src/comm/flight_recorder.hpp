@@ -5,6 +5,7 @@
 // says who waits on whom. Thread-safe; the driving thread updates it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -35,6 +36,21 @@ class FlightRecorder {
   void started_now(std::uint64_t id, std::uint32_t sequence, std::shared_ptr<const std::string> what);
   void waiting(std::uint64_t id, std::string on_whom);
   void finished(std::uint64_t id);
+  /// An operation that finished at once, never queued (the communicator's
+  /// short path), called by the driving thread: kept apart in a small ring
+  /// of the last kQuickKept, without a lock while the shape repeats (the
+  /// lock is taken only to change an entry's `what`). Dumps list them after
+  /// the others.
+  void finished_quickly(std::uint32_t sequence, const std::shared_ptr<const std::string>& what) {
+    const std::uint64_t n = quick_count_.load(std::memory_order_relaxed);
+    Quick& q = quick_[n % kQuickKept];
+    if (q.what != what) {  // only this thread writes `what`: reading it here needs no lock
+      std::lock_guard lock(mutex_);
+      q.what = what;
+    }
+    q.sequence.store(sequence, std::memory_order_relaxed);
+    quick_count_.store(n + 1, std::memory_order_release);
+  }
   void failed(std::uint64_t id, std::string why);
 
   /// One line per kept operation, oldest first, after a header line.
@@ -68,6 +84,13 @@ class FlightRecorder {
   std::vector<Entry> ring_;
   std::size_t first_ = 0;  // the oldest entry's slot
   std::size_t count_ = 0;
+  static constexpr std::size_t kQuickKept = 8;
+  struct Quick {
+    std::atomic<std::uint32_t> sequence{0};
+    std::shared_ptr<const std::string> what;  // written under mutex_ (by the driving thread only)
+  };
+  Quick quick_[kQuickKept];
+  std::atomic<std::uint64_t> quick_count_{0};
 };
 
 /// Parses BRAID_DUMP_ON_SIGNAL's value ("USR1", "SIGUSR2", "10"); throws

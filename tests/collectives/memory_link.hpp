@@ -47,6 +47,7 @@ enum class SendCompletion : std::uint8_t { eager, lazy, rendezvous };
 struct MemoryFabricOptions {
   SendCompletion sends = SendCompletion::eager;
   bool reduces = true;  // false: links say they cannot reduce, so the executor receives to scratch and reduces
+  std::size_t short_bytes = 0;  // messages up to this size may take the short path (Link::send_now, recv_now)
 };
 
 inline std::string_view name_of(SendCompletion sends) {
@@ -83,6 +84,9 @@ class MemoryLink final : public Link {
   bool progress() override;
   bool busy() const override { return !sends_.empty() || !rendezvous_.empty() || !recvs_.empty(); }
   bool can_reduce() const override;
+  std::size_t short_message_bytes() const override;
+  bool send_now(ConstMemView src, const Tag& tag) override;
+  bool recv_now(MemView dst, const std::byte* local, DataType type, ReduceOp op, const Tag& tag) override;
   void attach(Poller&) override {}
   std::string describe_peer() const override { return cat("rank ", peer_, " (memory)"); }
 
@@ -184,6 +188,37 @@ class MemoryFabric {
 };
 
 inline bool MemoryLink::can_reduce() const { return fabric_.options().reduces; }
+inline std::size_t MemoryLink::short_message_bytes() const { return fabric_.options().short_bytes; }
+
+// The short path: a copy into the pair's queue now, or the head message out
+// of it now, with the checks of a request (a mismatch consumes the message
+// and throws, as a failed receive would).
+inline bool MemoryLink::send_now(ConstMemView src, const Tag& tag) {
+  if (src.bytes > short_message_bytes() || !sends_.empty() || !rendezvous_.empty()) return false;
+  MemoryFabric::Message m{tag, std::vector<std::byte>(src.bytes), nullptr};
+  if (src.bytes > 0) std::memcpy(m.bytes.data(), src.data, src.bytes);
+  fabric_.queue(self_, peer_).push_back(std::move(m));
+  fabric_.note_activity();
+  return true;
+}
+
+inline bool MemoryLink::recv_now(MemView dst, const std::byte* local, DataType type, ReduceOp op, const Tag& tag) {
+  auto& incoming = fabric_.queue(peer_, self_);
+  if (dst.bytes > short_message_bytes() || !recvs_.empty() || incoming.empty() || incoming.front().rendezvous)
+    return false;
+  MemoryFabric::Message m = std::move(incoming.front());
+  incoming.pop_front();
+  fabric_.note_activity();
+  if (m.tag != tag || m.bytes.size() != dst.bytes)
+    throw ProtocolMismatch(cat("rank ", self_, " expected ", describe_tag(tag), " (", human_bytes(dst.bytes),
+                               ") from rank ", peer_, " but received ", describe_tag(m.tag), " (",
+                               human_bytes(m.bytes.size()), ")"));
+  if (dst.bytes > 0) {
+    if (local != nullptr) reduce(type, op, dst.data, local, m.bytes.data(), dst.bytes / size_of(type));
+    else std::memcpy(dst.data, m.bytes.data(), dst.bytes);
+  }
+  return true;
+}
 
 inline Request MemoryLink::send(ConstMemView src, Tag tag) {
   auto request = std::make_shared<RequestState>();

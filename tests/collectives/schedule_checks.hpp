@@ -279,7 +279,10 @@ inline bool in_sample() {
 inline bool run_to_completion(const std::string& what, SendCompletion sends, std::span<const Schedule> schedules,
                               const std::vector<RankMemory>& memories, Failures& failures) {
   if (!in_sample()) return false;
-  MemoryFabric fabric(static_cast<int>(schedules.size()), {.sends = sends, .reduces = sends != SendCompletion::lazy});
+  // Eager fabrics also take small messages on the short path (polled receives).
+  MemoryFabric fabric(static_cast<int>(schedules.size()),
+                      {.sends = sends, .reduces = sends != SendCompletion::lazy,
+                       .short_bytes = sends == SendCompletion::eager ? std::size_t{64} : 0});
   const RunOutcome run =
       run_schedules(fabric, schedules, views_of(memories), {.reverse = sends == SendCompletion::lazy});
   if (run.error || !run.all_finished()) {

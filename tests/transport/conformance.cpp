@@ -408,3 +408,71 @@ TEST_CASE("conformance: an unanswered receive stays pending without hanging, the
     child_require(drive(s, a), "acknowledgement sent");
   });
 }
+
+namespace {
+
+// Polls Link::recv_now until it takes the message or `within` passes.
+bool receive_now(Side& s, MemView dst, const std::byte* local, DataType type, ReduceOp op, const Tag& tag,
+                 Millis within = Millis(10000)) {
+  Deadline deadline = Deadline::after(within);
+  while (!s.link->recv_now(dst, local, type, op, tag)) {
+    if (deadline.expired()) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("conformance: the short path keeps the order and the checks of requests") {
+  run_pair([](Side& s) {
+    const std::size_t limit = s.link->short_message_bytes();
+    std::uint64_t a = 100 + s.rank, b = 200 + s.rank;
+    auto bytes_of = [](std::uint64_t& v) { return reinterpret_cast<std::byte*>(&v); };
+    if (limit == 0) {  // no short path: both calls refuse and touch nothing
+      std::uint64_t got = 5;
+      child_require(!s.link->send_now(ConstMemView{bytes_of(a), 8}, tag_of(11, 0)), "send_now refused");
+      child_require(!s.link->recv_now(MemView{bytes_of(got), 8}, nullptr, DataType::u8, ReduceOp::sum, tag_of(11, 0)) &&
+                        got == 5,
+                    "recv_now refused, the buffer untouched");
+      return;
+    }
+    child_require(limit >= 8, "a short path takes at least 8 bytes");
+    std::vector<std::byte> big(limit + 1);
+    child_require(!s.link->send_now(ConstMemView{big.data(), big.size()}, tag_of(11, 9)), "past the limit: refused");
+    if (s.rank == 1) {
+      // A request, then the short path behind it: the short send waits its turn.
+      std::vector<Request> r = {s.link->send(ConstMemView{bytes_of(a), 8}, tag_of(11, 0))};
+      child_require(!s.link->send_now(ConstMemView{bytes_of(b), 8}, tag_of(11, 1)), "not past a queued send");
+      child_require(drive(s, r), "the queued send went");
+      require_ok(r);
+      child_require(s.link->send_now(ConstMemView{bytes_of(b), 8}, tag_of(11, 1)), "then the short send goes");
+      // The third under a tag rank 0 does not expect, taken by recv_now.
+      std::uint64_t c = 300;
+      child_require(s.link->send_now(ConstMemView{bytes_of(c), 8}, tag_of(11, 5)), "the mismatched one goes");
+      std::uint8_t done = 0;
+      std::vector<Request> w = {s.link->recv(MemView{reinterpret_cast<std::byte*>(&done), 1}, tag_of(11, 7))};
+      drive(s, w, Millis(5000));  // until rank 0 has judged (it aborts)
+      return;
+    }
+    std::uint64_t got = 7;
+    child_require(receive_now(s, MemView{bytes_of(got), 8}, nullptr, DataType::u64, ReduceOp::sum, tag_of(11, 0)) &&
+                      got == 101,
+                  "the queued send arrives first, through recv_now");
+    const std::uint64_t local = 1000;
+    child_require(receive_now(s, MemView{bytes_of(got), 8}, reinterpret_cast<const std::byte*>(&local), DataType::u64,
+                              ReduceOp::sum, tag_of(11, 1)) &&
+                      got == 1201,
+                  "the short send second, reduced on receive");
+    got = 9;
+    bool mismatch = false;
+    try {
+      receive_now(s, MemView{bytes_of(got), 8}, nullptr, DataType::u64, ReduceOp::sum, tag_of(11, 2));
+    } catch (const TagMismatch& e) {
+      mismatch = std::string(e.what()).find("different operations") != std::string::npos;
+    }
+    child_require(mismatch, "a mismatched tag throws TagMismatch");
+    child_require(got == 9, "and leaves the buffer untouched");
+    s.link->abort("judged");
+  });
+}

@@ -195,6 +195,20 @@ bool ShmRingSender::try_push(OutgoingMessage& m) {
   return m.done();
 }
 
+bool ShmRingSender::push_small(ConstMemView src, const Tag& tag) {
+  if (!has_space()) return false;
+  if (peer_closed()) throw PeerLost(cat(description_, ": the receiving side closed the ring"));
+  SlotHeader& slot = slot_header(head_);
+  slot.message = header_for(tag, src.bytes);
+  slot.offset = 0;
+  slot.chunk_bytes = static_cast<std::uint32_t>(src.bytes);
+  if (src.bytes > 0) std::memcpy(slot.inline_data, src.data, src.bytes);
+  ++head_;
+  atomic(slot.seq).store(head_, std::memory_order_seq_cst);  // publishes; seq_cst: see doorbell.hpp
+  peer_bell_.ring();
+  return true;
+}
+
 bool ShmRingSender::arm() {
   ticket_ = own_bell_.arm();
   if (has_space() || peer_closed()) {
@@ -269,6 +283,38 @@ bool ShmRingReceiver::try_pop(IncomingMessage& m) {
     peer_bell_.ring();
   }
   return m.done();
+}
+
+bool ShmRingReceiver::pop_small(MemView dst, const std::byte* local, DataType type, ReduceOp op, const Tag& tag) {
+  if (!has_data()) {
+    // As try_pop: the flag, then head once more, so a final message is never cut off.
+    if (peer_closed() && !has_data())
+      throw PeerLost(cat(description_, ": the sending side closed the ring before ", describe_tag(tag), " arrived"));
+    if (!has_data()) return false;
+  }
+  const SlotHeader& slot = slot_header(tail_);
+  const std::size_t element = local != nullptr ? size_of(type) : 1;
+  // The whole check of try_pop (check_slot), spelt out for the common case;
+  // check_slot says what is wrong otherwise. Every sender puts a small
+  // message in one chunk.
+  if (slot.message.tag != tag.id || slot.message.bytes != dst.bytes || slot.offset != 0 ||
+      slot.chunk_bytes != dst.bytes || std::memcmp(slot.message.context.data(), tag.context.data(), 16) != 0 ||
+      dst.bytes % element != 0) [[unlikely]] {
+    if (dst.bytes % element != 0)
+      throw InvalidArgument(cat(description_, ": a reduce of ", dst.bytes, " bytes is not a whole number of ",
+                                name_of(type), " elements"));
+    check_slot(slot, IncomingMessage{tag, dst, local, type, op});
+    throw ProtocolMismatch(cat(description_, ": ", describe_tag(tag), " of ", dst.bytes, " bytes came in a chunk of ",
+                               slot.chunk_bytes, " bytes: the ring is corrupt"));
+  }
+  if (dst.bytes > 0) {
+    if (local == nullptr) std::memcpy(dst.data, slot.inline_data, dst.bytes);
+    else reduce(type, op, dst.data, local, slot.inline_data, dst.bytes / element);
+  }
+  ++tail_;
+  atomic(control_->tail).store(tail_, std::memory_order_seq_cst);  // seq_cst: see doorbell.hpp
+  peer_bell_.ring();
+  return true;
 }
 
 bool ShmRingReceiver::arm() {

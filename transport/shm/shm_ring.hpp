@@ -169,6 +169,11 @@ class ShmRingSender : public ShmRing {
   /// once all of it is in the ring (src may then be reused). Throws PeerLost
   /// if the consumer closed.
   bool try_push(OutgoingMessage& message);
+  /// The short path (Link::send_now): a whole message of at most
+  /// kInlineBytes into the next slot's header if one is free; false
+  /// otherwise (nothing written). The caller has no message half pushed.
+  /// Throws PeerLost as try_push.
+  bool push_small(ConstMemView src, const Tag& tag);
   /// True if a slot is free.
   bool has_space();
   /// Sleep protocol (doorbell.hpp): false if a slot freed meanwhile or the
@@ -200,6 +205,11 @@ class ShmRingReceiver : public ShmRing {
   /// PeerLost if the producer closed and nothing is left, InvalidArgument for
   /// a reduce whose size is not a multiple of the element.
   bool try_pop(IncomingMessage& message);
+  /// The short path (Link::recv_now): takes a whole message of at most
+  /// kInlineBytes if it has arrived, with try_pop's checks, copying it
+  /// (local null) or reducing dst = local op message; false (dst untouched)
+  /// if it has not arrived.
+  bool pop_small(MemView dst, const std::byte* local, DataType type, ReduceOp op, const Tag& tag);
   /// True if a published slot waits.
   bool has_data();
   bool arm();

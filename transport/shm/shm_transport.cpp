@@ -205,6 +205,32 @@ class ShmLink final : public Link {
   }
   bool can_reduce() const override { return true; }
 
+  // The short path: straight into (or out of) the ring when nothing of that
+  // direction is queued, so no request, no queue entry and no progress pass.
+  std::size_t short_message_bytes() const override { return ShmRing::kInlineBytes; }
+  bool send_now(ConstMemView src, const Tag& tag) override {
+    if (!sends_.empty() || broken_ || src.bytes > ShmRing::kInlineBytes) return false;
+    try {
+      return sender_.push_small(src, tag);
+    } catch (const PeerLost& e) {
+      fail(std::make_exception_ptr(PeerLost(explain_loss(e.what()))));
+      std::rethrow_exception(broken_);
+    }
+  }
+  bool recv_now(MemView dst, const std::byte* local, DataType type, ReduceOp op, const Tag& tag) override {
+    if (broken_) std::rethrow_exception(broken_);
+    if (!recvs_.empty() || dst.bytes > ShmRing::kInlineBytes) return false;
+    try {
+      return receiver_.pop_small(dst, local, type, op, tag);
+    } catch (const PeerLost& e) {
+      fail(std::make_exception_ptr(PeerLost(explain_loss(e.what()))));
+      std::rethrow_exception(broken_);
+    } catch (const Error&) {
+      fail(std::current_exception());
+      throw;
+    }
+  }
+
   bool progress() override {
     if (broken_) return false;
     bool moved = false;
