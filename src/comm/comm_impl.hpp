@@ -287,6 +287,7 @@ class CommImpl {
   bool adaptive_spin_ = false;  // spin by SpinBudget (BRAID_SPIN_US unset, ranks fit on the cores)
   bool oversubscribed_ = false; // more ranks on this kernel than cores
   bool device_links_ = false;    // every pair's link moves device memory (cuda_ipc)
+  std::size_t slice_floor_ = 0;  // the largest Transport::min_slice_bytes() of the pairs' transports
   int local_rank_ = 0;          // among the ranks of this host (host_id), in rank order
   int local_size_ = 1;
   int yield_us_ = 0;            // oversubscribed: poll with sched_yield this long before sleeping
