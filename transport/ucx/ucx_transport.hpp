@@ -52,9 +52,10 @@ class UcxTransport final : public Transport {
   /// zero-copy where UCX can (one CMA read within a host, RDMA between
   /// hosts), where an eager slice is copied into UCX's bounce buffers in
   /// fragments, reassembled into a malloc'd buffer and copied out again.
-  /// Measured at 1 MiB on 2 ranks over posix,cma (2 cores, interleaved, the
-  /// machine loaded): 32 KiB eager slices 0.03-0.06 GB/s busbw, 128 KiB
-  /// rendezvous slices 0.06-0.18.
+  /// Measured at 1 MiB on 2 ranks (2 cores, load 5-6, 3 interleaved runs
+  /// each, busbw): posix,cma 0.14-0.21 GB/s with 32 KiB eager slices,
+  /// 0.46-0.69 with 128 KiB rendezvous ones; tcp on lo 0.21-0.23 and
+  /// 0.28-0.36. (4 ranks on 2 cores cut 128 KiB slices at 1 MiB already.)
   static constexpr std::size_t kSliceFloor = 2 * kEagerBytes;
 
   /// `timeout`: the longest a closing link waits for its last messages to
