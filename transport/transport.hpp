@@ -251,6 +251,11 @@ class Transport {
   /// Work of the transport itself, outside any link (liveness of peers);
   /// true if it changed anything. Called by the engine when nothing moved.
   virtual bool progress() { return false; }
+  /// The smallest slice worth one message on this transport, whether or not
+  /// this rank uses it (every rank must cut a collective alike): pipelined
+  /// schedules cut buffers no finer while a pair of the communicator uses
+  /// it. 0: no floor beyond the engine's own.
+  virtual std::size_t min_slice_bytes() const { return 0; }
 
   static constexpr std::chrono::microseconds kMixedNap{200};
   /// Whether news on this transport's links wakes the engine's Poller.

@@ -273,6 +273,12 @@ void CommImpl::start(std::vector<RankInfo> infos, Addresses addresses, std::opti
     }
     device_direct_min_ = settings_.device_direct_bytes.value_or(per_gpu > 1 ? kSharedGpuDirectUnit * per_gpu * per_gpu : 0);
   }
+  // The finest slice any pair's transport takes (the same on every rank:
+  // the plan decides every pair alike everywhere).
+  slice_floor_ = 0;
+  for (int a = 0; a < size_; ++a)
+    for (int b = a + 1; b < size_; ++b)
+      slice_floor_ = std::max(slice_floor_, transports_[static_cast<std::size_t>(kind_between(a, b))]->min_slice_bytes());
   local_rank_ = static_cast<int>(std::count_if(infos_.begin(), infos_.begin() + rank_, [&](const RankInfo& i) {
     return i.host_id == infos_[rank_].host_id;
   }));
@@ -430,7 +436,8 @@ CollectiveShape CommImpl::shape(std::size_t count, DataType type, ReduceOp op, i
   // Pipelining needs many slices per rank's share: a 1 MiB all-reduce on 2
   // ranks took 253 us with one 512 KiB slice per chunk and 203 us with 32 KiB
   // slices (Open MPI: 200 us). So slices shrink with the message, down to
-  // kMinSlice, and never exceed BRAID_SLICE_BYTES.
+  // kMinSlice (or the transports' floor, slice_floor_), and never exceed
+  // BRAID_SLICE_BYTES.
   const std::size_t share = count * size_of(type) / static_cast<std::size_t>(size_);
   // Device buffers moved directly: each message is a copy or kernel on the
   // GPU that completes before the next (measured on an H200, 2 ranks on its
@@ -441,7 +448,7 @@ CollectiveShape CommImpl::shape(std::size_t count, DataType type, ReduceOp op, i
     return s;
   }
   s.slice_bytes = std::clamp<std::size_t>(share / (oversubscribed_ ? kOversubscribedSlicesPerShare : kSlicesPerShare),
-                                          std::min(kMinSlice, settings_.slice_bytes),
+                                          std::min(std::max(kMinSlice, slice_floor_), settings_.slice_bytes),
                                           settings_.slice_bytes);
   return s;
 }

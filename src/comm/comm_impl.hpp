@@ -307,6 +307,7 @@ class CommImpl {
   bool device_links_ = false;    // every pair's link moves device memory (cuda_ipc)
   std::size_t device_direct_min_ = 0;  // device_links_: smaller collectives are staged (BRAID_DEVICE_DIRECT_BYTES)
   bool shaping_direct_ = false;  // make_op is building a schedule for device buffers moved directly
+  std::size_t slice_floor_ = 0;  // the largest Transport::min_slice_bytes() of the pairs' transports
   int local_rank_ = 0;          // among the ranks of this host (host_id), in rank order
   int local_size_ = 1;
   int yield_us_ = 0;            // oversubscribed: poll with sched_yield this long before sleeping

@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <uct/api/uct.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -227,8 +228,12 @@ bool UcxContext::arm_locked() {
 
 void UcxContext::wait(std::chrono::microseconds timeout) {
   pollfd fds[2] = {{efd_, POLLIN, 0}, {wake_.get(), POLLIN, 0}};
-  int ms = static_cast<int>((timeout.count() + 999) / 1000);
-  if (::poll(fds, 2, ms) > 0 && (fds[1].revents & POLLIN)) {
+  // ppoll, not poll: a nap of a few hundred microseconds (the engine's
+  // kMixedNap) rounded up to poll's whole milliseconds would be a blind
+  // sleep of a millisecond when news comes through the other fd.
+  const auto us = std::max<std::chrono::microseconds::rep>(0, timeout.count());
+  const timespec ts{static_cast<time_t>(us / 1000000), static_cast<long>(us % 1000000) * 1000};
+  if (::ppoll(fds, 2, &ts, nullptr) > 0 && (fds[1].revents & POLLIN)) {
     std::uint64_t drained;
     while (::read(wake_.get(), &drained, sizeof drained) > 0) {
     }
