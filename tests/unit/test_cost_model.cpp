@@ -16,24 +16,12 @@
 #include "core/text.hpp"
 #include "topology/link_model.hpp"
 #include "topology/plan.hpp"
+#include "made_up_ranks.hpp"
 
 namespace braid {
 namespace {
 
-// `hosts[r]` is rank r's host, named "host<k>".
-std::vector<RankInfo> ranks_on(const std::vector<int>& hosts) {
-  std::vector<RankInfo> infos;
-  for (std::size_t r = 0; r < hosts.size(); ++r) {
-    RankInfo info;
-    info.rank = static_cast<int>(r);
-    info.hostname = cat("host", hosts[r]);
-    info.host_id = 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(hosts[r] + 1);
-    info.kernel_id = info.host_id;
-    info.pid = 1000 + static_cast<int>(r);
-    infos.push_back(info);
-  }
-  return infos;
-}
+using testing::ranks_on;
 
 std::vector<RankInfo> one_host(int n) { return ranks_on(std::vector<int>(static_cast<std::size_t>(n), 0)); }
 

@@ -12,32 +12,13 @@
 #include "core/text.hpp"
 #include "collectives/registry.hpp"
 #include "topology/plan.hpp"
+#include "made_up_ranks.hpp"
 
 namespace braid {
 namespace {
 
-// `hosts[r]` is rank r's host; host ids are made distinct and not in rank order.
-std::vector<RankInfo> ranks_on(const std::vector<int>& hosts) {
-  std::vector<RankInfo> infos;
-  for (std::size_t r = 0; r < hosts.size(); ++r) {
-    RankInfo info;
-    info.rank = static_cast<int>(r);
-    info.hostname = cat("host", hosts[r]);
-    info.host_id = 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(hosts[r] + 1);
-    info.kernel_id = info.host_id;
-    info.pid = 1000 + static_cast<int>(r);
-    infos.push_back(info);
-  }
-  return infos;
-}
-
-// Times the ring steps from one host to another, the step back to the start included.
-int crossings(const Plan& plan) {
-  int n = 0;
-  for (std::size_t i = 0; i < plan.ring.size(); ++i)
-    n += plan.hosts[plan.ring[i]] != plan.hosts[plan.ring[(i + 1) % plan.ring.size()]];
-  return n;
-}
+using testing::crossings;
+using testing::ranks_on;
 
 TEST_CASE("plan: 2 hosts x 2 ranks, interleaved: few hops when small, hierarchical when large") {
   const Plan plan = make_plan(ranks_on({0, 1, 0, 1}), Settings{}, algorithm_costs());

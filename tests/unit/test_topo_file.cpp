@@ -18,9 +18,13 @@
 #include "core/text.hpp"
 #include "topology/topo_file.hpp"
 #include "topology/topo_plan.hpp"
+#include "made_up_ranks.hpp"
 
 namespace braid {
 namespace {
+
+using testing::crossings;
+using testing::host_id_of;
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
@@ -33,8 +37,6 @@ std::string read_text(const std::string& path) {
 std::string topology_xml(const std::string& name) {
   return read_text(cat(BRAID_SOURCE_ROOT, "/tests/unit/topologies/", name));
 }
-
-std::uint64_t host_id_of(int host) { return 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(host + 1); }
 
 // Rank r on host hosts[r], bound to the CPUs cpus[r] ("" for none).
 TopoFile job(const std::vector<int>& hosts, const std::vector<std::string>& cpus) {
@@ -53,13 +55,6 @@ TopoFile job(const std::vector<int>& hosts, const std::vector<std::string>& cpus
 }
 
 void add_machine(TopoFile& f, int host, const std::string& xml) { f.machines.push_back({host_id_of(host), xml}); }
-
-int crossings(const Plan& plan) {
-  int n = 0;
-  for (std::size_t i = 0; i < plan.ring.size(); ++i)
-    n += plan.hosts[plan.ring[i]] != plan.hosts[plan.ring[(i + 1) % plan.ring.size()]];
-  return n;
-}
 
 // Times the ring steps from one NUMA node to another (inside one host).
 int numa_crossings(const TopoPlan& tp) {
