@@ -55,7 +55,9 @@ struct OpPlan {
     bool sends = false;
     std::size_t input_bytes = 0;
     std::size_t output_bytes = 0;
-    bool device_direct = false;  // device buffers over the links themselves (Operation::direct)
+    // Device buffers moved over the links themselves (make_op decides): the
+    // schedule is built for that (CommImpl::shape), and they are never staged.
+    bool device_direct = false;
     bool operator==(const Key&) const = default;
   };
   Key key;
@@ -77,10 +79,6 @@ class Operation {
   // are on a device.
   bool device_input = false;
   bool device_output = false;
-  // Device buffers that move over the links themselves (every pair's link
-  // takes device memory, and both buffers are on the device): its schedule
-  // is built for that (CommImpl::shape), and it is never staged.
-  bool direct = false;
   bool staged = false;         // running on the communicator's staging copy
   Buffers run_buffers;         // what the executor runs on (buffers, or the staging copy)
   std::uint32_t sequence = 0;  // the high half of every tag

@@ -125,7 +125,7 @@ void CommImpl::start_op(Operation& op) {
   // needed every link of the plan's peers.
   op.run_buffers = op.buffers;
   // Device buffers not moved directly (make_op decided) run on a host copy.
-  if (op.buffers.kind == MemKind::cuda && !op.direct) op.run_buffers = stage_in(op);
+  if (op.buffers.kind == MemKind::cuda && !plan.key.device_direct) op.run_buffers = stage_in(op);
   if (plan.executor) {
     plan.executor->restart(op.run_buffers, op.sequence);
   } else {

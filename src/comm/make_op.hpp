@@ -72,7 +72,6 @@ std::shared_ptr<Operation> CommImpl::make_op(OpPlan::Key key, Buffers buffers, s
   op->plan = cache ? plans_.front() : std::move(uncached);
   op->device_input = device_input;
   op->device_output = device_output;
-  op->direct = key.device_direct;
   op->buffers = buffers;
   op->sequence = sequence;
   op->comm = this;
