@@ -15,6 +15,7 @@ set -euo pipefail
 # libucx-dev: the ucx transport (transport/ucx/; built when found).
 # openmpi-bin, libopenmpi-dev, libgloo-dev: the peers of bench/compare.py,
 # whose smoke run is a test (tests/bench).
+# graphviz: `dot`, which renders braid-topo --dot's picture (tests/multiprocess/check_topo.sh).
 # pkg-config, make: the packaging test builds examples/external against an
 # installed braid with them (tests/packaging).
 # pybind11-dev, python3-numpy, python3-pytest: the Python package (src/python/)
@@ -23,7 +24,7 @@ set -euo pipefail
 # (src/python/torch/, built when found) and its tests (tests/python/torch/,
 # suite python_torch).
 packages=(g++ make meson ninja-build pkg-config catch2 python3 libssl-dev openssl iproute2 libhwloc-dev libibverbs-dev ibverbs-providers libucx-dev
-          openmpi-bin libopenmpi-dev libgloo-dev pybind11-dev python3-numpy python3-pytest python3-mesonpy python3-torch libtorch-dev)
+          openmpi-bin libopenmpi-dev libgloo-dev graphviz pybind11-dev python3-numpy python3-pytest python3-mesonpy python3-torch libtorch-dev)
 for arg in "$@"; do
   case "$arg" in
     --bench) packages+=(python3-matplotlib iperf3) ;;

@@ -26,4 +26,16 @@ done
 grep -qE 'plan: transports (cuda_ipc,)?shm,(ucx,)?tcp,' "$tmp/job" || fail "the plan's transports are not [cuda_ipc,]shm[,ucx],tcp: $(cat "$tmp/job")"
 grep -qF 'r0 -- r1 [label="shm"' "$tmp/plan.dot" || fail "ring edge 0-1 is not shm: $(cat "$tmp/plan.dot")"
 grep -qF 'r1 -- r2 [label="tcp"' "$tmp/plan.dot" || fail "ring edge 1-2 is not tcp: $(cat "$tmp/plan.dot")"
+# Graphviz renders it (scripts/install-deps.sh installs graphviz): two host
+# boxes, four ranks, shm and tcp edges.
+if command -v dot >/dev/null; then
+  dot -Tsvg "$tmp/plan.dot" -o "$tmp/plan.svg" 2>"$tmp/dot.err" || fail "dot could not render the plan: $(cat "$tmp/dot.err")"
+  [ "$(grep -c '<g id="clust' "$tmp/plan.svg")" -eq 2 ] || fail "the rendered plan has no 2 host boxes: $(cat "$tmp/plan.svg")"
+  [ "$(grep -c '<g id="node' "$tmp/plan.svg")" -eq 4 ] || fail "the rendered plan has no 4 ranks: $(cat "$tmp/plan.svg")"
+  for label in shm tcp; do
+    grep -q ">$label</text>" "$tmp/plan.svg" || fail "the rendered plan has no $label edge: $(cat "$tmp/plan.svg")"
+  done
+else
+  echo "check_topo: dot (graphviz) is not installed; the picture was not rendered"
+fi
 echo "check_topo: ok"
