@@ -75,6 +75,27 @@ def shm_listing():
         return set()
 
 
+def left_by(names, job_pids):
+    """The segments of names that this job left: braid names them
+    braid-<creator pid>-..., and a segment whose creator still runs and is not
+    one of the job's ranks belongs to another braid job on this machine (a test
+    run beside this one), which may still be connecting."""
+    left = []
+    for name in names:
+        m = re.match(r"braid-(\d+)-", name)
+        pid = int(m.group(1)) if m else None
+        if pid is not None and pid not in job_pids:
+            try:
+                os.kill(pid, 0)
+                continue  # alive, and another job's
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue  # alive, another user's
+        left.append(name)
+    return sorted(left)
+
+
 class Rank:
     """One fault_worker process with its output in files."""
 
@@ -589,9 +610,9 @@ def run_in_job(name, case, make_job, keep_logs, label=""):
             line = case(job)
         finally:
             job.close()
-        left = shm_listing() - shm_before
+        left = left_by(shm_listing() - shm_before, {r.pid for r in job.ranks})
         if left:
-            raise CaseFailed(f"shared-memory segments left in /dev/shm: {sorted(left)}")
+            raise CaseFailed(f"shared-memory segments left in /dev/shm: {left}")
         print(f"{line}{label}: OK", flush=True)
     except NamespacesUnavailable as e:
         print(f"case {name}{label}: SKIPPED: {e}", flush=True)
