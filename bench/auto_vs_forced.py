@@ -7,7 +7,10 @@
 Each round runs, for every rank count, `braid-run -n N braid-perf all_reduce
 -b MIN -e MAX --algo X` once per algorithm and once with no --algo (auto), in
 an order that rotates from round to round, so that the machine's drift (other
-jobs on this shared machine) falls on every variant alike. Sizes up to
+jobs on this shared machine) falls on every variant alike; the sweep runs in
+bands of sizes (--bands: 8 B-64 KiB, 128 KiB-2 MiB, 4 MiB-64 MiB), every
+variant finishing a band before the next band starts, so that the variants
+of one size run seconds apart rather than minutes. Sizes up to
 --small-max get --small-rounds rounds in all (the extra rounds run only those
 sizes, interleaved the same way): a microsecond-scale time needs more samples
 to outvote a scheduler hiccup. braid-perf's -n 0 scales the iterations to the
@@ -80,6 +83,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--small-rounds", type=int, default=9, help="rounds in all for sizes up to --small-max")
     ap.add_argument("--small-max", default="64K")
+    ap.add_argument("--bands", default="64K,2M",
+                    help="the sizes where one band of the sweep ends and the next begins (each band runs every variant)")
     ap.add_argument("-b", default="8")
     ap.add_argument("-e", default="64M")
     ap.add_argument("-n", "--iters", type=int, default=0,
@@ -101,16 +106,29 @@ def main():
     # times[n][variant][size] -> list of us; ran[n][size] -> auto's algorithms
     times = {n: {v: {} for v in variants} for n in args.ranks}
     ran = {n: {} for n in args.ranks}
-    small_max = min(parse_size(args.small_max), parse_size(args.e))
-    passes = [args.e] * args.rounds
-    if parse_size(args.b) <= small_max:
-        passes += [args.small_max] * max(0, args.small_rounds - args.rounds)
-    for r, top in enumerate(passes):
+    # The sweep in bands of sizes, each band run by every variant before the
+    # next band starts: the variants of one size then run seconds apart, not
+    # minutes, and the load of other jobs drifts less between them.
+    lo, hi, small_max = parse_size(args.b), parse_size(args.e), parse_size(args.small_max)
+    edges = sorted({lo, hi} | {parse_size(c) for c in args.bands.split(",") if c and lo < parse_size(c) < hi})
+    bands = []
+    for i in range(len(edges) - 1):
+        first = edges[i] if i == 0 else edges[i] * 2
+        if first <= edges[i + 1]:
+            bands.append((first, edges[i + 1]))
+    passes = []
+    for r in range(max(args.rounds, args.small_rounds)):
+        for band in bands:
+            if r < args.rounds or band[1] <= small_max:
+                passes.append((r, band))
+    rounds_of = max(args.rounds, args.small_rounds)
+    for r, (first, last) in passes:
         for n in args.ranks:
             order = variants[r % len(variants):] + variants[:r % len(variants)]
             for v in order:
-                print(f"round {r + 1}/{len(passes)} (to {top}): {n} ranks, {v}", file=sys.stderr, flush=True)
-                for size, (us, algo) in run_once(build, n, v, args.b, top, args.iters, args.warmup, env).items():
+                print(f"round {r + 1}/{rounds_of} ({first}-{last} B): {n} ranks, {v}", file=sys.stderr, flush=True)
+                for size, (us, algo) in run_once(build, n, v, str(first), str(last), args.iters, args.warmup,
+                                                 env).items():
                     times[n][v].setdefault(size, []).append(us)
                     if v == "auto":
                         ran[n].setdefault(size, set()).add(algo)
