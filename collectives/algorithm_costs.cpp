@@ -2,7 +2,9 @@
 // latency a, transfer time per byte b and reduction time per byte g:
 //
 //   ring          2(n-1) a + max(2(n-1)/n m b, (n-1)/n m g)
-//   tree          2 d a + max(m b, m/2 g)               (d = ceil(log2 n))
+//   tree          2 d a + max(s m b, r m g) + (2d - 2) c b
+//                 (d = ceil(log2 n); s = 1, 3/2, 2 and r = 1/2, 1, 1 on
+//                 2, 3, 4+ ranks; c one slice of a half: see below)
 //   direct        a + (n-1) m b + (n+1) m g             (n-1 whole buffers at once, 2 copies;
 //                                                        2 ranks to 64 KiB: a + m b + m g)
 //   recdbl        h a + h m b + (log2 p + f) m g        (h hops: log2 p, plus the fold)
@@ -13,20 +15,51 @@
 // p is the largest power of two <= n; the n - p ranks above it fold into a
 // partner first (recursive_doubling.cpp, rabenseifner.cpp).
 //
+// The byte terms count what the busiest RANK sends (and reduces), not what
+// its busiest link carries: every byte a rank sends is a copy its own CPU
+// makes (shm: into the ring slot; tcp: into the kernel), and every byte it
+// receives one more, so a rank's time grows with the sum over its links.
 // The pipelined schedules (ring, tree) reduce one slice while the next is in
 // flight, so their transfer and reduction overlap: the slower of the two is
-// on the critical path, not their sum. The double tree (double_tree.cpp)
-// sends each half of the buffer down its own tree, both trees at once, and
-// the reduction up and the broadcast down of successive slices overlap too:
-// a rank's busiest link direction carries about one buffer, and it reduces
-// half of it. On 2 ranks the ring and the tree have the same counts; the
-// registry lists the tree first, so it wins the tie (measured on 2 ranks
-// over shm: the tree 1.5-2.5x faster from 4 KiB to 2 MiB, the ring 1.1-1.3x
-// faster from 4 MiB; bench/auto_vs_forced.py).
+// on the critical path, not their sum.
+//
+// The double tree (double_tree.cpp) sends each half of the buffer (h = m/2)
+// down its own tree. A rank inner in one tree receives 2h from its children,
+// sends h up, receives h and sends 2h down; in the other tree it is a leaf
+// and sends h and receives h: 4h = 2m each way, and it reduces 2h = m. The
+// ring moves 2(n-1)/n m < 2m per rank, so from 4 ranks on the tree costs
+// more bytes than the ring and wins only by its 2d against 2(n-1) messages.
+// (Priced per link, as before, the tree moved one buffer and undercut the
+// ring at every size: on 4 ranks over shm the ring measured 1.8-2.1x faster
+// at 16-64 KiB and 1.06-1.3x from 512 KiB, bench/auto_vs_forced.py.) On 2
+// ranks each rank is the root of one tree and the leaf of the other: the
+// ring's counts exactly, and the registry's order gives the tree the tie
+// (measured on 2 ranks over shm: the tree faster from 8 KiB to 2 MiB, the
+// ring 1.1-1.3x faster from 4 MiB; a difference of the two schedules' step
+// order that this model does not see).
+//
+// The tree's slices also have to travel: from 4 ranks on, a slice passes
+// 2d hops, and the first slice keeps the ranks below the root waiting for
+// 2d - 2 of them (up to the root and back, less the rank's own hop each
+// way); on 2 ranks both ranks work from the first moment. c is the slice
+// of a half as the communicator cuts it (comm_impl.cpp's shape(): a
+// sixteenth of a rank's share, an half when the host's ranks outnumber its
+// cores, 32 KiB to BRAID_SLICE_BYTES): a half of up to 32 KiB is one slice,
+// so there the tree crosses 2d whole halves one after the other. The ring
+// has no such wait: every rank starts on its own share at once.
+//
+// Oversubscribed hosts (more local ranks than cores): the ranks take turns
+// on the cores, so the time is bounded below by the CPU work of all of them,
+// sum over ranks / cores, as well as by the busiest rank. The built-in
+// oversubscribed link parameters (link_model.cpp) are already a rank's rates
+// while it shares its core, so with them the busiest rank's work is the
+// larger bound: the sum over ranks at those rates is at most n times the
+// busiest, spread over n ranks' turns. That is why the ring (every rank busy
+// alike) beats the tree (4 ranks: two ranks move 2m, two move m) there,
+// though both move 2(n-1) m over all ranks together and reduce (n-1) m.
 //
 // Broadcast, with the message cut into k slices for the pipelined ones
-// (chain, tree; slices as the communicator cuts them: a sixteenth of a rank's
-// share, 32 KiB to 512 KiB):
+// (chain, tree; slices as the communicator cuts them, above):
 //
 //   binomial  ceil(log2 n) (a + m b)
 //   chain     (n - 2 + k)(a + m/k b)
@@ -62,11 +95,17 @@ double ring_on(const LinkParams& l, int n, double m) {
   return pipelined(l, 2.0 * (n - 1), 2 * share * m, share * m);
 }
 
-// How the communicator slices a pipelined broadcast (comm_impl.cpp's shape()).
+// The slice of a pipelined schedule as the communicator cuts it
+// (comm_impl.cpp's shape(): kSlicesPerShare, kOversubscribedSlicesPerShare,
+// kMinSlice, BRAID_SLICE_BYTES).
+double slice_bytes(const CostInputs& in) {
+  const double share = static_cast<double>(in.bytes) / std::max(1, in.ranks);
+  const double limit = static_cast<double>(in.slice_limit);
+  return std::clamp(share / (in.oversubscribed ? 2.0 : 16.0), std::min(32.0 * 1024, limit), limit);
+}
+
 double broadcast_slices(const CostInputs& in) {
-  const double m = static_cast<double>(in.bytes);
-  const double slice = std::clamp(m / (16.0 * in.ranks), 32.0 * 1024, 512.0 * 1024);
-  return std::max(1.0, std::ceil(m / slice));
+  return std::max(1.0, std::ceil(static_cast<double>(in.bytes) / slice_bytes(in)));
 }
 
 }  // namespace
@@ -104,7 +143,12 @@ double rabenseifner_all_reduce(const CostInputs& in) {
 double tree_all_reduce(const CostInputs& in) {
   if (in.ranks <= 1) return 0;
   const double m = static_cast<double>(in.bytes);
-  return pipelined(in.flat(), 2.0 * log2_ceil(in.ranks), m, m / 2);
+  const int d = log2_ceil(in.ranks);
+  // The busiest rank's bytes sent and reduced (the header says why).
+  const double sent = in.ranks == 2 ? m : in.ranks == 3 ? 1.5 * m : 2 * m;
+  const double reduced = in.ranks == 2 ? m / 2 : m;
+  const double slice = std::min(m / 2, slice_bytes(in));
+  return pipelined(in.flat(), 2.0 * d, sent, reduced) + in.flat().transfer_us((2.0 * d - 2) * slice);
 }
 
 double hierarchical_all_reduce(const CostInputs& in) {

@@ -40,6 +40,11 @@ struct CostInputs {
   int uniform_ranks_per_host = 0;
   LinkParams intra;  // between ranks of one host
   LinkParams inter;  // between hosts (= intra on one host)
+  /// How the communicator slices the pipelined schedules (comm_impl.cpp's
+  /// shape()): shares cut in 16 slices, or 2 when the ranks of a host
+  /// outnumber its cores, of 32 KiB up to slice_limit (BRAID_SLICE_BYTES).
+  bool oversubscribed = false;
+  std::size_t slice_limit = 512 * 1024;
 
   /// The link a flat algorithm's critical path crosses: the slower one.
   const LinkParams& flat() const { return hosts > 1 ? inter : intra; }

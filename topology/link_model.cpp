@@ -21,7 +21,9 @@ struct DefaultParams {
 // shared VM) so that the model's choices match bench/auto_vs_forced.py's
 // measurements of every forced algorithm: on 2 ranks (a core each) direct
 // up to 2 KiB and the tree from 4 KiB; on 4 ranks (2 per core) direct up to
-// 2 KiB, recursive doubling at 4 KiB, the tree from 8 KiB. `braid-perf
+// 2 KiB, then recursive doubling, Rabenseifner, and the ring from 32 KiB
+// (the ring's lead over the tree there comes from the cost functions'
+// structure, algorithm_costs.cpp, not from these numbers). `braid-perf
 // --tune` fitted latencies of 0.65-0.75 us and 5.5 us there; its byte terms
 // moved 3x from run to run with the machine's load, so these keep the
 // ratios the choices need rather than one run's fit. Oversubscribed, a

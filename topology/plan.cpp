@@ -50,6 +50,8 @@ CostInputs Plan::cost_inputs(std::size_t bytes) const {
   in.uniform_ranks_per_host = uniform_hosts ? in.ranks / host_count : 0;
   in.intra = links.of(intra_transport.empty() ? inter_transport : intra_transport);
   in.inter = inter_transport.empty() ? in.intra : links.of(inter_transport);
+  in.oversubscribed = oversubscribed;
+  in.slice_limit = slice_limit;
   return in;
 }
 
@@ -145,6 +147,7 @@ Plan make_plan(std::span<const RankInfo> ranks, const Settings& settings, std::s
   Plan plan;
   plan.transports = transport_order(settings.transport);
   plan.transport_setting = settings.transport;
+  plan.slice_limit = settings.slice_bytes;
   plan.algorithms.assign(algorithms.begin(), algorithms.end());
   auto collective_known = [&](std::string_view c) { return !plan.algorithms_of(c).empty(); };
   auto has = [&](std::string_view c, std::string_view a) {

@@ -41,6 +41,7 @@ struct Plan {
   /// More ranks share some kernel than their CPUs: the built-in link
   /// parameters differ (link_model.cpp).
   bool oversubscribed = false;
+  std::size_t slice_limit = 512 * 1024;  // BRAID_SLICE_BYTES, for the cost model's slices
   std::map<std::string, std::string> forced;  // collective -> algorithm (BRAID_ALGO)
 
   /// The algorithms the plan chooses among (the registry's), each

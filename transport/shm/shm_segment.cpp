@@ -146,7 +146,7 @@ std::optional<ShmSegment> ShmSegment::create_as(std::string name, std::size_t by
   int err = ::posix_fallocate(fd, 0, static_cast<off_t>(total));
   void* base = MAP_FAILED;
   if (err == 0) {
-    base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (base == MAP_FAILED) err = errno;
   }
   ::close(fd);
@@ -188,7 +188,7 @@ std::optional<ShmSegment> ShmSegment::open_as(const std::string& name, bool may_
     throw ProtocolMismatch(cat("shared memory: ", path_of(name), " holds ", total,
                                " bytes, less than a braid segment header: not a braid segment"));
   }
-  void* base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   int err = errno;
   ::close(fd);
   if (base == MAP_FAILED) fail("map", name, err);

@@ -21,6 +21,16 @@
 // with posix_fallocate, so a full /dev/shm is a SystemError naming the path
 // and ENOSPC at creation, never a crash later. A missing /dev/shm is
 // reported the same way (ENOENT). Nothing falls back silently.
+//
+// Why MAP_POPULATE: both sides map every page at create and open. Without
+// it each process took a page fault the first time it touched each ring
+// slot's payload page, in the first operations that used them: the first
+// size past the ring's inline bytes (128 B on 2 ranks for direct and
+// recursive doubling, 256 B for ring and tree, whose halves are inline up
+// to 128 B) measured 4.6-5 us instead of 1.0-1.3 us in braid-perf rows of
+// 10 iterations (bench/auto_vs_forced.py's "direct dip at 128 B": it moved
+// to 256 B when the sweep started there). A ring pair is 4 MiB, mapped once
+// per communicator.
 #pragma once
 
 #include <sys/types.h>
