@@ -5,11 +5,13 @@
 //
 // Per process: one UCP context and worker (ucx_context.hpp); its address is
 // this rank's address in the store, with the process id and PID namespace.
-// Per pair of ranks: one UCP endpoint to the peer's worker, created with
-// UCP_ERR_HANDLING_MODE_PEER and an error handler, so a peer that dies fails
-// the link instead of leaving UCX retrying. Within a kernel the link also
-// looks at the peer's process every kLivenessEvery (a pidfd), since UCX's
-// shared-memory transports notice a dead peer only by their keepalive.
+// Per pair of ranks: one UCP endpoint to the peer's worker, with an error
+// handler, so a peer that dies fails the link instead of leaving UCX
+// retrying. A peer on another kernel gets UCP_ERR_HANDLING_MODE_PEER (UCX's
+// keepalive); a peer in this kernel is watched through a pidfd every
+// kLivenessEvery instead, and its endpoint goes without that mode, which in
+// UCX 1.13 would deny rendezvous its tcp put and CMA lanes (the
+// constructor in ucx_transport.cpp says why).
 //
 // A send is one active message carrying braid's header (UcxWireHeader),
 // eager up to kEagerBytes and by rendezvous above; the
