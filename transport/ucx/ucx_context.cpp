@@ -70,8 +70,10 @@ UcxContext::UcxContext() : pid_(::getpid()), wake_(::eventfd(0, EFD_NONBLOCK | E
   ucp_config_t* config = nullptr;
   if (auto s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK) init_failed("reading UCX's configuration", s);
   // UCX's shared-memory transports offer peer-failure handling only when
-  // asked: without it an endpoint over them has no error handler, and a
-  // CMA read from a dead peer is fatal to this process.
+  // asked, and an endpoint in UCX's peer-failure mode cannot use them
+  // otherwise. Endpoints to peers this process can watch through a pidfd go
+  // without that mode (ucx_transport.cpp); this is for the others that
+  // still share the machine, e.g. a peer in another PID namespace.
   // (Only where UCX_TLS lets it use them: UCX warns of the setting otherwise.)
   const std::string tls = configured_transports(config);
   if (may_use_shared_memory(tls))

@@ -104,26 +104,31 @@ class UcxLink final : public Link {
     if (watch_pid) pidfd_ = open_pidfd(address.pid);
     std::lock_guard lock(context_->mutex());
     inbox_ = context_->inbox(comm_id_, self_, peer_);
+    // UCX's peer-failure mode (UCP_ERR_HANDLING_MODE_PEER) admits a
+    // rendezvous lane only where its memory domain can invalidate a
+    // registration (UCX 1.13's wireup, ucp_wireup_add_rma_bw_lanes): RDMA
+    // devices can, tcp, cma and posix cannot. So in that mode a rendezvous
+    // over UCX's tcp or shared memory moves as active-message fragments:
+    // 64 KiB segments over tcp, each copied out of UCX's receive buffer,
+    // and bounce-buffer copies over posix with no CMA read at all. A peer in
+    // this kernel is watched through its pidfd, so its endpoint goes without
+    // that mode (UCP_ERR_HANDLING_MODE_NONE): rendezvous then moves a slice
+    // as one put (one sendmsg) over tcp or one process_vm_readv over CMA, as
+    // Open MPI's UCX path does. The error handler is still installed: UCX
+    // calls it in either mode when a transport reports the peer gone (a
+    // reset socket, a failed CMA read), and the pidfd covers the silent
+    // cases that UCX's keepalive would. A peer elsewhere keeps the
+    // peer-failure mode (and its keepalive); RDMA has its rendezvous lanes
+    // in it.
+    err_mode_ = pidfd_ ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                         UCP_EP_PARAM_FIELD_ERR_HANDLER;
     params.address = reinterpret_cast<const ucp_address_t*>(address.worker.data());
-    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    params.err_mode = err_mode_;
     params.err_handler.cb = &on_endpoint_error;
     params.err_handler.arg = inbox_.get();
     ucs_status_t s = ucp_ep_create(context_->worker(), &params, &ep_);
-    if (s == UCS_ERR_UNREACHABLE && pidfd_) {
-      // Transports without peer-failure handling (UCX's shared memory where
-      // MM_ERROR_HANDLING could not be set, ucx_context.cpp): within this
-      // kernel the pidfd tells when the peer dies, so the endpoint goes
-      // without UCX's error handling. (A CMA read from a dead peer is then
-      // fatal inside UCX; the context asks for error handling to avoid it.)
-      params.field_mask &= ~static_cast<std::uint64_t>(UCP_EP_PARAM_FIELD_ERR_HANDLER);
-      params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-      s = ucp_ep_create(context_->worker(), &params, &ep_);
-      if (s == UCS_OK) log_info("rank ", self_, ": ucx: the endpoint to ", peer_name_,
-                                " has no UCX error handling (its transports offer none); its process is watched");
-    }
     if (s != UCS_OK) {
       context_->drop_inbox(comm_id_, self_, peer_);
       throw PeerLost(cat("rank ", self_, ": ucx cannot reach ", peer_name_, ": ucp_ep_create failed: ",
@@ -434,7 +439,10 @@ class UcxLink final : public Link {
     auto op = std::make_unique<UcxOp>();
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    // UCX refuses a forced close outside the peer-failure mode (and leaves
+    // the endpoint open): there the close flushes, which a dead peer's
+    // reset socket or failed read ends, and the drain below bounds.
+    param.flags = err_mode_ == UCP_ERR_HANDLING_MODE_PEER ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     param.cb.send = &on_send_done;
     param.user_data = op.get();
     take_result(*op, ucp_ep_close_nbx(ep_, &param));
@@ -460,12 +468,17 @@ class UcxLink final : public Link {
     auto op = std::make_unique<UcxOp>();
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = reachable ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+    param.flags = reachable || err_mode_ != UCP_ERR_HANDLING_MODE_PEER ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
     param.cb.send = &on_send_done;
     param.user_data = op.get();
     take_result(*op, ucp_ep_close_nbx(ep_, &param));
     ep_ = nullptr;
-    const auto bound = broken_ ? std::chrono::milliseconds(1000) : std::chrono::milliseconds(10000);
+    // A gone peer's endpoint without the peer-failure mode cannot be forced
+    // shut; its flush may never end, so it is left to UCX at once.
+    const bool hopeless = !reachable && err_mode_ != UCP_ERR_HANDLING_MODE_PEER;
+    const auto bound = hopeless  ? std::chrono::milliseconds(0)
+                       : broken_ ? std::chrono::milliseconds(1000)
+                                 : std::chrono::milliseconds(10000);
     const Deadline deadline = Deadline::after(std::min(timeout_, bound));
     while (!op->done && !deadline.expired()) {
       if (context_->progress_locked()) continue;
@@ -476,7 +489,7 @@ class UcxLink final : public Link {
       }
     }
     if (!op->done) {
-      log_warn("rank ", self_, ": ucx: the endpoint to ", peer_name_, " did not close in time; left to UCX");
+      if (!hopeless) log_warn("rank ", self_, ": ucx: the endpoint to ", peer_name_, " did not close in time; left to UCX");
       // The error handler may still run: the inbox stays with the close.
       op->keep = inbox_;
       context_->adopt(std::move(op));
@@ -494,6 +507,7 @@ class UcxLink final : public Link {
   std::chrono::milliseconds timeout_;
   std::string peer_name_;
   ucp_ep_h ep_ = nullptr;
+  ucp_err_handling_mode_t err_mode_ = UCP_ERR_HANDLING_MODE_PEER;
   std::shared_ptr<UcxInbox> inbox_;
   Fd pidfd_;
   Clock::time_point next_look_{};

@@ -5,11 +5,13 @@
 //
 // Per process: one UCP context and worker (ucx_context.hpp); its address is
 // this rank's address in the store, with the process id and PID namespace.
-// Per pair of ranks: one UCP endpoint to the peer's worker, created with
-// UCP_ERR_HANDLING_MODE_PEER and an error handler, so a peer that dies fails
-// the link instead of leaving UCX retrying. Within a kernel the link also
-// looks at the peer's process every kLivenessEvery (a pidfd), since UCX's
-// shared-memory transports notice a dead peer only by their keepalive.
+// Per pair of ranks: one UCP endpoint to the peer's worker, with an error
+// handler, so a peer that dies fails the link instead of leaving UCX
+// retrying. A peer on another kernel gets UCP_ERR_HANDLING_MODE_PEER (UCX's
+// keepalive); a peer in this kernel is watched through a pidfd every
+// kLivenessEvery instead, and its endpoint goes without that mode, which in
+// UCX 1.13 would deny rendezvous its tcp put and CMA lanes (the
+// constructor in ucx_transport.cpp says why).
 //
 // A send is one active message carrying braid's header (UcxWireHeader),
 // eager up to kEagerBytes and by rendezvous above; the
@@ -47,16 +49,20 @@ class UcxTransport final : public Transport {
   /// rendezvous, zero-copy where UCX can (CMA, RDMA), and their send
   /// completes once the receiver took them.
   static constexpr std::size_t kEagerBytes = 64 * 1024;
-  /// Pipelined schedules over UCX cut slices no finer than this, twice the
-  /// eager limit, so every slice of a large collective moves by rendezvous:
-  /// zero-copy where UCX can (one CMA read within a host, RDMA between
-  /// hosts), where an eager slice is copied into UCX's bounce buffers in
-  /// fragments, reassembled into a malloc'd buffer and copied out again.
-  /// Measured at 1 MiB on 2 ranks (2 cores, load 5-6, 3 interleaved runs
-  /// each, busbw): posix,cma 0.14-0.21 GB/s with 32 KiB eager slices,
-  /// 0.46-0.69 with 128 KiB rendezvous ones; tcp on lo 0.21-0.23 and
-  /// 0.28-0.36. (4 ranks on 2 cores cut 128 KiB slices at 1 MiB already.)
-  static constexpr std::size_t kSliceFloor = 2 * kEagerBytes;
+  /// Pipelined schedules over UCX cut slices no finer than this (unless
+  /// BRAID_SLICE_BYTES is smaller): every slice moves by rendezvous, one
+  /// put over tcp or one CMA read within a host, and each costs a round
+  /// of handshakes (RTS, RTR, the data, ATS) in which both ranks must run.
+  /// Fewer, larger slices won over finer pipelining, as Open MPI's UCX path
+  /// moves 1 MiB on 2 ranks as two 512 KiB messages. Measured at 1 MiB
+  /// (2 cores, load 7-9, 4 interleaved rounds, time in us, 128/256/512 KiB
+  /// floors): 2 ranks tcp 4153-6922 / 3569-6259 / 3374-5502; 4 ranks tcp
+  /// 8634-15476 / 10589-12846 / 7057-8729; 2 ranks posix,cma 1086-2221 /
+  /// 932-1713 / 667-1400; 4 ranks posix,cma 3247-5882 / 2775-8026 /
+  /// 2590-6934 (mixed: the round's load swings more than the floor does).
+  /// (Before the endpoints had their rendezvous lanes, 128 KiB slices had
+  /// beaten 32 KiB eager ones 2-3x over posix,cma at 1 MiB.)
+  static constexpr std::size_t kSliceFloor = 512 * 1024;
 
   /// `timeout`: the longest a closing link waits for its last messages to
   /// leave. Not `active`, it makes no UCX context, publishes an empty address
