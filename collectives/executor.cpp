@@ -71,6 +71,7 @@ Executor::Executor(const Schedule& schedule, Buffers buffers, std::span<Link* co
     deps_left_[i] = static_cast<std::uint32_t>(s.deps.size());
     for (auto d : s.deps) ++dependents_begin_[d + 1];
   }
+  first_deps_ = deps_left_;
   for (std::size_t i = 0; i < n; ++i) dependents_begin_[i + 1] += dependents_begin_[i];
   dependents_.resize(dependents_begin_[n]);
   std::vector<std::uint32_t> fill(dependents_begin_.begin(), dependents_begin_.end() - 1);
@@ -109,16 +110,17 @@ void Executor::restart(Buffers buffers, std::uint32_t sequence) {
   // The pool may have handed a larger block to another operation since.
   if (scratch_bytes_ > 0 || buffers_.kind != MemKind::host)
     scratch_ = pool_->take(scratch_bytes_, buffers_.kind, buffers_.device);
-  const auto n = schedule_.steps.size();
   std::fill(state_.begin(), state_.end(), State::waiting);
-  for (std::size_t i = 0; i < n; ++i) deps_left_[i] = static_cast<std::uint32_t>(schedule_.steps[i].deps.size());
-  for (auto& r : requests_) r.reset();
+  std::copy(first_deps_.begin(), first_deps_.end(), deps_left_.begin());
+  // A finished run reset every request as it completed; only those still in
+  // flight (a failed run's) remain.
+  for (auto i : in_flight_) requests_[i].reset();
+  in_flight_.clear();
   for (auto& q : peers_) {
     q.next_send = q.next_recv = 0;
     q.polling = kNone;
   }
-  local_ready_ = first_ready_;
-  in_flight_.clear();
+  local_ready_.assign(first_ready_.begin(), first_ready_.end());
   done_count_ = 0;
   moved_ = false;
 }

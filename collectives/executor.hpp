@@ -132,6 +132,7 @@ class Executor {
   std::vector<State> state_;
   std::vector<std::uint8_t> short_;  // per step: small enough for its link's short path (send_now, recv_now)
   std::vector<std::uint32_t> deps_left_;
+  std::vector<std::uint32_t> first_deps_;  // deps_left_ at the start
   std::vector<std::uint32_t> dependents_begin_;  // CSR adjacency of dependents
   std::vector<std::uint32_t> dependents_;
   std::vector<Request> requests_;

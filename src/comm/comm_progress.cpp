@@ -34,6 +34,15 @@ void Operation::run_callbacks() {
   for (auto& callback : run) callback(error);
 }
 
+void Operation::clear() {
+  device_input = device_output = staged = false;
+  background = recorded = false;
+  record = 0;
+  done.store(false, std::memory_order_relaxed);
+  error = nullptr;
+  executor = nullptr;
+}
+
 void CommImpl::submit(const std::shared_ptr<Operation>& op, bool background) {
   op->background = background;
   std::unique_lock lock(mutex_);
@@ -76,6 +85,10 @@ void CommImpl::run(const std::shared_ptr<Operation>& op) {
   }
   if (!op->done) wait(op, Deadline::never());
   if (op->error) std::rethrow_exception(op->error);
+  // Finished here without ever entering the queue or the recorder (record
+  // 0) and without callbacks: no other thread has seen it, so make_op may
+  // reuse it once the caller drops its reference.
+  if (op->record == 0 && !op->has_callbacks()) spare_op_ = op;
 }
 
 void CommImpl::enqueue_running(const std::shared_ptr<Operation>& op) {
@@ -104,8 +117,12 @@ bool CommImpl::wait(const std::shared_ptr<Operation>& op, Deadline until) {
     }
     // Another thread drives; it notifies whenever an operation finishes or it
     // stops driving.
-    if (until.at() == Clock::time_point::max()) changed_.wait(lock);
-    else if (changed_.wait_until(lock, until.at()) == std::cv_status::timeout && !op->done) break;
+    ++waiters_;
+    const bool timed_out = until.at() == Clock::time_point::max()
+                               ? (changed_.wait(lock), false)
+                               : changed_.wait_until(lock, until.at()) == std::cv_status::timeout;
+    --waiters_;
+    if (timed_out && !op->done) break;
   }
   if (!op->done) return false;
   if (op->error) std::rethrow_exception(op->error);
@@ -277,7 +294,8 @@ bool CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until, b
             queue_.pop_front();
           }
           if (was_target && release) driving_ = false;
-          changed_.notify_all();
+          // Nobody waits on changed_ in the common case (one thread): no call.
+          if (waiters_ > 0) changed_.notify_all();
         }
         // Outside the lock: a callback may start operations here.
         head->run_callbacks();
@@ -395,7 +413,9 @@ void CommImpl::progress_loop(std::stop_token stop) {
   std::unique_lock lock(mutex_);
   while (!stop.stop_requested()) {
     if (background_queued_ == 0 || driving_) {
+      ++waiters_;
       changed_.wait(lock);
+      --waiters_;
       continue;
     }
     driving_ = true;
@@ -417,7 +437,9 @@ void CommImpl::abort() {
   // InterruptScope::kInterruptPoll while it connects, and fails the queue
   // (with Aborted, whatever it was doing). Wait for that, briefly; if nobody
   // drives, fail the queue here.
+  ++waiters_;
   changed_.wait_for(lock, kAbortWait, [&] { return !driving_ || !broken_.empty(); });
+  --waiters_;
   if (driving_ || !broken_.empty()) return;
   driving_ = true;
   lock.unlock();
