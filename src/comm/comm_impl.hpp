@@ -171,7 +171,7 @@ class CommImpl {
   /// it (drive's `unqueued`), so a small collective pays no hand-off, no
   /// queue and no recorder entry; it is queued and recorded only if it has
   /// to wait beyond the first spin.
-  void run(const std::shared_ptr<Operation>& op);
+  void run(std::shared_ptr<Operation> op);
 
   /// Waits until every queued operation is done; throws the last one's
   /// error (an earlier failure fails every later operation).

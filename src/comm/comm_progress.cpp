@@ -65,7 +65,7 @@ void CommImpl::submit(const std::shared_ptr<Operation>& op, bool background) {
   }
 }
 
-void CommImpl::run(const std::shared_ptr<Operation>& op) {
+void CommImpl::run(std::shared_ptr<Operation> op) {
   {
     std::unique_lock lock(mutex_);
     if (!queue_.empty() || driving_ || !broken_.empty()) {
@@ -88,7 +88,7 @@ void CommImpl::run(const std::shared_ptr<Operation>& op) {
   // Finished here without ever entering the queue or the recorder (record
   // 0) and without callbacks: no other thread has seen it, so make_op may
   // reuse it once the caller drops its reference.
-  if (op->record == 0 && !op->has_callbacks()) spare_op_ = op;
+  if (op->record == 0 && !op->has_callbacks()) spare_op_ = std::move(op);
 }
 
 void CommImpl::enqueue_running(const std::shared_ptr<Operation>& op) {
@@ -265,13 +265,16 @@ bool CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until, b
   Clock::time_point last_failure_look{};
   // The head is looked up under the lock only when it changes: only the
   // driving thread removes operations, so it stays the head until then.
-  std::shared_ptr<Operation> head;
-  if (unqueued) head = target;
+  // `held` keeps a queued head alive once the queue lets it go; an unqueued
+  // target is the caller's, who holds it (no reference counting per call).
+  std::shared_ptr<Operation> held;
+  Operation* head = unqueued ? target.get() : nullptr;
   while (true) {
     if (!head) {
       std::lock_guard lock(mutex_);
       if ((target && target->done) || queue_.empty()) return false;
-      head = queue_.front();
+      held = queue_.front();
+      head = held.get();
     }
     try {
       if (aborted_.load(std::memory_order_relaxed))
@@ -280,7 +283,7 @@ bool CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until, b
       if (!head->executor) start_op(*head);
       if (head->executor->advance()) {
         if (head->staged) stage_out(*head);
-        const bool was_target = head == target;
+        const bool was_target = head == target.get();
         {
           std::lock_guard lock(mutex_);
           head->done = true;
@@ -300,7 +303,8 @@ bool CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until, b
         // Outside the lock: a callback may start operations here.
         head->run_callbacks();
         if (was_target) return release;
-        head.reset();
+        head = nullptr;
+        held.reset();
         continue;
       }
       if (head->executor->moved()) {
@@ -329,7 +333,7 @@ bool CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until, b
       head->executor->park();
       if (unqueued) {
         unqueued = false;
-        enqueue_running(head);
+        enqueue_running(target);  // unqueued: head is the target
       }
       if (now >= head->deadline.at()) {
         recorder_.waiting(head->record, head->executor->describe_pending());
@@ -362,7 +366,7 @@ bool CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until, b
       sleep_for_news(std::chrono::duration_cast<std::chrono::microseconds>(nap));
     } catch (const Error& e) {
       if (e.code() == ErrorCode::internal) log_warn(e.what());
-      if (unqueued) enqueue_running(head);  // so fail_queue fails it, first
+      if (unqueued) enqueue_running(target);  // so fail_queue fails it, first
       fail_queue(std::current_exception());
       return false;
     }

@@ -75,7 +75,9 @@ std::shared_ptr<Operation> CommImpl::make_op(OpPlan::Key key, Buffers buffers, s
   } else {
     op = std::make_shared<Operation>();
   }
-  op->plan = cache ? plans_.front() : std::move(uncached);
+  // A reused operation mostly ran this very plan: no reference counting then.
+  if (!cache) op->plan = std::move(uncached);
+  else if (op->plan != plans_.front()) op->plan = plans_.front();
   op->device_input = device_input;
   op->device_output = device_output;
   op->buffers = buffers;
