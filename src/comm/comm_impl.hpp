@@ -104,7 +104,7 @@ class Operation {
 
   // Touched only by the driving thread.
   Executor* executor = nullptr;  // the plan's, while this operation runs
-  Clock::time_point started;
+  Clock::time_point started;  // its first pass that found nothing to do (drive), zero until then
   Deadline deadline = Deadline::never();
 
  private:

@@ -150,8 +150,9 @@ void CommImpl::start_op(Operation& op) {
     if (!plan.step_tags.empty()) plan.executor->set_step_tags(plan.step_tags);
   }
   op.executor = plan.executor.get();
-  op.started = coarse_now();
-  op.deadline = Deadline(op.started + settings_.timeout);
+  // The clock starts at the first pass that finds nothing to do (drive), so
+  // an operation that never waits reads no clock.
+  op.started = Clock::time_point{};
   // run() records its operation as started; an unqueued one has no entry yet.
   if (!op.recorded && op.record != 0) recorder_.started(op.record);
 }
@@ -318,6 +319,10 @@ bool CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until, b
         continue;
       }
       auto now = Clock::now();
+      if (head->started == Clock::time_point{}) {
+        head->started = now;
+        head->deadline = Deadline(now + settings_.timeout);
+      }
       if (!spinning) {
         spinning = true;
         spin_until = now + next_spin();
