@@ -71,6 +71,7 @@ Executor::Executor(const Schedule& schedule, Buffers buffers, std::span<Link* co
     deps_left_[i] = static_cast<std::uint32_t>(s.deps.size());
     for (auto d : s.deps) ++dependents_begin_[d + 1];
   }
+  first_deps_ = deps_left_;
   for (std::size_t i = 0; i < n; ++i) dependents_begin_[i + 1] += dependents_begin_[i];
   dependents_.resize(dependents_begin_[n]);
   std::vector<std::uint32_t> fill(dependents_begin_.begin(), dependents_begin_.end() - 1);
@@ -100,6 +101,12 @@ Executor::Executor(const Schedule& schedule, Buffers buffers, std::span<Link* co
     const std::size_t bytes = s.kind == StepKind::send ? s.src.bytes : s.dst.bytes;
     short_[i] = bytes <= link.short_message_bytes() && (s.kind != StepKind::recv_reduce || link.can_reduce());
   }
+  chain_ = n > 0;
+  for (std::size_t i = 0; i < n && chain_; ++i) {
+    const Step& s = schedule_.steps[i];
+    chain_ = (i == 0 ? s.deps.empty() : s.deps.size() == 1 && s.deps[0] == i - 1) && (s.peer < 0 || short_[i]);
+  }
+  in_chain_ = chain_ && buffers_.kind == MemKind::host;
 }
 
 void Executor::restart(Buffers buffers, std::uint32_t sequence) {
@@ -109,18 +116,76 @@ void Executor::restart(Buffers buffers, std::uint32_t sequence) {
   // The pool may have handed a larger block to another operation since.
   if (scratch_bytes_ > 0 || buffers_.kind != MemKind::host)
     scratch_ = pool_->take(scratch_bytes_, buffers_.kind, buffers_.device);
-  const auto n = schedule_.steps.size();
+  done_count_ = 0;
+  moved_ = false;
+  cursor_ = 0;
+  in_chain_ = chain_ && buffers_.kind == MemKind::host;
+  // A chain resets the general loop's state only if it hands over to it.
+  if (!in_chain_) reset_steps();
+}
+
+void Executor::reset_steps() {
   std::fill(state_.begin(), state_.end(), State::waiting);
-  for (std::size_t i = 0; i < n; ++i) deps_left_[i] = static_cast<std::uint32_t>(schedule_.steps[i].deps.size());
-  for (auto& r : requests_) r.reset();
+  std::copy(first_deps_.begin(), first_deps_.end(), deps_left_.begin());
+  // A finished run reset every request as it completed; only those still in
+  // flight (a failed run's) remain.
+  for (auto i : in_flight_) requests_[i].reset();
+  in_flight_.clear();
   for (auto& q : peers_) {
     q.next_send = q.next_recv = 0;
     q.polling = kNone;
   }
-  local_ready_ = first_ready_;
-  in_flight_.clear();
-  done_count_ = 0;
+  local_ready_.assign(first_ready_.begin(), first_ready_.end());
+}
+
+bool Executor::advance_chain() {
   moved_ = false;
+  const auto n = static_cast<std::uint32_t>(schedule_.steps.size());
+  while (cursor_ < n) {
+    const std::uint32_t i = cursor_;
+    const Step& s = schedule_.steps[i];
+    if (s.peer < 0) {
+      do_local(i);
+    } else if (s.kind == StepKind::send) {
+      bool sent;
+      try {
+        sent = links_[s.peer]->send_now(ConstMemView{read_ptr(s.src), s.src.bytes}, tag_of(i));
+      } catch (const Error&) {
+        explain(i, std::current_exception());
+      }
+      if (!sent) {  // the link queues sends, or its ring is full: the general loop posts it
+        leave_chain();
+        return advance();
+      }
+    } else if (!try_receive(i)) {
+      return false;  // polled again by the next advance()
+    }
+    ++cursor_;
+    ++done_count_;
+    moved_ = true;
+  }
+  return true;
+}
+
+void Executor::leave_chain() {
+  in_chain_ = false;
+  reset_steps();
+  const auto n = static_cast<std::uint32_t>(schedule_.steps.size());
+  for (std::uint32_t i = 0; i < cursor_; ++i) state_[i] = State::done;
+  local_ready_.clear();
+  if (cursor_ >= n) return;
+  deps_left_[cursor_] = 0;
+  const Step& s = schedule_.steps[cursor_];
+  if (s.peer < 0) local_ready_.push_back(cursor_);
+  for (auto& q : peers_) {
+    while (q.next_send < q.sends.size() && q.sends[q.next_send] < cursor_) ++q.next_send;
+    while (q.next_recv < q.recvs.size() && q.recvs[q.next_recv] < cursor_) ++q.next_recv;
+    if (q.peer == s.peer && s.kind != StepKind::send) {  // being polled: posted, as post() leaves a receive not there yet
+      ++q.next_recv;
+      q.polling = cursor_;
+      state_[cursor_] = State::polling;
+    }
+  }
 }
 
 void Executor::set_step_tags(std::vector<StepTag> tags) {
@@ -188,17 +253,20 @@ void Executor::post(std::uint32_t index) {
 }
 
 bool Executor::receive_now(std::uint32_t index) {
+  const bool done = try_receive(index);
+  if (done) finish(index);
+  return done;
+}
+
+bool Executor::try_receive(std::uint32_t index) {
   const Step& s = schedule_.steps[index];
   const bool reduce = s.kind == StepKind::recv_reduce;
-  bool done;
   try {
-    done = links_[s.peer]->recv_now(MemView{write_ptr(s.dst), s.dst.bytes}, reduce ? read_ptr(s.src) : nullptr,
+    return links_[s.peer]->recv_now(MemView{write_ptr(s.dst), s.dst.bytes}, reduce ? read_ptr(s.src) : nullptr,
                                     schedule_.type, schedule_.op, tag_of(index));
   } catch (const Error&) {
     explain(index, std::current_exception());
   }
-  if (done) finish(index);
-  return done;
 }
 
 void Executor::post_request(std::uint32_t index, const Tag& tag) {
@@ -226,6 +294,7 @@ void Executor::post_request(std::uint32_t index, const Tag& tag) {
 }
 
 void Executor::park() {
+  if (in_chain_) leave_chain();
   for (auto& q : peers_)
     if (q.polling != kNone) {
       post_request(q.polling, tag_of(q.polling));
@@ -234,6 +303,11 @@ void Executor::park() {
 }
 
 void Executor::run_local(std::uint32_t index) {
+  do_local(index);
+  finish(index);
+}
+
+void Executor::do_local(std::uint32_t index) {
   const Step& s = schedule_.steps[index];
   if (s.kind == StepKind::copy) {
     const std::byte* from = read_ptr(s.src);
@@ -252,7 +326,6 @@ void Executor::run_local(std::uint32_t index) {
   } else {
     BRAID_CHECK(false, "transfer step run locally");
   }
-  finish(index);
 }
 
 void Executor::combine(std::byte* dst, const std::byte* a, const std::byte* b, std::size_t bytes) {
@@ -340,6 +413,7 @@ void Executor::explain(std::uint32_t index, std::exception_ptr error) const {
 }
 
 bool Executor::advance() {
+  if (in_chain_) return advance_chain();
   moved_ = false;
   post_ready();
   if (finished()) return true;

@@ -97,6 +97,18 @@ class Executor {
   };
 
   void post_ready();
+  /// advance() for a chain (chain_): the steps one after another, each on
+  /// the link's short path, without the dependency bookkeeping.
+  bool advance_chain();
+  /// Hands a chain run over to the general loop: the steps before cursor_
+  /// done, a receive at cursor_ polled (as post() leaves one).
+  void leave_chain();
+  /// The state of a run at its first step (restart, and leave_chain).
+  void reset_steps();
+  /// A local step's work, without finish().
+  void do_local(std::uint32_t index);
+  /// Link::recv_now for receive step `index`, without finish().
+  bool try_receive(std::uint32_t index);
   // Rethrows a failed request's error; a TagMismatch is explained with both
   // sides' operation descriptors.
   [[noreturn]] void explain_failure(std::uint32_t index) const;
@@ -132,6 +144,7 @@ class Executor {
   std::vector<State> state_;
   std::vector<std::uint8_t> short_;  // per step: small enough for its link's short path (send_now, recv_now)
   std::vector<std::uint32_t> deps_left_;
+  std::vector<std::uint32_t> first_deps_;  // deps_left_ at the start
   std::vector<std::uint32_t> dependents_begin_;  // CSR adjacency of dependents
   std::vector<std::uint32_t> dependents_;
   std::vector<Request> requests_;
@@ -142,6 +155,13 @@ class Executor {
   std::size_t done_count_ = 0;
   bool moved_ = false;
   bool posted_done_ = false;  // a step finished when it was posted (short path)
+  // Every step depends on the one before it alone, and every transfer fits
+  // its link's short path (an 8-byte all-reduce on 2 ranks: send, then
+  // receive-and-reduce): run in order, as long as the short path takes each
+  // step, by advance_chain.
+  bool chain_ = false;
+  bool in_chain_ = false;        // this run is in advance_chain's hands
+  std::uint32_t cursor_ = 0;     // advance_chain: the next step
 };
 
 }  // namespace braid

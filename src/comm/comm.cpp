@@ -127,9 +127,9 @@ namespace {
 // Runs an operation to completion on the calling thread (or waits for the
 // thread that drives).
 // Inside a group, the operation is deferred to the group's end instead.
-void run(CommImpl& comm, const std::shared_ptr<Operation>& op) {
-  if (group_open()) group_defer(comm, op, true);
-  else comm.run(op);
+void run(CommImpl& comm, std::shared_ptr<Operation> op) {
+  if (group_open()) group_defer(comm, std::move(op), true);
+  else comm.run(std::move(op));
 }
 
 Work start(CommImpl& comm, std::shared_ptr<Operation> op);

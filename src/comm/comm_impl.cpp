@@ -464,9 +464,8 @@ OpDescriptor CommImpl::descriptor_of(OpDescriptor::Kind kind, DataType type, Red
 
 // ---- argument checks -------------------------------------------------------------
 
-void CommImpl::check_buffer(const void* p, std::size_t count, std::string_view op, std::string_view which) const {
-  if (count > 0 && p == nullptr)
-    throw InvalidArgument(cat("rank ", rank_, ": ", op, ": ", which, " buffer is null but count is ", count));
+void CommImpl::null_buffer(std::size_t count, std::string_view op, std::string_view which) const {
+  throw InvalidArgument(cat("rank ", rank_, ": ", op, ": ", which, " buffer is null but count is ", count));
 }
 
 void CommImpl::check_root(int root, std::string_view op) const {
@@ -485,14 +484,22 @@ std::size_t CommImpl::checked_bytes(std::size_t count, DataType type, std::size_
 // ---- collectives ------------------------------------------------------------------
 
 std::shared_ptr<Operation> CommImpl::all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
-  const std::size_t bytes = checked_bytes(count, type, 1, "all_reduce");
-  name_of(op);
+  RecentShape& recent = recent_all_reduce_;
+  if (!recent.valid || recent.count != count || recent.type != type || recent.op != op) {
+    recent.valid = false;
+    const std::size_t checked = checked_bytes(count, type, 1, "all_reduce");
+    name_of(op);
+    const std::string_view chosen = algorithm_for("all_reduce", checked);
+    recent = RecentShape{true, count, type, op, checked, chosen,
+                         descriptor_of(OpDescriptor::Kind::all_reduce, type, op, -1, count, chosen)};
+  }
+  const std::size_t bytes = recent.bytes;
+  const std::string_view algo = recent.algorithm;
   check_buffer(send, count, "all_reduce", "send");
   check_buffer(recv, count, "all_reduce", "recv");
   check_overlap(rank_, "all_reduce", send, bytes, recv, bytes, recv);
-  const std::string_view algo = algorithm_for("all_reduce", bytes);
   return make_op(
-      {.descriptor = descriptor_of(OpDescriptor::Kind::all_reduce, type, op, -1, count, algo)},
+      {.descriptor = recent.descriptor},
       Buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), bytes, bytes}, ++collective_sequence_,
       [&] {
         return build_schedule("all_reduce", algo, shape(count, type, op, 0));

@@ -96,10 +96,15 @@ class Operation {
   /// (after `done` is set), or at once by then() when it is done already.
   void add_callback(std::function<void(std::exception_ptr)> callback);
   void run_callbacks();
+  /// Back to a fresh operation, for make_op to reuse: only for one that
+  /// CommImpl::run finished unqueued (so no other thread ever saw it) and
+  /// that nobody holds any more.
+  void clear();
+  bool has_callbacks() const { return has_callbacks_.load(std::memory_order_relaxed); }
 
   // Touched only by the driving thread.
   Executor* executor = nullptr;  // the plan's, while this operation runs
-  Clock::time_point started;
+  Clock::time_point started;  // its first pass that found nothing to do (drive), zero until then
   Deadline deadline = Deadline::never();
 
  private:
@@ -166,7 +171,7 @@ class CommImpl {
   /// it (drive's `unqueued`), so a small collective pays no hand-off, no
   /// queue and no recorder entry; it is queued and recorded only if it has
   /// to wait beyond the first spin.
-  void run(const std::shared_ptr<Operation>& op);
+  void run(std::shared_ptr<Operation> op);
 
   /// Waits until every queued operation is done; throws the last one's
   /// error (an earlier failure fails every later operation).
@@ -266,9 +271,33 @@ class CommImpl {
   /// Plans of recent shapes, most recently used first.
   static constexpr std::size_t kPlanCache = 16;
   std::vector<std::shared_ptr<OpPlan>> plans_;
+  /// The last blocking operation that run() finished unqueued and without
+  /// error: the next make_op reuses it once its caller has let it go, so a
+  /// repeated small collective allocates nothing. Touched, as plans_, only by
+  /// the thread that issues operations (run() and make_op, never drive()),
+  /// and only handed out while use_count() is 1: every other holder (a queue,
+  /// a group, a Work) would have made it queued, which run() never keeps.
+  std::shared_ptr<Operation> spare_op_;
   CollectiveShape shape(std::size_t count, DataType type, ReduceOp op, int root) const;
   std::string_view algorithm_for(std::string_view collective, std::size_t bytes) const;
-  void check_buffer(const void* p, std::size_t count, std::string_view op, std::string_view which) const;
+  void check_buffer(const void* p, std::size_t count, std::string_view op, std::string_view which) const {
+    if (count > 0 && p == nullptr) [[unlikely]] null_buffer(count, op, which);
+  }
+  [[noreturn]] void null_buffer(std::size_t count, std::string_view op, std::string_view which) const;
+  /// What all_reduce derived from its last (count, type, operator): the
+  /// checked size, the plan's algorithm and the descriptor naming it. A call
+  /// of the same shape (the common case: a training loop's small all-reduce)
+  /// takes them from here instead of checking and looking them up again.
+  struct RecentShape {
+    bool valid = false;
+    std::size_t count = 0;
+    DataType type{};
+    ReduceOp op{};
+    std::size_t bytes = 0;
+    std::string_view algorithm;
+    OpDescriptor descriptor;
+  };
+  RecentShape recent_all_reduce_;
   void check_root(int root, std::string_view op) const;
   std::size_t checked_bytes(std::size_t count, DataType type, std::size_t blocks, std::string_view op) const;
   /// The bytes of `counts` at `displs` (elements, by rank; empty displs: packed
@@ -344,6 +373,7 @@ class CommImpl {
   std::condition_variable changed_;
   std::deque<std::shared_ptr<Operation>> queue_;
   bool driving_ = false;
+  int waiters_ = 0;  // threads in changed_.wait*, under mutex_ (drive's finish notifies only when some wait)
   std::atomic<bool> aborted_{false};
   std::size_t background_queued_ = 0;
   std::string broken_;  // why the communicator is unusable, if it is

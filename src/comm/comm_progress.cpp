@@ -34,6 +34,15 @@ void Operation::run_callbacks() {
   for (auto& callback : run) callback(error);
 }
 
+void Operation::clear() {
+  device_input = device_output = staged = false;
+  background = recorded = false;
+  record = 0;
+  done.store(false, std::memory_order_relaxed);
+  error = nullptr;
+  executor = nullptr;
+}
+
 void CommImpl::submit(const std::shared_ptr<Operation>& op, bool background) {
   op->background = background;
   std::unique_lock lock(mutex_);
@@ -56,7 +65,7 @@ void CommImpl::submit(const std::shared_ptr<Operation>& op, bool background) {
   }
 }
 
-void CommImpl::run(const std::shared_ptr<Operation>& op) {
+void CommImpl::run(std::shared_ptr<Operation> op) {
   {
     std::unique_lock lock(mutex_);
     if (!queue_.empty() || driving_ || !broken_.empty()) {
@@ -76,6 +85,10 @@ void CommImpl::run(const std::shared_ptr<Operation>& op) {
   }
   if (!op->done) wait(op, Deadline::never());
   if (op->error) std::rethrow_exception(op->error);
+  // Finished here without ever entering the queue or the recorder (record
+  // 0) and without callbacks: no other thread has seen it, so make_op may
+  // reuse it once the caller drops its reference.
+  if (op->record == 0 && !op->has_callbacks()) spare_op_ = std::move(op);
 }
 
 void CommImpl::enqueue_running(const std::shared_ptr<Operation>& op) {
@@ -104,8 +117,12 @@ bool CommImpl::wait(const std::shared_ptr<Operation>& op, Deadline until) {
     }
     // Another thread drives; it notifies whenever an operation finishes or it
     // stops driving.
-    if (until.at() == Clock::time_point::max()) changed_.wait(lock);
-    else if (changed_.wait_until(lock, until.at()) == std::cv_status::timeout && !op->done) break;
+    ++waiters_;
+    const bool timed_out = until.at() == Clock::time_point::max()
+                               ? (changed_.wait(lock), false)
+                               : changed_.wait_until(lock, until.at()) == std::cv_status::timeout;
+    --waiters_;
+    if (timed_out && !op->done) break;
   }
   if (!op->done) return false;
   if (op->error) std::rethrow_exception(op->error);
@@ -133,8 +150,9 @@ void CommImpl::start_op(Operation& op) {
     if (!plan.step_tags.empty()) plan.executor->set_step_tags(plan.step_tags);
   }
   op.executor = plan.executor.get();
-  op.started = coarse_now();
-  op.deadline = Deadline(op.started + settings_.timeout);
+  // The clock starts at the first pass that finds nothing to do (drive), so
+  // an operation that never waits reads no clock.
+  op.started = Clock::time_point{};
   // run() records its operation as started; an unqueued one has no entry yet.
   if (!op.recorded && op.record != 0) recorder_.started(op.record);
 }
@@ -248,13 +266,16 @@ bool CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until, b
   Clock::time_point last_failure_look{};
   // The head is looked up under the lock only when it changes: only the
   // driving thread removes operations, so it stays the head until then.
-  std::shared_ptr<Operation> head;
-  if (unqueued) head = target;
+  // `held` keeps a queued head alive once the queue lets it go; an unqueued
+  // target is the caller's, who holds it (no reference counting per call).
+  std::shared_ptr<Operation> held;
+  Operation* head = unqueued ? target.get() : nullptr;
   while (true) {
     if (!head) {
       std::lock_guard lock(mutex_);
       if ((target && target->done) || queue_.empty()) return false;
-      head = queue_.front();
+      held = queue_.front();
+      head = held.get();
     }
     try {
       if (aborted_.load(std::memory_order_relaxed))
@@ -263,7 +284,7 @@ bool CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until, b
       if (!head->executor) start_op(*head);
       if (head->executor->advance()) {
         if (head->staged) stage_out(*head);
-        const bool was_target = head == target;
+        const bool was_target = head == target.get();
         {
           std::lock_guard lock(mutex_);
           head->done = true;
@@ -277,12 +298,14 @@ bool CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until, b
             queue_.pop_front();
           }
           if (was_target && release) driving_ = false;
-          changed_.notify_all();
+          // Nobody waits on changed_ in the common case (one thread): no call.
+          if (waiters_ > 0) changed_.notify_all();
         }
         // Outside the lock: a callback may start operations here.
         head->run_callbacks();
         if (was_target) return release;
-        head.reset();
+        head = nullptr;
+        held.reset();
         continue;
       }
       if (head->executor->moved()) {
@@ -296,6 +319,10 @@ bool CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until, b
         continue;
       }
       auto now = Clock::now();
+      if (head->started == Clock::time_point{}) {
+        head->started = now;
+        head->deadline = Deadline(now + settings_.timeout);
+      }
       if (!spinning) {
         spinning = true;
         spin_until = now + next_spin();
@@ -311,7 +338,7 @@ bool CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until, b
       head->executor->park();
       if (unqueued) {
         unqueued = false;
-        enqueue_running(head);
+        enqueue_running(target);  // unqueued: head is the target
       }
       if (now >= head->deadline.at()) {
         recorder_.waiting(head->record, head->executor->describe_pending());
@@ -344,7 +371,7 @@ bool CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until, b
       sleep_for_news(std::chrono::duration_cast<std::chrono::microseconds>(nap));
     } catch (const Error& e) {
       if (e.code() == ErrorCode::internal) log_warn(e.what());
-      if (unqueued) enqueue_running(head);  // so fail_queue fails it, first
+      if (unqueued) enqueue_running(target);  // so fail_queue fails it, first
       fail_queue(std::current_exception());
       return false;
     }
@@ -395,7 +422,9 @@ void CommImpl::progress_loop(std::stop_token stop) {
   std::unique_lock lock(mutex_);
   while (!stop.stop_requested()) {
     if (background_queued_ == 0 || driving_) {
+      ++waiters_;
       changed_.wait(lock);
+      --waiters_;
       continue;
     }
     driving_ = true;
@@ -417,7 +446,9 @@ void CommImpl::abort() {
   // InterruptScope::kInterruptPoll while it connects, and fails the queue
   // (with Aborted, whatever it was doing). Wait for that, briefly; if nobody
   // drives, fail the queue here.
+  ++waiters_;
   changed_.wait_for(lock, kAbortWait, [&] { return !driving_ || !broken_.empty(); });
+  --waiters_;
   if (driving_ || !broken_.empty()) return;
   driving_ = true;
   lock.unlock();

@@ -68,8 +68,16 @@ std::shared_ptr<Operation> CommImpl::make_op(OpPlan::Key key, Buffers buffers, s
       plans_.insert(plans_.begin(), std::move(plan));
     }
   }
-  auto op = std::make_shared<Operation>();
-  op->plan = cache ? plans_.front() : std::move(uncached);
+  std::shared_ptr<Operation> op;
+  if (spare_op_ && spare_op_.use_count() == 1) {
+    op = std::move(spare_op_);
+    op->clear();
+  } else {
+    op = std::make_shared<Operation>();
+  }
+  // A reused operation mostly ran this very plan: no reference counting then.
+  if (!cache) op->plan = std::move(uncached);
+  else if (op->plan != plans_.front()) op->plan = plans_.front();
   op->device_input = device_input;
   op->device_output = device_output;
   op->buffers = buffers;

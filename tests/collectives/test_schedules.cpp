@@ -330,3 +330,87 @@ TEST_CASE("schedules use each tag once per peer and direction, and every send me
 
 }  // namespace
 }  // namespace braid::test
+
+namespace braid::test {
+namespace {
+
+// The 2-rank direct all-reduce of a few floats: send, then receive-and-reduce,
+// a chain on the short path (Executor::advance_chain).
+std::vector<Schedule> direct_pair(std::size_t count) {
+  static const std::vector<int> ring{0, 1};
+  std::vector<Schedule> out;
+  for (int r = 0; r < 2; ++r)
+    out.push_back(direct_all_reduce(CollectiveShape{.rank = r, .ranks = 2, .ring = ring, .count = count,
+                                                    .type = DataType::f32, .op = ReduceOp::sum}));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a chain on the short path hands over to the general loop before a sleep, and restarts", "[executor]") {
+  const std::size_t count = 2;
+  const auto schedules = direct_pair(count);
+  std::vector<float> in0{1, 2}, in1{10, 20}, out0(count), out1(count);
+  auto buffers = [&](std::vector<float>& in, std::vector<float>& out) {
+    return Buffers{reinterpret_cast<const std::byte*>(in.data()), reinterpret_cast<std::byte*>(out.data()),
+                   count * 4, count * 4};
+  };
+  MemoryFabric fabric(2, {.short_bytes = 64});
+  const auto links0 = fabric.links_of(0), links1 = fabric.links_of(1);
+  Executor e0(schedules[0], buffers(in0, out0), links0, 1);
+  Executor e1(schedules[1], buffers(in1, out1), links1, 1);
+  for (std::uint32_t sequence = 1; sequence <= 3; ++sequence) {
+    if (sequence > 1) {
+      e0.restart(buffers(in0, out0), sequence);
+      e1.restart(buffers(in1, out1), sequence);
+    }
+    std::fill(out0.begin(), out0.end(), 0.0f);
+    std::fill(out1.begin(), out1.end(), 0.0f);
+    CHECK_FALSE(e0.advance());  // sent; the peer's message is not there yet
+    e0.park();                  // about to sleep: the receive becomes a request
+    CHECK_THAT(e0.describe_pending(), Catch::Contains("from rank 1"));
+    CHECK(e1.advance());        // rank 0's message was there: done at once
+    int passes = 0;
+    while (!e0.advance()) REQUIRE(++passes < 100);
+    CHECK(out0 == std::vector<float>{11, 22});
+    CHECK(out1 == std::vector<float>{11, 22});
+  }
+}
+
+TEST_CASE("a chain whose send the link refuses goes on in the general loop", "[executor]") {
+  // A lazy link keeps earlier sends of 64 bytes queued (one delivered per
+  // progress), so it refuses the chain's send_now.
+  const std::size_t count = 2;
+  const auto schedules = direct_pair(count);
+  std::vector<std::byte> big(64 * 3, std::byte{7}), big_in(64 * 3);
+  Schedule send_big, recv_big;
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    send_big.add(Step{.kind = StepKind::send, .peer = 1, .src = {BufferId::input, 64 * i, 64}, .tag_index = i});
+    recv_big.add(Step{.kind = StepKind::recv, .peer = 0, .dst = {BufferId::output, 64 * i, 64}, .tag_index = i});
+  }
+  std::vector<float> in0{1, 2}, in1{10, 20}, out0(count), out1(count);
+  MemoryFabric fabric(2, {.sends = SendCompletion::lazy, .short_bytes = 16});
+  const auto links0 = fabric.links_of(0), links1 = fabric.links_of(1);
+  Executor big0(send_big, Buffers{big.data(), nullptr, big.size(), 0}, links0, 1);
+  Executor big1(recv_big, Buffers{nullptr, big_in.data(), 0, big_in.size()}, links1, 1);
+  CHECK_FALSE(big0.advance());
+  Executor e0(schedules[0], Buffers{reinterpret_cast<const std::byte*>(in0.data()),
+                                    reinterpret_cast<std::byte*>(out0.data()), count * 4, count * 4}, links0, 2);
+  Executor e1(schedules[1], Buffers{reinterpret_cast<const std::byte*>(in1.data()),
+                                    reinterpret_cast<std::byte*>(out1.data()), count * 4, count * 4}, links1, 2);
+  CHECK_FALSE(e0.advance());
+  CHECK_THAT(e0.describe_pending(), Catch::Contains("send to rank 1"));
+  bool done[4] = {false, false, false, false};
+  for (int passes = 0; !(done[0] && done[1] && done[2] && done[3]); ++passes) {
+    REQUIRE(passes < 1000);
+    if (!done[0]) done[0] = big0.advance();
+    if (!done[1]) done[1] = big1.advance();
+    if (!done[2]) done[2] = e0.advance();
+    if (!done[3] && done[1]) done[3] = e1.advance();
+  }
+  CHECK(big_in == big);
+  CHECK(out0 == std::vector<float>{11, 22});
+  CHECK(out1 == std::vector<float>{11, 22});
+}
+
+}  // namespace braid::test

@@ -127,6 +127,7 @@ ShmRing::ShmRing(std::span<std::byte> region, std::string description, bool prod
     throw ProtocolMismatch(cat(description_, ": the ring's geometry (", geometry_.slot_count, " x ",
                                geometry_.slot_bytes, " bytes) does not fit its region of ", region.size(), " bytes"));
   slots_ = region.data() + control_bytes(geometry_.slot_count);
+  if ((geometry_.slot_count & (geometry_.slot_count - 1)) == 0) slot_mask_ = geometry_.slot_count - 1;
   DoorbellWord* consumer_word = &control_->consumer_bell;
   DoorbellWord* producer_word = &control_->producer_bell;
   own_bell_ = Doorbell(own ? own : (producer ? producer_word : consumer_word));
@@ -139,11 +140,11 @@ const std::byte* ShmRing::chunk_of(const SlotHeader& slot, std::uint64_t index) 
 
 ShmRing::SlotHeader& ShmRing::slot_header(std::uint64_t index) const {
   auto* headers = reinterpret_cast<SlotHeader*>(reinterpret_cast<std::byte*>(control_) + sizeof(Control));
-  return headers[index % geometry_.slot_count];
+  return headers[slot_of(index)];
 }
 
 std::byte* ShmRing::slot_data(std::uint64_t index) const {
-  return slots_ + (index % geometry_.slot_count) * geometry_.slot_bytes;
+  return slots_ + slot_of(index) * geometry_.slot_bytes;
 }
 
 void ShmRing::close() {

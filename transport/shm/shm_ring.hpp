@@ -149,12 +149,17 @@ class ShmRing {
   ShmRing(std::span<std::byte> region, std::string description, bool producer, DoorbellWord* own, DoorbellWord* peer);
   SlotHeader& slot_header(std::uint64_t index) const;
   std::byte* slot_data(std::uint64_t index) const;
+  /// index modulo the slot count: a mask when the count is a power of two
+  /// (the default 8), as a 64-bit division on every poll of a small message
+  /// cost more than the rest of the poll.
+  std::uint64_t slot_of(std::uint64_t index) const { return slot_mask_ ? index & slot_mask_ : index % geometry_.slot_count; }
   /// Where the chunk of `slot` (slot index `index`) is: inline or in its payload slot.
   const std::byte* chunk_of(const SlotHeader& slot, std::uint64_t index) const;
 
   Control* control_;
   std::byte* slots_;
   RingGeometry geometry_;
+  std::uint64_t slot_mask_ = 0;  // slot count - 1 when a power of two, else 0
   std::string description_;  // "shm ring /braid-...: to rank 1", for errors
   bool producer_;
   Doorbell own_bell_;
