@@ -196,6 +196,11 @@ class Link {
   /// blocking; nullopt otherwise. Lets a rank that waits for another peer (a
   /// connection being made) learn at once that this one gave up.
   virtual std::optional<std::string> departed() { return std::nullopt; }
+  /// On an idle link: the tag of the peer's next message if it arrived
+  /// and no receive took it, read without taking it (nullopt if none, or if
+  /// the link cannot tell: the default). Lets a rank that waits for another
+  /// peer to connect see that a linked peer already runs another operation.
+  virtual std::optional<Tag> waiting_tag() { return std::nullopt; }
   /// True while the peer has not made its side of this link yet (shm: it has
   /// not opened the pair's segment), so it could not tell this rank through
   /// the link that it gave up; the engine then looks for its notice in the

@@ -321,7 +321,7 @@ void CommImpl::start(std::vector<RankInfo> infos, Addresses addresses, std::opti
   std::call_once(gpu_said, [] { log_info("gpu: ", device::status()); });
 }
 
-void CommImpl::connect_peers(const std::vector<int>& peers) {
+void CommImpl::connect_peers(const std::vector<int>& peers, const Operation* starting) {
   // Every rank connects its kinds in the order of kinds_, so two ranks never
   // wait on each other in different transports.
   for (std::size_t k = 0; k < kinds_.size(); ++k) {
@@ -331,11 +331,11 @@ void CommImpl::connect_peers(const std::vector<int>& peers) {
       if (std::any_of(wanted.begin(), wanted.end(), [&](const auto& w) { return w.info->rank == p; })) continue;
       wanted.push_back({&infos_[p], addresses_[k][p]});
     }
-    if (!wanted.empty()) connect_with(*transports_[k], wanted);
+    if (!wanted.empty()) connect_with(*transports_[k], wanted, starting);
   }
 }
 
-void CommImpl::connect_with(Transport& transport, std::span<const PeerRef> wanted) {
+void CommImpl::connect_with(Transport& transport, std::span<const PeerRef> wanted, const Operation* starting) {
   Clock::time_point next_look{};
   auto watch = [&](int peer, bool urgent) {
     if (aborted_.load(std::memory_order_relaxed))
@@ -347,6 +347,7 @@ void CommImpl::connect_with(Transport& transport, std::span<const PeerRef> wante
       if (link)
         if (auto why = link->departed())
           throw PeerLost(cat("rank ", rank_, ": while connecting to rank ", peer, ", learnt that ", *why));
+    if (starting != nullptr) check_arrived(*starting);
     auto now = Clock::now();
     if (!urgent && now < next_look) return;
     next_look = now + kFailureLook;
@@ -358,6 +359,23 @@ void CommImpl::connect_with(Transport& transport, std::span<const PeerRef> wante
     link->attach(poller_);
     link_ptrs_[p] = link.get();
     links_[p] = std::move(link);
+  }
+}
+
+void CommImpl::check_arrived(const Operation& op) {
+  const OpPlan& plan = *op.plan;
+  if (!plan.step_tags.empty()) return;  // a group's steps carry tags of their own
+  const OpDescriptor& mine = plan.schedule.descriptor;
+  const auto context = mine.encode();
+  for (const auto& link : links_) {
+    if (!link) continue;
+    std::optional<Tag> tag = link->waiting_tag();
+    if (!tag || static_cast<std::uint32_t>(tag->id >> 32) != op.sequence || tag->context == context) continue;
+    const std::uint32_t number = op.sequence & 0x7fffffffu;
+    throw ProtocolMismatch(cat("rank ", rank_, ": ", link->describe_peer(), " called ",
+                               OpDescriptor::decode(tag->context).describe(), " as op #", number,
+                               " while this rank called ", mine.describe(), " as op #", number,
+                               ": every rank must call the same collectives in the same order"));
   }
 }
 

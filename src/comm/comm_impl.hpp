@@ -247,8 +247,16 @@ class CommImpl {
   /// Everything after the addresses are known: plan (`plan` when given, from
   /// a topology file; else made from `infos`), spin policy, ring links.
   void start(std::vector<RankInfo> infos, Addresses addresses, std::optional<Plan> plan = std::nullopt);
-  void connect_peers(const std::vector<int>& peers);
-  void connect_with(Transport& transport, std::span<const PeerRef> wanted);
+  /// Links to `peers`, made now. `starting`: the operation that needs them,
+  /// whose mismatch with a message a linked peer already sent ends the wait
+  /// (check_arrived).
+  void connect_peers(const std::vector<int>& peers, const Operation* starting = nullptr);
+  void connect_with(Transport& transport, std::span<const PeerRef> wanted, const Operation* starting);
+  /// Throws ProtocolMismatch, naming both collectives, if a linked peer's
+  /// waiting message belongs to `op`'s sequence number but another
+  /// collective: that peer will never make the link `op` waits for (its
+  /// operation does not need it), so the wait would end only at the timeout.
+  void check_arrived(const Operation& op);
   /// The index in kinds_ of the transport the plan picks for ranks a and b.
   int kind_between(int a, int b) const;
   /// "shm (8 x 256 KiB slots per direction) between all ranks", or per kind

@@ -136,7 +136,7 @@ bool CommImpl::test(const std::shared_ptr<Operation>& op) {
 void CommImpl::start_op(Operation& op) {
   OpPlan& plan = *op.plan;
   if (std::any_of(plan.peers.begin(), plan.peers.end(), [&](int p) { return link_ptrs_[p] == nullptr; }))
-    connect_peers(plan.peers);
+    connect_peers(plan.peers, &op);
   // The plan's executor serves each of its operations in turn (they run one
   // at a time); a link made since it was built does not change it, as it
   // needed every link of the plan's peers.

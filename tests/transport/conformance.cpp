@@ -385,6 +385,40 @@ TEST_CASE("conformance: a tag or size mismatch fails and leaves the buffer untou
   }
 }
 
+TEST_CASE("conformance: the tag of a waiting message is read without taking it") {
+  // CommImpl::check_arrived reads it while it waits for another peer to
+  // connect (a peer that runs another collective never will). tcp and shm
+  // must tell; another transport may say it cannot (nullopt), never a wrong tag.
+  const bool must_tell = transport_name() == "tcp" || transport_name() == "shm";
+  run_pair([must_tell](Side& s) {
+    std::vector<std::byte> out = pattern(4096, 5);
+    if (s.rank == 1) {
+      std::vector<Request> r = {s.link->send(ConstMemView{out.data(), out.size()}, tag_of(5, 3))};
+      child_require(drive(s, r), "the message went");
+      std::uint8_t done = 0;
+      std::vector<Request> a = {s.link->recv(MemView{reinterpret_cast<std::byte*>(&done), 1}, tag_of(5, 4))};
+      drive(s, a, Millis(10000));
+      return;
+    }
+    std::optional<Tag> seen;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!(seen = s.link->waiting_tag()) && must_tell && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (must_tell) child_require(seen.has_value(), "the waiting message's tag was read");
+    if (seen) child_require(*seen == tag_of(5, 3), cat("the tag read is the message's: ", describe_tag(*seen)));
+    // Reading it took nothing: the message arrives whole, and then none waits.
+    std::vector<std::byte> in(4096, std::byte{0});
+    std::vector<Request> r = {s.link->recv(MemView{in.data(), in.size()}, tag_of(5, 3))};
+    child_require(drive(s, r), "the message arrived after its tag was read");
+    require_ok(r);
+    child_require(in == out, "the message is intact");
+    child_require(!s.link->waiting_tag(), "no message waits once it was received");
+    std::uint8_t done = 1;
+    std::vector<Request> a = {s.link->send(ConstMemView{reinterpret_cast<std::byte*>(&done), 1}, tag_of(5, 4))};
+    child_require(drive(s, a), "the all-done message went");
+  });
+}
+
 TEST_CASE("conformance: an unanswered receive stays pending without hanging, then completes") {
   run_pair([](Side& s) {
     std::uint64_t value = 0;

@@ -44,6 +44,7 @@ class CudaIpcLink final : public Link {
   void attach(Poller& poller) override { shm_->attach(poller); }
   void abort(std::string_view reason) override { shm_->abort(reason); }
   std::optional<std::string> departed() override { return shm_->departed(); }
+  std::optional<Tag> waiting_tag() override { return shm_->waiting_tag(); }
   bool one_sided() override { return shm_->one_sided(); }
   bool busy() const override { return shm_->busy() || !sends_.empty() || !recvs_.empty(); }
 

@@ -243,6 +243,13 @@ bool ShmRingReceiver::has_data() {
   return atomic(slot_header(tail_).seq).load(std::memory_order_seq_cst) == tail_ + 1;
 }
 
+std::optional<Tag> ShmRingReceiver::waiting_tag() {
+  if (!has_data()) return std::nullopt;
+  const SlotHeader& slot = slot_header(tail_);
+  if (slot.offset != 0) return std::nullopt;
+  return slot.message.as_tag();
+}
+
 void ShmRingReceiver::check_slot(const SlotHeader& slot, const IncomingMessage& m) const {
   check_match(slot.message, m.tag, m.dst.bytes, [&] { return cat(description_, ": received"); });
   if (slot.offset != m.received || slot.chunk_bytes > geometry_.slot_bytes ||

@@ -217,6 +217,9 @@ class ShmRingReceiver : public ShmRing {
   bool pop_small(MemView dst, const std::byte* local, DataType type, ReduceOp op, const Tag& tag);
   /// True if a published slot waits.
   bool has_data();
+  /// The tag of the message whose first chunk waits at the tail, if one
+  /// does (nullopt while none, or midway through a message).
+  std::optional<Tag> waiting_tag();
   bool arm();
   bool wait(std::chrono::microseconds timeout);
   /// Spins for `spin`, then sleeps, until a slot arrives; false at the timeout.

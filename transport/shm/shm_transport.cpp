@@ -297,6 +297,11 @@ class ShmLink final : public Link {
     return std::nullopt;
   }
 
+  std::optional<Tag> waiting_tag() override {
+    if (busy() || broken_) return std::nullopt;
+    return receiver_.waiting_tag();
+  }
+
   bool one_sided() override {
     if (!peer_opened_) peer_opened_ = segment_->attached() > 0;
     return !peer_opened_;

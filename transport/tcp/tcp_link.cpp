@@ -360,6 +360,19 @@ std::optional<std::string> TcpLink::departed() {
   return std::nullopt;
 }
 
+std::optional<Tag> TcpLink::waiting_tag() {
+  if (busy() || broken_) return std::nullopt;
+  // Idle, so no frame is half-read: the next inbound bytes are a header.
+  for (auto& s : streams_) {
+    if (s.socket.tls() != nullptr) return std::nullopt;
+    FrameHeader header{};
+    if (::recv(s.fd(), &header, kHeaderBytes, MSG_PEEK | MSG_DONTWAIT) == static_cast<ssize_t>(kHeaderBytes) &&
+        header.tag != kAbortTag)
+      return header.as_tag();
+  }
+  return std::nullopt;
+}
+
 std::string TcpLink::peer_notice(Stream& s) {
   // Only in clear, and only when no received frame is half-read, can the
   // next inbound bytes be a notice rather than the middle of something else.

@@ -74,6 +74,7 @@ class TcpLink final : public Link {
   void attach(Poller& poller) override;
   void abort(std::string_view reason) override;
   std::optional<std::string> departed() override;
+  std::optional<Tag> waiting_tag() override;
   std::string describe_peer() const override { return peer_name_; }
 
  private:
