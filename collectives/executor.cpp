@@ -388,6 +388,13 @@ void Executor::post_ready() {
 
 void Executor::explain_failure(std::uint32_t index) const { explain(index, requests_[index]->error()); }
 
+void throw_other_collective(std::string_view peer, const OpDescriptor& theirs, std::uint32_t their_op,
+                            const OpDescriptor& mine, std::uint32_t my_op) {
+  throw ProtocolMismatch(cat(peer, " called ", theirs.describe(), " as op #", their_op, " while this rank called ",
+                             mine.describe(), " as op #", my_op,
+                             ": every rank must call the same collectives in the same order"));
+}
+
 void Executor::explain(std::uint32_t index, std::exception_ptr error) const {
   try {
     if (error) std::rethrow_exception(error);
@@ -398,10 +405,7 @@ void Executor::explain(std::uint32_t index, std::exception_ptr error) const {
     const std::uint32_t my_sequence = step_tags_.empty() ? sequence_ : step_tags_[index].sequence;
     std::uint32_t my_op = my_sequence & 0x7fffffffu, their_op = static_cast<std::uint32_t>(m.received.id >> 32) & 0x7fffffffu;
     std::string peer = cat("rank ", self_rank_, ": ", links_[s.peer]->describe_peer());
-    if (m.received.context != m.expected.context)
-      throw ProtocolMismatch(cat(peer, " called ", theirs.describe(), " as op #", their_op, " while this rank called ",
-                                 mine.describe(), " as op #", my_op,
-                                 ": every rank must call the same collectives in the same order"));
+    if (m.received.context != m.expected.context) throw_other_collective(peer, theirs, their_op, mine, my_op);
     if ((m.received.id >> 32) != (m.expected.id >> 32))
       throw ProtocolMismatch(cat(peer, " is at op #", their_op, " while this rank is at op #", my_op, " (",
                                  mine.describe(),

@@ -11,12 +11,21 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "collectives/schedule.hpp"
 #include "transport/transport.hpp"
 
 namespace braid {
+
+/// Throws the ProtocolMismatch of a peer that runs another collective:
+/// "<peer> called <theirs> as op #<their_op> while this rank called <mine>
+/// as op #<my_op>: every rank must call ...". For the executor (a message
+/// that does not match its step) and the comm layer (one already waiting
+/// while a link is being made).
+[[noreturn]] void throw_other_collective(std::string_view peer, const OpDescriptor& theirs, std::uint32_t their_op,
+                                         const OpDescriptor& mine, std::uint32_t my_op);
 
 struct Buffers {
   const std::byte* input = nullptr;

@@ -372,10 +372,8 @@ void CommImpl::check_arrived(const Operation& op) {
     std::optional<Tag> tag = link->waiting_tag();
     if (!tag || static_cast<std::uint32_t>(tag->id >> 32) != op.sequence || tag->context == context) continue;
     const std::uint32_t number = op.sequence & 0x7fffffffu;
-    throw ProtocolMismatch(cat("rank ", rank_, ": ", link->describe_peer(), " called ",
-                               OpDescriptor::decode(tag->context).describe(), " as op #", number,
-                               " while this rank called ", mine.describe(), " as op #", number,
-                               ": every rank must call the same collectives in the same order"));
+    throw_other_collective(cat("rank ", rank_, ": ", link->describe_peer()), OpDescriptor::decode(tag->context), number,
+                           mine, number);
   }
 }
 
