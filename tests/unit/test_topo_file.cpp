@@ -25,6 +25,7 @@ namespace {
 
 using testing::crossings;
 using testing::host_id_of;
+using testing::ranks_on;
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
@@ -41,16 +42,8 @@ std::string topology_xml(const std::string& name) {
 // Rank r on host hosts[r], bound to the CPUs cpus[r] ("" for none).
 TopoFile job(const std::vector<int>& hosts, const std::vector<std::string>& cpus) {
   TopoFile f;
-  for (std::size_t r = 0; r < hosts.size(); ++r) {
-    RankInfo info;
-    info.rank = static_cast<int>(r);
-    info.hostname = cat("node-", hosts[r]);
-    info.host_id = host_id_of(hosts[r]);
-    info.kernel_id = info.host_id;
-    info.pid = 4000 + static_cast<int>(r);
-    info.cpus = parse_cpu_list(cpus.empty() ? "" : cpus[r], "test");
-    f.ranks.push_back(info);
-  }
+  f.ranks = ranks_on(hosts, "node-", 4000);
+  for (std::size_t r = 0; r < hosts.size(); ++r) f.ranks[r].cpus = parse_cpu_list(cpus.empty() ? "" : cpus[r], "test");
   return f;
 }
 
