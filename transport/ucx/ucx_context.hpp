@@ -105,6 +105,10 @@ class UcxContext {
   bool progress_locked();
   /// Takes an unfinished operation of a link that is going away.
   void adopt(std::unique_ptr<UcxOp> op) { orphans_.push_back(std::move(op)); }
+  /// Keeps the inbox of an endpoint left open because its peer is gone: the
+  /// worker destroys that endpoint when it goes, and its error handler may
+  /// still run until then (mutex held).
+  void abandon(std::shared_ptr<UcxInbox> inbox) { abandoned_.push_back(std::move(inbox)); }
 
   /// The sleep protocol (mutex held for arm): false when news is waiting.
   bool arm_locked();
@@ -128,6 +132,7 @@ class UcxContext {
   std::mutex mutex_;
   std::map<Key, std::shared_ptr<UcxInbox>> inboxes_;
   std::vector<std::unique_ptr<UcxOp>> orphans_;
+  std::vector<std::shared_ptr<UcxInbox>> abandoned_;
 };
 
 /// The active-message id of braid's messages.

@@ -465,21 +465,25 @@ class UcxLink final : public Link {
       return;
     }
     const bool reachable = inbox_->endpoint_status == UCS_OK && peer_process_alive();
+    if (!reachable && err_mode_ != UCP_ERR_HANDLING_MODE_PEER) {
+      // Without the peer-failure mode, UCX refuses to force an endpoint shut
+      // and logs its flush failing at ERROR level once the peer is gone (at
+      // the end of most jobs, where a peer exits first): it stays open for
+      // the worker to destroy when it goes.
+      context_->abandon(inbox_);
+      ep_ = nullptr;
+      context_->drop_inbox(comm_id_, self_, peer_);
+      return;
+    }
     auto op = std::make_unique<UcxOp>();
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = reachable || err_mode_ != UCP_ERR_HANDLING_MODE_PEER ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+    param.flags = reachable ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
     param.cb.send = &on_send_done;
     param.user_data = op.get();
     take_result(*op, ucp_ep_close_nbx(ep_, &param));
     ep_ = nullptr;
-    // A gone peer's endpoint without the peer-failure mode cannot be forced
-    // shut; its flush may never end, so it is left to UCX at once.
-    const bool hopeless = !reachable && err_mode_ != UCP_ERR_HANDLING_MODE_PEER;
-    const auto bound = hopeless  ? std::chrono::milliseconds(0)
-                       : broken_ ? std::chrono::milliseconds(1000)
-                                 : std::chrono::milliseconds(10000);
-    const Deadline deadline = Deadline::after(std::min(timeout_, bound));
+    const Deadline deadline = Deadline::after(std::min(timeout_, std::chrono::milliseconds(broken_ ? 1000 : 10000)));
     while (!op->done && !deadline.expired()) {
       if (context_->progress_locked()) continue;
       if (context_->arm_locked()) {
@@ -489,7 +493,7 @@ class UcxLink final : public Link {
       }
     }
     if (!op->done) {
-      if (!hopeless) log_warn("rank ", self_, ": ucx: the endpoint to ", peer_name_, " did not close in time; left to UCX");
+      log_warn("rank ", self_, ": ucx: the endpoint to ", peer_name_, " did not close in time; left to UCX");
       // The error handler may still run: the inbox stays with the close.
       op->keep = inbox_;
       context_->adopt(std::move(op));
