@@ -6,8 +6,9 @@
 
 Each round runs, for every rank count, `braid-run -n N braid-perf all_reduce
 -b MIN -e MAX --algo X` once per algorithm and once with no --algo (auto), in
-an order that rotates from round to round, so that the machine's drift (other
-jobs on this shared machine) falls on every variant alike; the sweep runs in
+an order that changes from round to round (each variant at another place,
+after another one), so that the machine's drift (other jobs on this shared
+machine) falls on every variant alike; the sweep runs in
 bands of sizes (--bands: 8 B-64 KiB, 128 KiB-2 MiB, 4 MiB-64 MiB), every
 variant finishing a band before the next band starts, so that the variants
 of one size run seconds apart rather than minutes. Sizes up to
@@ -122,9 +123,20 @@ def main():
             if r < args.rounds or band[1] <= small_max:
                 passes.append((r, band))
     rounds_of = max(args.rounds, args.small_rounds)
+    # The order of the variants in a round: a Williams design (0, 1, n-1, 2,
+    # n-2, ...) shifted by the round, so that over the rounds each variant
+    # runs after a different one and at a different place. A plain rotation
+    # kept the neighbours: auto always ran right after rabenseifner, the ring
+    # right after the tree, and whatever one launch leaves behind for the
+    # next (its exit unmapping a 64 MiB job's buffers, the shared-memory files
+    # it unlinks) fell on the same variant every round.
+    k = len(variants)
+    williams = [0]
+    for j in range(1, k):
+        williams.append((j + 1) // 2 if j % 2 else k - j // 2)
     for r, (first, last) in passes:
         for n in args.ranks:
-            order = variants[r % len(variants):] + variants[:r % len(variants)]
+            order = [variants[(i + r) % len(variants)] for i in williams]
             for v in order:
                 print(f"round {r + 1}/{rounds_of} ({first}-{last} B): {n} ranks, {v}", file=sys.stderr, flush=True)
                 for size, (us, algo) in run_once(build, n, v, str(first), str(last), args.iters, args.warmup,

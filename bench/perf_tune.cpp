@@ -51,41 +51,54 @@ TuneSample coefficients(CostFunction cost, CostInputs inputs) {
     return cost(inputs);
   };
   // A bandwidth of 1e-3 GB/s is 1 us per byte: the coefficient of b (us/B).
-  return TuneSample{with({1, kFree, kFree}), with({0, 1e-3, kFree}), with({0, kFree, 1e-3}), 0};
+  // Less the cost with every term free, so that a term the call does not
+  // pay (the cache's, when no cache is known) is exactly 0.
+  const double none = with({0, kFree, kFree, kFree, kFree});
+  TuneSample s{with({1, kFree, kFree, kFree, kFree}) - none, with({0, 1e-3, kFree, kFree, kFree}) - none,
+               with({0, kFree, 1e-3, kFree, kFree}) - none, 0};
+  s.cached_bytes = with({0, kFree, kFree, 1e-3, kFree}) - none;
+  s.cached_reduced = with({0, kFree, kFree, kFree, 1e-3}) - none;
+  return s;
 }
 
 bool linear(CostFunction cost, CostInputs inputs) {
   const TuneSample c = coefficients(cost, inputs);
-  for (const LinkParams& l : {LinkParams{3, 2, 5}, LinkParams{0.5, 7, 1.5}}) {
+  for (const LinkParams& l : {LinkParams{3, 2, 5, 9, 11}, LinkParams{0.5, 7, 1.5, 13, 4}}) {
     inputs.intra = inputs.inter = l;
-    const double sum = c.messages * l.latency_us + c.bytes * l.transfer_us(1) + c.reduced * l.reduce_us(1);
+    const double sum = c.messages * l.latency_us + c.bytes * l.transfer_us(1) + c.reduced * l.reduce_us(1) +
+                       c.cached_bytes / (l.cache_bandwidth_gbps * 1e3) + c.cached_reduced / (l.cache_reduce_gbps * 1e3);
     if (std::abs(cost(inputs) - sum) > 1e-9 * std::max(1.0, sum)) return false;
   }
   return true;
 }
 
 LinkParams fit_link_params(std::span<const TuneSample> samples) {
-  // Every subset of the three parameters, fitted by the normal equations of
+  // Every subset of the five parameters, fitted by the normal equations of
   // the relative error; the best fit whose parameters are all >= 0 wins.
+  constexpr std::size_t kParams = 5;
+  auto row_of = [](const TuneSample& s) {
+    return std::array<double, kParams>{s.messages, s.bytes, s.reduced, s.cached_bytes, s.cached_reduced};
+  };
   double best_error = std::numeric_limits<double>::infinity();
-  std::array<double, 3> best{0, 0, 0};
-  for (unsigned mask = 1; mask < 8; ++mask) {
-    std::array<std::size_t, 3> index{};
+  std::array<double, kParams> best{};
+  for (unsigned mask = 1; mask < (1u << kParams); ++mask) {
+    std::array<std::size_t, kParams> index{};
     std::size_t k = 0;
-    for (std::size_t j = 0; j < 3; ++j)
+    for (std::size_t j = 0; j < kParams; ++j)
       if (mask & (1u << j)) index[k++] = j;
-    std::array<std::array<double, 3>, 3> a{};
-    std::array<double, 3> b{}, x{};
+    std::array<std::array<double, kParams>, kParams> a{};
+    std::array<double, kParams> b{}, x{};
     for (const auto& s : samples) {
       if (!(s.measured_us > 0)) continue;
-      const std::array<double, 3> row{s.messages / s.measured_us, s.bytes / s.measured_us, s.reduced / s.measured_us};
+      std::array<double, kParams> row = row_of(s);
+      for (double& v : row) v /= s.measured_us;
       for (std::size_t i = 0; i < k; ++i) {
         b[i] += row[index[i]];
         for (std::size_t j = 0; j < k; ++j) a[i][j] += row[index[i]] * row[index[j]];
       }
     }
     if (!solve(a, b, k, x)) continue;
-    std::array<double, 3> full{0, 0, 0};
+    std::array<double, kParams> full{};
     bool feasible = true;
     for (std::size_t i = 0; i < k; ++i) {
       full[index[i]] = x[i];
@@ -95,7 +108,9 @@ LinkParams fit_link_params(std::span<const TuneSample> samples) {
     double error = 0;
     for (const auto& s : samples) {
       if (!(s.measured_us > 0)) continue;
-      const double predicted = full[0] * s.messages + full[1] * s.bytes + full[2] * s.reduced;
+      const std::array<double, kParams> row = row_of(s);
+      double predicted = 0;
+      for (std::size_t j = 0; j < kParams; ++j) predicted += full[j] * row[j];
       error += std::pow(predicted / s.measured_us - 1, 2);
     }
     if (error < best_error) {
@@ -104,7 +119,13 @@ LinkParams fit_link_params(std::span<const TuneSample> samples) {
     }
   }
   auto bandwidth = [](double us_per_byte) { return us_per_byte > 1e-12 ? 1.0 / (us_per_byte * 1e3) : 1000.0; };
-  return LinkParams{best[0], bandwidth(best[1]), bandwidth(best[2])};
+  // Cache rates that no sample's bytes touched: none (as from memory).
+  auto seen = [&](double TuneSample::*field) {
+    return std::any_of(samples.begin(), samples.end(), [&](const TuneSample& s) { return s.*field > 0; });
+  };
+  return LinkParams{best[0], bandwidth(best[1]), bandwidth(best[2]),
+                    seen(&TuneSample::cached_bytes) ? bandwidth(best[3]) : 0,
+                    seen(&TuneSample::cached_reduced) ? bandwidth(best[4]) : 0};
 }
 
 int tune(Comm& comm, const Plan& plan, const std::string& machine, const Options& o) {
@@ -123,7 +144,9 @@ int tune(Comm& comm, const Plan& plan, const std::string& machine, const Options
     if (a.collective == "all_reduce" && a.cost != nullptr && plan.predict_us("all_reduce", a.name, 1 << 20))
       algorithms.push_back({a.name, a.cost});
   std::vector<std::size_t> sizes;
-  for (std::size_t s : {8, 512, 8 << 10, 64 << 10, 512 << 10, 4 << 20, 32 << 20})
+  // Sizes whose working set fits in the cache and sizes far beyond it, for
+  // the two sets of rates.
+  for (std::size_t s : {8, 512, 4 << 10, 16 << 10, 64 << 10, 512 << 10, 4 << 20, 32 << 20})
     if (s <= std::max<std::size_t>(o.max_bytes, 8)) sizes.push_back(s);
   std::vector<float> in(sizes.back() / sizeof(float) + 1, 1.0f), out(in.size());
   if (rank == 0)
@@ -189,10 +212,13 @@ int tune(Comm& comm, const Plan& plan, const std::string& machine, const Options
     std::printf("  %-13s %10zu %12.2f %12.2f %12.2f%s\n", std::string(m.algorithm).c_str(), m.inputs.bytes,
                 m.sample.measured_us, p, predict(before), linear(m.cost, m.inputs) ? "" : "  (pipelined: not fitted)");
   }
-  std::printf("# %s: latency %.3g us, bandwidth %.3g GB/s, reduce %.3g GB/s (before: %.3g us, %.3g GB/s, %.3g GB/s, "
-              "%s); the fit is within a factor %.2f of every measurement\n",
-              transport.c_str(), fitted.latency_us, fitted.bandwidth_gbps, fitted.reduce_gbps, before.latency_us,
-              before.bandwidth_gbps, before.reduce_gbps, plan.links.source.c_str(), worst);
+  std::printf("# %s: latency %.3g us, bandwidth %.3g GB/s, reduce %.3g GB/s, in cache %.3g and %.3g GB/s (before: "
+              "%.3g us, %.3g GB/s, %.3g GB/s, in cache %.3g and %.3g GB/s, %s; cache %s per rank); the fit is within a "
+              "factor %.2f of every measurement\n",
+              transport.c_str(), fitted.latency_us, fitted.bandwidth_gbps, fitted.reduce_gbps, fitted.cache_bandwidth_gbps,
+              fitted.cache_reduce_gbps, before.latency_us, before.bandwidth_gbps, before.reduce_gbps,
+              before.cache_bandwidth_gbps, before.cache_reduce_gbps, plan.links.source.c_str(),
+              plan.cache_bytes ? human_bytes(plan.cache_bytes).c_str() : "unknown", worst);
 
   // Add the profile to FILE: a file of another machine, or none, starts afresh.
   TuningFile file;

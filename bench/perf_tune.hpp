@@ -4,11 +4,14 @@
 // communicator of its own with BRAID_ALGO forcing it, at a few sizes from
 // 8 B to 32 MiB (up to -e), each timed three times (the fastest kept: the
 // least disturbed by other work on the machine). The cost model is linear in
-// the link's latency a, time per byte b and reduction time per byte g (each
-// cost function of an unpipelined algorithm prices messages, bytes and
-// reduced bytes), so the three come from a least-squares fit of those
-// algorithms' measurements at once, on the relative
-// error so that 8 B counts as much as 32 MiB, with none below zero. Rank 0
+// the link's latency a, time per byte b and reduction time per byte g from
+// memory, and b and g from the cache (each cost function of an unpipelined
+// algorithm prices messages, bytes and reduced bytes, and LinkParams::at
+// splits the bytes between cache and memory by the working set against the
+// plan's cache), so the five come from a least-squares fit of those
+// algorithms' measurements at once, on the relative error so that 8 B counts
+// as much as 32 MiB, with none below zero. The sizes below the cache fit
+// its rates, those far above it memory's. Rank 0
 // adds them to FILE as the profile of this rank and host count, for the
 // transport that the job's flat algorithms cross (shm on one host, the
 // transport between hosts otherwise), and prints measured against predicted
@@ -27,16 +30,19 @@
 namespace braid::perf {
 
 /// One measurement for the fit: the cost function's coefficients of the
-/// latency, the time per byte and the reduction time per byte, and the time.
+/// latency, the time per byte and the reduction time per byte from memory
+/// and from the cache, and the time.
 struct TuneSample {
   double messages = 0, bytes = 0, reduced = 0;
   double measured_us = 0;
+  double cached_bytes = 0, cached_reduced = 0;
 };
 
 /// The non-negative least-squares fit on relative error; exact for samples
 /// the model describes. Parameters the samples cannot tell (a coefficient
 /// zero everywhere, or a fit at 0) come out as a latency of 0 and
-/// bandwidths of 1000 GB/s: free.
+/// bandwidths of 1000 GB/s: free; cache rates no sample saw come out 0 (as
+/// from memory).
 LinkParams fit_link_params(std::span<const TuneSample> samples);
 
 /// The coefficients of `cost` for `inputs`, from unit link parameters.

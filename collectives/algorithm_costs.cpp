@@ -42,11 +42,19 @@
 // 2d hops, and the first slice keeps the ranks below the root waiting for
 // 2d - 2 of them (up to the root and back, less the rank's own hop each
 // way); on 2 ranks both ranks work from the first moment. c is the slice
-// of a half as the communicator cuts it (comm_impl.cpp's shape(): a
+// of a half as the communicator cuts it (topology's pipeline_slice(): a
 // sixteenth of a rank's share, an half when the host's ranks outnumber its
 // cores, 32 KiB to BRAID_SLICE_BYTES): a half of up to 32 KiB is one slice,
 // so there the tree crosses 2d whole halves one after the other. The ring
 // has no such wait: every rank starts on its own share at once.
+//
+// The link's rates are those of the call's size (CostInputs::flat(),
+// LinkParams::at): a buffer whose working set stays in the rank's cache
+// copies and reduces at the cache's rates. That is what makes direct, one
+// message but every byte twice, the best all-reduce on 2 ranks up to some
+// KiB: priced at memory's rates, the tree took over from 4 KiB, and measured
+// direct was faster there (1.54x at 4 KiB, 1.1x at 32 KiB,
+// bench/figures/auto_vs_forced.txt, run 3).
 //
 // Oversubscribed hosts (more local ranks than cores): the ranks take turns
 // on the cores, so the time is bounded below by the CPU work of all of them,
@@ -96,12 +104,10 @@ double ring_on(const LinkParams& l, int n, double m) {
 }
 
 // The slice of a pipelined schedule as the communicator cuts it
-// (comm_impl.cpp's shape(): kSlicesPerShare, kOversubscribedSlicesPerShare,
-// kMinSlice, BRAID_SLICE_BYTES).
+// (topology's pipeline_slice; the model leaves out the transports' floor,
+// which only ucx has and the plan does not see).
 double slice_bytes(const CostInputs& in) {
-  const double share = static_cast<double>(in.bytes) / std::max(1, in.ranks);
-  const double limit = static_cast<double>(in.slice_limit);
-  return std::clamp(share / (in.oversubscribed ? 2.0 : 16.0), std::min(32.0 * 1024, limit), limit);
+  return static_cast<double>(pipeline_slice(in.bytes, in.ranks, in.oversubscribed, 0, in.slice_limit));
 }
 
 double broadcast_slices(const CostInputs& in) {
@@ -148,7 +154,8 @@ double tree_all_reduce(const CostInputs& in) {
   const double sent = in.ranks == 2 ? m : in.ranks == 3 ? 1.5 * m : 2 * m;
   const double reduced = in.ranks == 2 ? m / 2 : m;
   const double slice = std::min(m / 2, slice_bytes(in));
-  return pipelined(in.flat(), 2.0 * d, sent, reduced) + in.flat().transfer_us((2.0 * d - 2) * slice);
+  const LinkParams l = in.flat();
+  return pipelined(l, 2.0 * d, sent, reduced) + l.transfer_us((2.0 * d - 2) * slice);
 }
 
 double hierarchical_all_reduce(const CostInputs& in) {
@@ -157,8 +164,8 @@ double hierarchical_all_reduce(const CostInputs& in) {
   const double m = static_cast<double>(in.bytes);
   const double share = (k - 1.0) / k;
   // Reduce-scatter and all-gather inside the host: a ring all-reduce's messages and bytes.
-  const double inside = pipelined(in.intra, 2.0 * (k - 1), 2 * share * m, share * m);
-  return inside + ring_on(in.inter, in.hosts, m / k);
+  const double inside = pipelined(in.intra_at(), 2.0 * (k - 1), 2 * share * m, share * m);
+  return inside + ring_on(in.inter_at(), in.hosts, m / k);
 }
 
 double binomial_broadcast(const CostInputs& in) {

@@ -1,10 +1,13 @@
 #include "job_ranks.hpp"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
 #include "core/text.hpp"
 #include "core/wire.hpp"
+#include "topology/machine.hpp"
 
 namespace braid {
 namespace {
@@ -14,7 +17,10 @@ constexpr std::size_t kRecord = 1024;
 }  // namespace
 
 JobRanks gather_job_ranks(Comm& comm) {
-  const RankInfo self = RankInfo::local(comm.rank());
+  // As the communicator publishes it (comm_impl.cpp), so that a plan made
+  // from these infos is the communicator's.
+  RankInfo self = RankInfo::local(comm.rank());
+  self.cache_kib = static_cast<std::uint32_t>(std::min<std::uint64_t>(Machine::private_cache() / 1024, UINT32_MAX));
   const char* simulated = std::getenv("BRAID_HOST_ID");
   WireWriter w;
   w.str(simulated && *simulated ? std::string(simulated) : self.hostname);

@@ -17,17 +17,36 @@ namespace braid {
 /// One transport's link as the cost model sees it: a message of m bytes takes
 /// latency_us + m / bandwidth, and reducing m bytes into a buffer m / reduce
 /// bandwidth. Bandwidths are in GB/s (bytes per ns).
+///
+/// Copies and reductions whose data stays in a core's cache run faster than
+/// those that stream through memory: cache_bandwidth_gbps and
+/// cache_reduce_gbps are the rates of a call whose working set fits in the
+/// cache (0: as from memory). A call whose working set w exceeds the cache c
+/// finds a share c / w of its bytes there (at(): time per byte blended by
+/// that share), so the rates fall from the cache's to memory's as the
+/// message grows instead of at one step.
 struct LinkParams {
   double latency_us = 0;
   double bandwidth_gbps = 0;
   double reduce_gbps = 0;
+  double cache_bandwidth_gbps = 0;
+  double cache_reduce_gbps = 0;
 
   /// Microseconds to move `bytes` (without the latency).
   double transfer_us(double bytes) const { return bytes / (bandwidth_gbps * 1e3); }
   /// Microseconds to reduce `bytes` locally.
   double reduce_us(double bytes) const { return bytes / (reduce_gbps * 1e3); }
+  /// The parameters of a call whose working set is `working_set` bytes on a
+  /// rank with `cache` bytes of cache to itself (0: unknown, memory's rates):
+  /// bandwidth and reduce_gbps blended, the cache rates cleared.
+  LinkParams at(double working_set, double cache) const;
   bool operator==(const LinkParams&) const = default;
 };
+
+/// The working set of one rank in a call of `bytes`: its send and receive
+/// buffers (the transports' slots and the scratch are reused from call to
+/// call and smaller).
+inline double working_set_of(double bytes) { return 2 * bytes; }
 
 /// What a cost function knows about one call: the buffer, the job's shape and
 /// the links inside a host and between hosts (equal on one host).
@@ -40,15 +59,32 @@ struct CostInputs {
   int uniform_ranks_per_host = 0;
   LinkParams intra;  // between ranks of one host
   LinkParams inter;  // between hosts (= intra on one host)
-  /// How the communicator slices the pipelined schedules (comm_impl.cpp's
-  /// shape()): shares cut in 16 slices, or 2 when the ranks of a host
-  /// outnumber its cores, of 32 KiB up to slice_limit (BRAID_SLICE_BYTES).
+  /// The cache each rank has to itself (Plan::cache_bytes; 0: unknown, the
+  /// links' memory rates throughout).
+  std::size_t cache_bytes = 0;
+  /// How the communicator slices the pipelined schedules (pipeline_slice
+  /// below): more ranks on a host than its cores cut fewer slices.
   bool oversubscribed = false;
   std::size_t slice_limit = 512 * 1024;
 
+  /// intra and inter at this call's working set (LinkParams::at).
+  LinkParams intra_at() const { return intra.at(working_set_of(static_cast<double>(bytes)), static_cast<double>(cache_bytes)); }
+  LinkParams inter_at() const { return inter.at(working_set_of(static_cast<double>(bytes)), static_cast<double>(cache_bytes)); }
   /// The link a flat algorithm's critical path crosses: the slower one.
-  const LinkParams& flat() const { return hosts > 1 ? inter : intra; }
+  LinkParams flat() const { return hosts > 1 ? inter_at() : intra_at(); }
 };
+
+/// The finest slice of the pipelined schedules.
+inline constexpr std::size_t kMinPipelineSlice = 32 * 1024;
+
+/// The slice of the pipelined schedules, one rule for the communicator
+/// (CommImpl::shape) and the cost model: a share of `bytes` / `ranks` cut in
+/// 16 slices (2 when the ranks of a host outnumber its cores: every slice
+/// costs a hand-over of the core), no finer than 32 KiB or the transports'
+/// `floor`, and never larger than `limit` (BRAID_SLICE_BYTES). A 1 MiB
+/// all-reduce on 2 ranks took 253 us in one 512 KiB slice per chunk and 203
+/// us in 32 KiB slices (Open MPI: 200 us).
+std::size_t pipeline_slice(std::size_t bytes, int ranks, bool oversubscribed, std::size_t floor, std::size_t limit);
 
 /// Predicted microseconds for one call, or +infinity when the algorithm
 /// cannot run on this shape (it would fall back to another one).

@@ -17,24 +17,30 @@ struct DefaultParams {
   LinkParams oversubscribed;  // more local ranks than cores
 };
 
-// shm: chosen on the development machine (2 cores, Debian 12, a loaded
-// shared VM) so that the model's choices match bench/auto_vs_forced.py's
-// measurements of every forced algorithm: on 2 ranks (a core each) direct
-// up to 2 KiB and the tree from 4 KiB; on 4 ranks (2 per core) direct up to
-// 2 KiB, then recursive doubling, Rabenseifner, and the ring from 32 KiB
-// (the ring's lead over the tree there comes from the cost functions'
-// structure, algorithm_costs.cpp, not from these numbers). `braid-perf
-// --tune` fitted latencies of 0.65-0.75 us and 5.5 us there; its byte terms
-// moved 3x from run to run with the machine's load, so these keep the
-// ratios the choices need rather than one run's fit. Oversubscribed, a
-// message costs a hand-over of the core (sched_yield) rather than a spin,
-// and the copies of ranks that share a core take turns.
+// shm: fitted on the development machine (2 cores, Debian 12, a shared VM).
+// The memory rates (bandwidth, reduce) were chosen so that the model's
+// choices of large messages match bench/auto_vs_forced.py's measurements of
+// every forced algorithm: the tree on 2 ranks (a core each), the ring on 4
+// (2 per core; the ring's lead over the tree there comes from the cost
+// functions' structure, algorithm_costs.cpp, not from these numbers); the
+// byte terms of `braid-perf --tune` moved 3x from run to run with the
+// machine's load, so these keep the ratios the choices need rather than one
+// run's fit. The latency and the cache rates (a working set within the
+// 2 MiB L2 of a core, shared by 2 ranks when 4 take turns on 2 cores) are
+// the least-squares fit, on relative error, of the cost functions with those
+// memory rates to the medians of every forced algorithm at every size from
+// 8 B to 64 MiB of auto_vs_forced run 3 (the idle machine): in cache a copy
+// ran 24 GB/s and a reduction 6.7 (2 ranks), 12 and 2.75 (4 on 2 cores),
+// against the 6 and 4 (1 and 2) of memory. Oversubscribed, a message costs a
+// hand-over of the core (sched_yield) rather than a spin, and the copies of
+// ranks that share a core take turns.
 // tcp: loopback on the same machine (ENVIRONMENT.md: 6-8 us half round trip,
-// about 4 GB/s per stream), not fitted; oversubscribed, half of shm's
-// bandwidth (a copy through the kernel on each side). ucx runs over tcp or shared memory
-// here and takes tcp's figures; cuda_ipc has no GPU to measure here.
+// about 4 GB/s per stream), not fitted, and no cache rates (the kernel's
+// copies dominate); oversubscribed, half of shm's bandwidth (a copy through
+// the kernel on each side). ucx runs over tcp or shared memory here and
+// takes tcp's figures; cuda_ipc has no GPU to measure here.
 constexpr DefaultParams kDefaults[] = {
-    {"shm", {1.0, 6.0, 4.0}, {6.0, 1.0, 2.0}},
+    {"shm", {1.0, 6.0, 4.0, 24.0, 6.7}, {4.1, 1.0, 2.0, 12.0, 2.75}},
     {"tcp", {8.0, 2.0, 4.0}, {20.0, 0.5, 2.0}},
     {"ucx", {8.0, 2.0, 4.0}, {20.0, 0.5, 2.0}},
     {"cuda_ipc", {10.0, 50.0, 100.0}, {10.0, 50.0, 100.0}},
@@ -45,6 +51,11 @@ double positive(const JsonValue& object, std::string_view key, std::string_view 
   if (v == nullptr || v->kind != JsonValue::Kind::number || !(v->number > 0) || v->number > 1e9)
     throw InvalidArgument(cat(where, ": \"", key, "\" must be a positive number"));
   return v->number;
+}
+
+// An optional rate: absent is 0 (as from memory), present must be positive.
+double optional_positive(const JsonValue& object, std::string_view key, std::string_view where) {
+  return object.find(key) == nullptr ? 0 : positive(object, key, where);
 }
 
 int whole(const JsonValue& object, std::string_view key, std::string_view where, int lo) {
@@ -117,8 +128,9 @@ TuningFile parse_tuning(std::string_view text, std::string_view what) {
       const JsonValue& t = transports->items[k];
       const std::string at = cat(where, ", transport ", transports->keys[k]);
       if (t.kind != JsonValue::Kind::object) throw InvalidArgument(cat(at, " is not an object"));
-      profile.transports[transports->keys[k]] = LinkParams{positive(t, "latency_us", at), positive(t, "bandwidth_gbps", at),
-                                                           positive(t, "reduce_gbps", at)};
+      profile.transports[transports->keys[k]] =
+          LinkParams{positive(t, "latency_us", at), positive(t, "bandwidth_gbps", at), positive(t, "reduce_gbps", at),
+                     optional_positive(t, "cache_bandwidth_gbps", at), optional_positive(t, "cache_reduce_gbps", at)};
     }
     if (file.find(profile.ranks, profile.hosts))
       throw InvalidArgument(cat(where, ": a second profile for ", profile.ranks, " ranks on ", profile.hosts, " host(s)"));
@@ -135,7 +147,9 @@ std::string format_tuning(const TuningFile& file) {
     bool first = true;
     for (const auto& [name, l] : p.transports) {
       out += cat(first ? "" : ", ", "\"", name, "\": {\"latency_us\": ", number(l.latency_us), ", \"bandwidth_gbps\": ",
-                 number(l.bandwidth_gbps), ", \"reduce_gbps\": ", number(l.reduce_gbps), "}");
+                 number(l.bandwidth_gbps), ", \"reduce_gbps\": ", number(l.reduce_gbps),
+                 l.cache_bandwidth_gbps > 0 ? cat(", \"cache_bandwidth_gbps\": ", number(l.cache_bandwidth_gbps)) : std::string(),
+                 l.cache_reduce_gbps > 0 ? cat(", \"cache_reduce_gbps\": ", number(l.cache_reduce_gbps)) : std::string(), "}");
       first = false;
     }
     out += "}}";

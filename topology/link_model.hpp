@@ -6,8 +6,11 @@
 //
 //   {"braid_tuning": 1, "machine": "node17",
 //    "profiles": [{"ranks": 2, "hosts": 1,
-//                  "transports": {"shm": {"latency_us": 1.1, "bandwidth_gbps": 6.2, "reduce_gbps": 9.5}}}]}
+//                  "transports": {"shm": {"latency_us": 1.1, "bandwidth_gbps": 6.2, "reduce_gbps": 9.5,
+//                                         "cache_bandwidth_gbps": 20, "cache_reduce_gbps": 12}}}]}
 //
+// The cache rates (LinkParams) are optional: without them a transport's
+// copies run at its memory rates at every size.
 // One profile per rank and host count (the effective parameters change when
 // ranks share cores); the profile of the job's shape on the machine it was
 // measured on is used, else the built-in parameters, with a warning saying so.

@@ -145,7 +145,25 @@ std::vector<NetworkInterface> recorded_interfaces(hwloc_topology_t topo) {
   return out;
 }
 
+// The largest data (or unified) cache that the first core has to itself:
+// the caches above it whose CPUs are that core's. A cache shared with other
+// cores (the L3 of most machines) is left out: those cores, and on a VM
+// other tenants' cores, take their share of it, and hwloc cannot say how
+// much (this VM's 2 cores see a 260 MiB L3).
+std::uint64_t private_cache_of(hwloc_topology_t topo) {
+  hwloc_obj_t core = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_CORE, nullptr);
+  if (core == nullptr) core = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_PU, nullptr);
+  std::uint64_t bytes = 0;
+  for (hwloc_obj_t p = core ? core->parent : nullptr; p != nullptr; p = p->parent) {
+    if (!hwloc_obj_type_is_cache(p->type)) continue;
+    if (!hwloc_bitmap_isequal(p->cpuset, core->cpuset)) break;
+    if (p->attr->cache.type != HWLOC_OBJ_CACHE_INSTRUCTION) bytes = std::max<std::uint64_t>(bytes, p->attr->cache.size);
+  }
+  return bytes;
+}
+
 void fill_counts(hwloc_topology_t topo, Machine& m) {
+  m.private_cache_bytes = private_cache_of(topo);
   m.packages = std::max(1, hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PACKAGE));
   m.numa_nodes = std::max(1, hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE));
   m.pus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
@@ -210,6 +228,17 @@ Machine Machine::from_xml(std::string_view xml, std::span<const std::uint64_t> c
   return m;
 }
 
+std::uint64_t Machine::private_cache() {
+  static const std::uint64_t bytes = [] {
+    try {
+      return private_cache_of(load_topology(false).get());
+    } catch (const Error&) {
+      return std::uint64_t{0};  // unknown: the cost model prices memory's rates
+    }
+  }();
+  return bytes;
+}
+
 Machine Machine::local() {
   // The topology without I/O devices is enough to re-read the binding.
   static std::once_flag once;
@@ -232,7 +261,9 @@ std::string Machine::describe() const {
   std::string out = cat(plural(packages, "package", "packages"), ", ", plural(numa_nodes, "NUMA node", "NUMA nodes"),
                         ", ", plural(cores, "core", "cores"), ", ", plural(pus, "hardware thread", "hardware threads"),
                         "; this process may run on CPUs ", bound_cpus, " (", plural(bound_cores, "core", "cores"),
-                        numa.empty() ? std::string() : cat(", NUMA ", numa), ")\n");
+                        numa.empty() ? std::string() : cat(", NUMA ", numa), ")",
+                        private_cache_bytes > 0 ? cat("; ", human_bytes(private_cache_bytes), " of cache per core") : std::string(),
+                        "\n");
   for (const auto& nic : nics)
     out += cat("  net ", nic.name, nic.loopback ? " (loopback)" : nic.is_virtual ? " (virtual)" : "",
                nic.speed_mbps > 0 ? cat(", ", nic.speed_mbps, " Mbit/s") : std::string(),

@@ -55,6 +55,9 @@ struct Machine {
   int numa_nodes = 0;
   int cores = 0;
   int pus = 0;                    // hardware threads
+  /// The largest data cache a core has to itself (its L2 where the L3 is
+  /// shared); 0 when hwloc sees none. The cost model's cache (RankInfo::cache_kib).
+  std::uint64_t private_cache_bytes = 0;
   std::string bound_cpus;         // this process's binding as a CPU list ("0-3,8")
   int bound_cores = 0;            // cores with at least one CPU of the binding
   int bound_pus = 0;
@@ -68,6 +71,9 @@ struct Machine {
   static Machine discover();
   /// The process's machine (discovered once) with the binding read now.
   static Machine local();
+  /// This host's private_cache_bytes, read once per process (hwloc without
+  /// I/O devices: a few milliseconds), for the RankInfo a rank publishes.
+  static std::uint64_t private_cache();
   /// This host as hwloc XML (hwloc_topology_export_xmlbuffer, I/O devices
   /// included): the machine part of a topology file (topo_file.hpp).
   static std::string export_xml();
@@ -77,7 +83,8 @@ struct Machine {
   /// Throws InvalidArgument naming `what` when hwloc cannot read the XML.
   static Machine from_xml(std::string_view xml, std::span<const std::uint64_t> cpus, std::string_view what);
 
-  /// Several lines: "1 package, 1 NUMA node, 2 cores, 2 hardware threads; bound to CPUs 0-1 (2 cores, NUMA 0)",
+  /// Several lines: "1 package, 1 NUMA node, 2 cores, 2 hardware threads; this process may run on CPUs 0-1
+  /// (2 cores, NUMA 0); 2 MiB of cache per core",
   /// then one line per interface, GPU and RDMA port.
   std::string describe() const;
 };

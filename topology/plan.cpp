@@ -50,6 +50,7 @@ CostInputs Plan::cost_inputs(std::size_t bytes) const {
   in.uniform_ranks_per_host = uniform_hosts ? in.ranks / host_count : 0;
   in.intra = links.of(intra_transport.empty() ? inter_transport : intra_transport);
   in.inter = inter_transport.empty() ? in.intra : links.of(inter_transport);
+  in.cache_bytes = cache_bytes;
   in.oversubscribed = oversubscribed;
   in.slice_limit = slice_limit;
   return in;
@@ -130,7 +131,9 @@ std::string Plan::describe() const {
     }
     algos += cat(", ", collective, " ", chosen);
   }
-  return cat("transports ", transport_names(), algos, " (cost model, ", links.source, " link parameters), ring ", order);
+  return cat("transports ", transport_names(), algos, " (cost model, ", links.source, " link parameters, ",
+             cache_bytes > 0 ? cat(human_bytes(cache_bytes), " of cache per rank") : std::string("cache unknown"),
+             "), ring ", order);
 }
 
 std::string Plan::transport_names() const {
@@ -228,9 +231,16 @@ Plan make_plan(std::span<const RankInfo> ranks, const Settings& settings, std::s
   // the infos do not say).
   std::map<std::uint64_t, int> per_kernel;
   for (const auto& r : ranks) ++per_kernel[r.kernel_id];
+  std::uint64_t cache_kib = ranks.empty() ? 0 : ranks.front().cache_kib;
+  for (const auto& r : ranks) cache_kib = std::min<std::uint64_t>(cache_kib, r.cache_kib);
+  plan.cache_bytes = static_cast<std::size_t>(cache_kib * 1024);
   for (const auto& [kernel, count] : per_kernel) {
     const int cpus = RankInfo::shared_cpus(ranks, kernel);
-    if (cpus > 0 && count > cpus) plan.oversubscribed = true;
+    if (cpus > 0 && count > cpus) {
+      plan.oversubscribed = true;
+      // Ranks that take turns on a core take turns on its cache.
+      plan.cache_bytes = std::min(plan.cache_bytes, static_cast<std::size_t>(cache_kib * 1024 * cpus / count));
+    }
   }
   plan.links = load_link_model(settings.tuning_file, ranks.empty() ? std::string_view() : ranks.front().hostname,
                                static_cast<int>(ranks.size()), plan.host_count, plan.oversubscribed);

@@ -42,6 +42,11 @@ struct Plan {
   /// parameters differ (link_model.cpp).
   bool oversubscribed = false;
   std::size_t slice_limit = 512 * 1024;  // BRAID_SLICE_BYTES, for the cost model's slices
+  /// The cache each rank has to itself, for the cost model's rates
+  /// (cost_model.hpp): the smallest RankInfo::cache_kib of the job, shared
+  /// among the ranks of a kernel that outnumber its CPUs; 0 when some rank
+  /// does not know its cache (then the model prices memory's rates).
+  std::size_t cache_bytes = 0;
   std::map<std::string, std::string> forced;  // collective -> algorithm (BRAID_ALGO)
 
   /// The algorithms the plan chooses among (the registry's), each

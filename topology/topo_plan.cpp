@@ -51,6 +51,7 @@ std::vector<RankPlace> place(const TopoFile& inputs, std::string_view name) {
     machines[r] = m;
     known[r] = true;
     if (m.bound_numa.size() == 1) places[r].numa = m.bound_numa.front();
+    places[r].cache_bytes = m.private_cache_bytes;
   }
   // NIC and GPU: the k-th rank of a host's NUMA node takes the k-th GPU of
   // that node (round robin), else the k-th rank of the host the k-th GPU.
@@ -118,7 +119,12 @@ TopoPlan plan_topology(const TopoFile& inputs, const Settings& settings, std::st
       throw InvalidArgument(cat(name, ": the rank info at position ", r, " is rank ", inputs.ranks[r].rank));
   TopoPlan out;
   out.places = place(inputs, name);
-  out.plan = make_plan(inputs.ranks, settings, algorithms);
+  // A rank's cache is its host's, as the machine section says (files
+  // written before the rank infos carried it have 0 there).
+  std::vector<RankInfo> ranks = inputs.ranks;
+  for (std::size_t r = 0; r < ranks.size(); ++r)
+    if (ranks[r].cache_kib == 0) ranks[r].cache_kib = static_cast<std::uint32_t>(out.places[r].cache_bytes / 1024);
+  out.plan = make_plan(ranks, settings, algorithms);
   order_ring_by_numa(out.plan, out.places);
   return out;
 }

@@ -28,6 +28,7 @@ struct RankPlace {
   std::string nic;   // the nearest physical NIC: on its NUMA node, else the first
   std::string gpu;   // its GPU: the k-th rank of a NUMA node gets that node's k-th GPU (round robin)
   bool gpu_local = false;  // the GPU hangs off the rank's NUMA node
+  std::uint64_t cache_bytes = 0;  // its host's private cache per core (Machine::private_cache_bytes)
 };
 
 struct TopoPlan {

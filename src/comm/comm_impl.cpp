@@ -16,6 +16,7 @@
 #include "core/text.hpp"
 #include "core/wire.hpp"
 #include "topo_inputs.hpp"
+#include "topology/machine.hpp"
 #include "topology/topo_plan.hpp"
 
 namespace braid {
@@ -193,6 +194,7 @@ void CommImpl::join(Rendezvous rendezvous) {
     store.set(rank_key(cat("address/", kinds_[k]->name), rank_), transports_[k]->local_address());
   RankInfo info = RankInfo::local(rank_);
   info.rdma = transports_see_rdma();
+  info.cache_kib = static_cast<std::uint32_t>(std::min<std::uint64_t>(Machine::private_cache() / 1024, UINT32_MAX));
   store.set(rank_key("info", rank_), info.encode());
 
   wait_for_ranks(store, "info", deadline);
@@ -449,23 +451,18 @@ CollectiveShape CommImpl::shape(std::size_t count, DataType type, ReduceOp op, i
   s.type = type;
   s.op = op;
   s.root = root;
-  // Pipelining needs many slices per rank's share: a 1 MiB all-reduce on 2
-  // ranks took 253 us with one 512 KiB slice per chunk and 203 us with 32 KiB
-  // slices (Open MPI: 200 us). So slices shrink with the message, down to
-  // kMinSlice (or the transports' floor, slice_floor_), and never exceed
-  // BRAID_SLICE_BYTES.
-  const std::size_t share = count * size_of(type) / static_cast<std::size_t>(size_);
+  // The slice of the pipelined schedules: topology's pipeline_slice, the
+  // rule the cost model prices, above the transports' floor (slice_floor_).
+  const std::size_t bytes = count * size_of(type);
   // Device buffers moved directly: each message is a copy or kernel on the
   // GPU that completes before the next (measured on an H200, 2 ranks on its
   // one GPU: about 0.5 ms a message whatever its size, so a 16-slice 1 MiB
   // ring took 17 ms). Slicing buys no overlap there, so one slice per share.
   if (shaping_direct_) {
-    s.slice_bytes = std::max(share, kMinSlice);
+    s.slice_bytes = std::max(bytes / static_cast<std::size_t>(size_), kMinPipelineSlice);
     return s;
   }
-  s.slice_bytes = std::clamp<std::size_t>(share / (oversubscribed_ ? kOversubscribedSlicesPerShare : kSlicesPerShare),
-                                          std::min(std::max(kMinSlice, slice_floor_), settings_.slice_bytes),
-                                          settings_.slice_bytes);
+  s.slice_bytes = pipeline_slice(bytes, size_, oversubscribed_, slice_floor_, settings_.slice_bytes);
   return s;
 }
 

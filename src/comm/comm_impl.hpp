@@ -228,16 +228,11 @@ class CommImpl {
   /// While connecting: how often the store is asked about the peer, and the
   /// bound on each question (and on publishing a failure).
   static constexpr Millis kFailureLook{50};
-  static constexpr std::size_t kMinSlice = 32 * 1024;
-  static constexpr std::size_t kSlicesPerShare = 16;
   /// Ranks sharing a GPU: the smallest collective moved GPU to GPU is this
   /// times (ranks per GPU) squared; below it staging through host memory won
   /// (H200, 2 ranks: 1.5 against 2.8 GB/s at 1 MiB, 5.2 against 3.4 at 4 MiB;
   /// 4 ranks: 0.95 against 3.0 at 4 MiB, 3.7 against 2.6 at 16 MiB).
   static constexpr std::size_t kSharedGpuDirectUnit = 1024 * 1024;
-  /// With more local ranks than cores every hand-off between ranks may be a
-  /// futex wake and a context switch, so shares are cut in fewer slices.
-  static constexpr std::size_t kOversubscribedSlicesPerShare = 2;
   static constexpr Millis kJoinFailureGrace{1000};
   /// Every transport's address, by kind (index of kinds_) and rank.
   using Addresses = std::vector<std::vector<std::vector<std::byte>>>;

@@ -100,7 +100,8 @@ constexpr std::array kTable = {
                 "UCX, and any pair when named (ucx, ucx,tcp); UCX_TLS and UCX_NET_DEVICES choose what UCX uses. "
                 "Unknown names are refused with the list this braid has."},
     SettingInfo{"BRAID_TUNING_FILE", "(built-in)",
-                "Link parameters (latency, bandwidth, reduction bandwidth per transport) for the cost model that "
+                "Link parameters (latency, bandwidth, reduction bandwidth per transport, from memory and from the "
+                "cache) for the cost model that "
                 "chooses each collective's algorithm per size, as written by braid-perf --tune. A file measured "
                 "on another machine or without a profile for the job's rank and host count is ignored with a "
                 "warning (the built-in parameters are used); one that cannot be read or parsed is an error."},

@@ -31,6 +31,32 @@ TEST_CASE("--tune: the fit recovers the parameters that made the times") {
   CHECK(fitted.latency_us == Approx(truth.latency_us).epsilon(1e-6));
   CHECK(fitted.bandwidth_gbps == Approx(truth.bandwidth_gbps).epsilon(1e-6));
   CHECK(fitted.reduce_gbps == Approx(truth.reduce_gbps).epsilon(1e-6));
+  CHECK(fitted.cache_bandwidth_gbps == 0);  // no cache known: no sample says anything of its rates
+  CHECK(fitted.cache_reduce_gbps == 0);
+}
+
+TEST_CASE("--tune: the fit recovers the cache's rates apart from memory's") {
+  const LinkParams truth{1.5, 5.0, 3.0, 20.0, 12.0};
+  std::vector<TuneSample> samples;
+  for (int ranks : {2, 4})
+    for (CostFunction cost : {cost::direct_all_reduce, cost::recursive_doubling_all_reduce, cost::rabenseifner_all_reduce})
+      for (std::size_t bytes : {8, 512, 4096, 16384, 65536, 512 << 10, 4 << 20, 32 << 20}) {
+        CostInputs in;
+        in.bytes = bytes;
+        in.ranks = ranks;
+        in.cache_bytes = 1 << 20;
+        TuneSample s = coefficients(cost, in);
+        in.intra = in.inter = truth;
+        s.measured_us = cost(in);
+        samples.push_back(s);
+        CHECK(linear(cost, in));
+      }
+  const LinkParams fitted = fit_link_params(samples);
+  CHECK(fitted.latency_us == Approx(truth.latency_us).epsilon(1e-6));
+  CHECK(fitted.bandwidth_gbps == Approx(truth.bandwidth_gbps).epsilon(1e-6));
+  CHECK(fitted.reduce_gbps == Approx(truth.reduce_gbps).epsilon(1e-6));
+  CHECK(fitted.cache_bandwidth_gbps == Approx(truth.cache_bandwidth_gbps).epsilon(1e-6));
+  CHECK(fitted.cache_reduce_gbps == Approx(truth.cache_reduce_gbps).epsilon(1e-6));
 }
 
 TEST_CASE("--tune: the pipelined algorithms' costs are not sums, and are left out of the fit") {

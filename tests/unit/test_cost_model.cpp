@@ -93,6 +93,82 @@ TEST_CASE("cost model: ranks that share cores take the ring, not the tree, from 
   CHECK(pair.algorithm_for("all_reduce", 1 << 20) == "tree");
 }
 
+TEST_CASE("cost model: a buffer that stays in the cache copies at the cache's rates") {
+  // 2 ranks with a core each over shm, built-in parameters. Priced at
+  // memory's rates (a job whose ranks do not know their cache), the tree
+  // takes over from direct at 4 KiB; measured on the development VM (2 MiB
+  // L2 per core), direct was faster up to 32 KiB (1.54x at 4 KiB, 1.34x at
+  // 8 KiB, bench/figures/auto_vs_forced.txt, run 3): its one message moves
+  // every byte twice, at the cache's rates there.
+  std::vector<RankInfo> two = one_host(2);
+  for (auto& i : two) i.cpus = {0x3};
+  const Plan unknown = make_plan(two, Settings{}, algorithm_costs());
+  CHECK(unknown.cache_bytes == 0);
+  CHECK(unknown.algorithm_for("all_reduce", 8 << 10) == "tree");
+  for (auto& i : two) i.cache_kib = 2048;
+  const Plan cached = make_plan(two, Settings{}, algorithm_costs());
+  INFO(cached.describe());
+  CHECK(cached.cache_bytes == std::size_t{2} << 20);
+  CHECK(cached.describe().find("2 MiB of cache per rank") != std::string::npos);
+  CHECK(cached.algorithm_for("all_reduce", 4 << 10) == "direct");
+  CHECK(cached.algorithm_for("all_reduce", 8 << 10) == "direct");
+  CHECK(cached.algorithm_for("all_reduce", 1 << 20) == "tree");
+  // Far beyond the cache the rates are memory's again: the two plans' costs meet.
+  const double far = *cached.predict_us("all_reduce", "tree", std::size_t{1} << 30);
+  CHECK(far == Approx(*unknown.predict_us("all_reduce", "tree", std::size_t{1} << 30)).epsilon(0.01));
+  CHECK(far < *unknown.predict_us("all_reduce", "tree", std::size_t{1} << 30));  // a sliver still hits
+
+  // The smallest cache of the job counts, and one rank that does not know
+  // makes it unknown (every rank derives the same from the same infos).
+  two[1].cache_kib = 512;
+  CHECK(make_plan(two, Settings{}, algorithm_costs()).cache_bytes == std::size_t{512} << 10);
+  two[1].cache_kib = 0;
+  CHECK(make_plan(two, Settings{}, algorithm_costs()).cache_bytes == 0);
+  // 4 ranks that take turns on 2 CPUs take turns on their caches too.
+  std::vector<RankInfo> four = one_host(4);
+  for (auto& i : four) {
+    i.cpus = {0x3};
+    i.cache_kib = 2048;
+  }
+  const Plan shared = make_plan(four, Settings{}, algorithm_costs());
+  CHECK(shared.oversubscribed);
+  CHECK(shared.cache_bytes == std::size_t{1} << 20);
+}
+
+TEST_CASE("cost model: link rates by working set") {
+  const LinkParams l{2, 4, 2, 16, 8};
+  // Within the cache: the cache's rates; no cache known: memory's.
+  CHECK(l.at(1000, 4096) == LinkParams{2, 16, 8});
+  CHECK(l.at(1000, 0) == LinkParams{2, 4, 2});
+  // Twice the cache: half the bytes at each rate (time per byte averaged).
+  const LinkParams half = l.at(8192, 4096);
+  CHECK(half.transfer_us(1000) == Approx((LinkParams{0, 16, 8}.transfer_us(1000) + LinkParams{0, 4, 2}.transfer_us(1000)) / 2));
+  CHECK(half.reduce_us(1000) == Approx((LinkParams{0, 16, 8}.reduce_us(1000) + LinkParams{0, 4, 2}.reduce_us(1000)) / 2));
+  // No cache rates: memory's at every size.
+  CHECK(LinkParams{2, 4, 2}.at(1000, 4096) == LinkParams{2, 4, 2});
+  // The cost functions see the rates of the call's size.
+  CostInputs in;
+  in.ranks = 2;
+  in.intra = in.inter = l;
+  in.cache_bytes = 1 << 20;
+  in.bytes = 4096;
+  CHECK(in.flat() == LinkParams{2, 16, 8});
+  in.bytes = 64 << 20;
+  CHECK(in.flat().bandwidth_gbps < 4.3);
+}
+
+TEST_CASE("cost model: one slice rule for the communicator and the model") {
+  // A sixteenth of a rank's share (a half when oversubscribed), 32 KiB at
+  // least (or the transports' floor), BRAID_SLICE_BYTES at most.
+  constexpr std::size_t kLimit = 512 << 10;
+  CHECK(pipeline_slice(8, 2, false, 0, kLimit) == 32 << 10);
+  CHECK(pipeline_slice(4 << 20, 2, false, 0, kLimit) == 128 << 10);
+  CHECK(pipeline_slice(4 << 20, 4, true, 0, kLimit) == kLimit);
+  CHECK(pipeline_slice(1 << 20, 4, true, 0, kLimit) == 128 << 10);
+  CHECK(pipeline_slice(1 << 20, 2, false, 64 << 10, kLimit) == 64 << 10);
+  CHECK(pipeline_slice(1 << 20, 2, false, 0, 16 << 10) == 16 << 10);  // the limit wins over the minimum
+}
+
 TEST_CASE("cost model: the plan's choice is the cheapest prediction at every power of two") {
   for (const auto& hosts : {std::vector<int>{0, 0}, std::vector<int>{0, 0, 0, 0}, std::vector<int>{0, 0, 0, 0, 0},
                             std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 1, 0, 1, 0, 1}}) {
@@ -155,13 +231,13 @@ TEST_CASE("cost model: every rank derives the same plan from the same inputs") {
 TEST_CASE("tuning file: read back what was written, and its parameters decide") {
   TuningFile f;
   f.machine = "host0";
-  f.merge({.ranks = 4, .hosts = 1, .transports = {{"shm", {0.5, 8, 12}}}});
+  f.merge({.ranks = 4, .hosts = 1, .transports = {{"shm", {0.5, 8, 12, 30, 25}}}});
   f.merge({.ranks = 2, .hosts = 1, .transports = {{"tcp", {9, 2, 10}}}});
   f.merge({.ranks = 4, .hosts = 1, .transports = {{"tcp", {30, 1, 6}}}});  // joins the 4-rank profile
   const TuningFile back = parse_tuning(format_tuning(f), "test");
   REQUIRE(back.profiles.size() == 2);
   CHECK(back.machine == "host0");
-  CHECK(back.find(4, 1)->transports.at("shm") == LinkParams{0.5, 8, 12});
+  CHECK(back.find(4, 1)->transports.at("shm") == LinkParams{0.5, 8, 12, 30, 25});
   CHECK(back.find(4, 1)->transports.at("tcp") == LinkParams{30, 1, 6});
   CHECK(back.find(2, 1)->transports.size() == 1);
   CHECK(back.find(3, 1) == nullptr);
@@ -213,6 +289,9 @@ TEST_CASE("tuning file: what does not parse is an error naming the file and the 
   CHECK_THAT(error_of(R"({"braid_tuning": 1, "machine": "host0", "profiles": [{"ranks": 2, "hosts": 1,
       "transports": {"shm": {"latency_us": -1, "bandwidth_gbps": 1, "reduce_gbps": 1}}}]})"),
              Catch::Contains("latency_us"));
+  CHECK_THAT(error_of(R"({"braid_tuning": 1, "machine": "host0", "profiles": [{"ranks": 2, "hosts": 1,
+      "transports": {"shm": {"latency_us": 1, "bandwidth_gbps": 1, "reduce_gbps": 1, "cache_reduce_gbps": 0}}}]})"),
+             Catch::Contains("cache_reduce_gbps"));
   CHECK_THAT(error_of(R"({"braid_tuning": 1, "machine": "host0", "profiles": [{"ranks": 2, "hosts": 1,
       "transports": {}}]})"),
              Catch::Contains("transports"));

@@ -211,4 +211,7 @@ TEST_CASE("BRAID_HOST_ID names a simulated host; the kernel stays the machine's,
   RankInfo with_gpus = on_a;
   with_gpus.gpus = 8;
   CHECK(RankInfo::decode(with_gpus.encode()).gpus == 8);
+  RankInfo with_cache = on_a;
+  with_cache.cache_kib = 2048;
+  CHECK(RankInfo::decode(with_cache.encode()).cache_kib == 2048);
 }

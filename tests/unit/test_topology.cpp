@@ -1,6 +1,7 @@
 // The machine as hwloc sees it (topology/machine.hpp) and what ranks tell
 // each other about their CPUs (RankInfo::cpus, shared_cpus), and the RDMA
 // ports libibverbs sees.
+#include <hwloc.h>
 #include <sched.h>
 
 #include <catch2/catch.hpp>
@@ -12,6 +13,37 @@
 #include "topology/machine.hpp"
 
 namespace braid {
+namespace {
+
+// The XML of an hwloc synthetic topology (which, unlike a real one, can say
+// which caches there are).
+std::string synthetic_xml(const char* description) {
+  hwloc_topology_t t = nullptr;
+  REQUIRE(hwloc_topology_init(&t) == 0);
+  REQUIRE(hwloc_topology_set_synthetic(t, description) == 0);
+  REQUIRE(hwloc_topology_load(t) == 0);
+  char* buffer = nullptr;
+  int length = 0;
+  REQUIRE(hwloc_topology_export_xmlbuffer(t, &buffer, &length, 0) == 0);
+  std::string xml(buffer, static_cast<std::size_t>(length - 1));
+  hwloc_free_xmlbuffer(t, buffer);
+  hwloc_topology_destroy(t);
+  return xml;
+}
+
+}  // namespace
+
+TEST_CASE("the cache a core has to itself: its L2, not the L3 its package shares") {
+  const Machine m = Machine::from_xml(synthetic_xml("pack:1 l3:1(size=33554432) l2:4(size=2097152) l1d:1(size=49152) core:1 pu:2"),
+                                     {}, "synthetic");
+  CHECK(m.private_cache_bytes == std::uint64_t{2} << 20);
+  CHECK(m.describe().find("; 2 MiB of cache per core\n") != std::string::npos);
+  // An L2 that two cores share is not private: the L1 is.
+  const Machine shared = Machine::from_xml(synthetic_xml("pack:1 l2:2(size=4194304) l1d:2(size=32768) core:1 pu:1"), {}, "synthetic");
+  CHECK(shared.private_cache_bytes == std::uint64_t{32} << 10);
+  // No caches known: none.
+  CHECK(Machine::from_xml(synthetic_xml("pack:1 core:2 pu:1"), {}, "synthetic").private_cache_bytes == 0);
+}
 
 TEST_CASE("hwloc's view of this host is consistent with the kernel's") {
   const Machine m = Machine::discover();
