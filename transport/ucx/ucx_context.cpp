@@ -209,6 +209,7 @@ ucs_status_t UcxContext::on_message(void* arg, const void* header, std::size_t h
 bool UcxContext::progress_locked() {
   bool any = false;
   while (ucp_worker_progress(worker_) != 0) any = true;
+  if (any) last_activity_ = Clock::now();
   if (!orphans_.empty())
     std::erase_if(orphans_, [&](std::unique_ptr<UcxOp>& op) {
       if (!op->done) return false;

@@ -103,6 +103,8 @@ class UcxContext {
   /// Runs the worker until it has nothing more to do (mutex held); true if
   /// anything happened. Also frees the finished operations of gone links.
   bool progress_locked();
+  /// When progress_locked() last saw the worker do something (mutex held).
+  Clock::time_point last_activity() const { return last_activity_; }
   /// Takes an unfinished operation of a link that is going away.
   void adopt(std::unique_ptr<UcxOp> op) { orphans_.push_back(std::move(op)); }
 
@@ -128,6 +130,7 @@ class UcxContext {
   std::mutex mutex_;
   std::map<Key, std::shared_ptr<UcxInbox>> inboxes_;
   std::vector<std::unique_ptr<UcxOp>> orphans_;
+  Clock::time_point last_activity_{};
 };
 
 /// The active-message id of braid's messages.

@@ -236,6 +236,16 @@ class UcxLink final : public Link {
     return false;
   }
 
+  /// Whether a send or a rendezvous receive of this link is in UCX's hands
+  /// (mutex held).
+  bool transferring() const {
+    for (const auto& s : sends_)
+      if (!s.op->done && s.op->request != nullptr) return true;
+    for (const auto& r : recvs_)
+      if (r.op && !r.op->done) return true;
+    return false;
+  }
+
   /// Whether update() would move something now (mutex held).
   bool has_news() const {
     for (const auto& s : sends_)
@@ -600,8 +610,13 @@ bool UcxTransport::arm() {
   if (!context_) return true;
   std::lock_guard lock(context_->mutex());
   context_->progress_locked();
-  for (UcxLink* link : links_->links)
+  bool transferring = false;
+  for (UcxLink* link : links_->links) {
     if (link->has_news()) return false;
+    transferring |= link->transferring();
+  }
+  // Keep the engine polling while a transfer moves (see kRendezvousPoll).
+  if (transferring && Clock::now() - context_->last_activity() < kRendezvousPoll) return false;
   return context_->arm_locked();
 }
 
