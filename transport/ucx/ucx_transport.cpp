@@ -215,6 +215,17 @@ class UcxLink final : public Link {
     return std::nullopt;
   }
 
+  std::optional<Tag> waiting_tag() override {
+    std::lock_guard lock(context_->mutex());
+    if (busy() || broken_) return std::nullopt;
+    context_->progress_locked();
+    // Idle, so every receive posted took its message: the next one the peer
+    // sent is the next sequence number's, eager or a rendezvous descriptor.
+    auto found = inbox_->arrivals.find(receive_sequence_);
+    if (found == inbox_->arrivals.end()) return std::nullopt;
+    return found->second.header.as_tag();
+  }
+
   /// Sends the hello that tells the peer this side's endpoint exists.
   void greet() {
     std::lock_guard lock(context_->mutex());
