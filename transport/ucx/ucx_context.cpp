@@ -76,7 +76,8 @@ UcxContext::UcxContext() : pid_(::getpid()), wake_(::eventfd(0, EFD_NONBLOCK | E
   // still share the machine, e.g. a peer in another PID namespace.
   // (Only where UCX_TLS lets it use them: UCX warns of the setting otherwise.)
   const std::string tls = configured_transports(config);
-  if (may_use_shared_memory(tls))
+  shared_memory_ = may_use_shared_memory(tls);
+  if (shared_memory_)
     if (auto s = ucp_config_modify(config, "MM_ERROR_HANDLING", "y"); s != UCS_OK)
       log_info("ucx: cannot ask for error handling on shared memory (", ucs_status_string(s), ")");
   ucp_params_t params{};

@@ -92,6 +92,8 @@ class UcxContext {
   const std::vector<std::byte>& worker_address() const { return address_; }
   /// "UCX 1.13.1, UCX_TLS=tcp": UCX and the transports it was allowed.
   const std::string& transports() const { return transports_; }
+  /// Whether UCX_TLS lets UCX use its shared-memory transports (and CMA).
+  bool shared_memory() const { return shared_memory_; }
 
   /// The inbox of one link, shared with the handler (mutex held).
   std::shared_ptr<UcxInbox> inbox(const std::array<std::byte, 16>& comm_id, int to, int from);
@@ -127,6 +129,7 @@ class UcxContext {
   Fd wake_;       // an eventfd that wake() writes
   std::vector<std::byte> address_;
   std::string transports_;
+  bool shared_memory_ = true;
   std::mutex mutex_;
   std::map<Key, std::shared_ptr<UcxInbox>> inboxes_;
   std::vector<std::unique_ptr<UcxOp>> orphans_;

@@ -121,6 +121,10 @@ class UcxLink final : public Link {
     // peer-failure mode (and its keepalive); RDMA has its rendezvous lanes
     // in it.
     err_mode_ = pidfd_ ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+    // A peer in this kernel is reached through UCX's shared memory and CMA
+    // when UCX_TLS allows them (UCX prefers them there); else through a
+    // socket (or RDMA).
+    over_socket_ = !(watch_pid && context_->shared_memory());
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                         UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -248,8 +252,10 @@ class UcxLink final : public Link {
   }
 
   /// Whether a send or a rendezvous receive of this link is in UCX's hands
-  /// (mutex held).
+  /// and moves through a socket, which both ranks must keep pumping (mutex
+  /// held). A CMA read within a host is the receiver's alone.
   bool transferring() const {
+    if (!over_socket_) return false;
     for (const auto& s : sends_)
       if (!s.op->done && s.op->request != nullptr) return true;
     for (const auto& r : recvs_)
@@ -529,6 +535,7 @@ class UcxLink final : public Link {
   std::string peer_name_;
   ucp_ep_h ep_ = nullptr;
   ucp_err_handling_mode_t err_mode_ = UCP_ERR_HANDLING_MODE_PEER;
+  bool over_socket_ = true;
   std::shared_ptr<UcxInbox> inbox_;
   Fd pidfd_;
   Clock::time_point next_look_{};
