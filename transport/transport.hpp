@@ -229,7 +229,8 @@ using PeerWatch = std::function<void(int peer, bool urgent)>;
 ///
 /// Sleeping (the progress engine, DESIGN.md): when nothing moved, the engine
 /// calls arm() on every transport with a busy link; arm() returns false when
-/// news already waits (then nobody sleeps). When all armed, the engine
+/// news already waits, or when the transport wants polling a while longer
+/// (ucx while a transfer moves): then nobody sleeps. When all armed, the engine
 /// sleeps on its Poller if every armed transport wakes_poller() (its links
 /// registered fds through Link::attach), or on the one transport that does
 /// not (wait()), or, when both kinds are armed, in short alternating naps on

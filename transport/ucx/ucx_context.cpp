@@ -76,7 +76,8 @@ UcxContext::UcxContext() : pid_(::getpid()), wake_(::eventfd(0, EFD_NONBLOCK | E
   // still share the machine, e.g. a peer in another PID namespace.
   // (Only where UCX_TLS lets it use them: UCX warns of the setting otherwise.)
   const std::string tls = configured_transports(config);
-  if (may_use_shared_memory(tls))
+  shared_memory_ = may_use_shared_memory(tls);
+  if (shared_memory_)
     if (auto s = ucp_config_modify(config, "MM_ERROR_HANDLING", "y"); s != UCS_OK)
       log_info("ucx: cannot ask for error handling on shared memory (", ucs_status_string(s), ")");
   ucp_params_t params{};
@@ -209,6 +210,7 @@ ucs_status_t UcxContext::on_message(void* arg, const void* header, std::size_t h
 bool UcxContext::progress_locked() {
   bool any = false;
   while (ucp_worker_progress(worker_) != 0) any = true;
+  if (any) last_activity_ = Clock::now();
   if (!orphans_.empty())
     std::erase_if(orphans_, [&](std::unique_ptr<UcxOp>& op) {
       if (!op->done) return false;

@@ -92,6 +92,8 @@ class UcxContext {
   const std::vector<std::byte>& worker_address() const { return address_; }
   /// "UCX 1.13.1, UCX_TLS=tcp": UCX and the transports it was allowed.
   const std::string& transports() const { return transports_; }
+  /// Whether UCX_TLS lets UCX use its shared-memory transports (and CMA).
+  bool shared_memory() const { return shared_memory_; }
 
   /// The inbox of one link, shared with the handler (mutex held).
   std::shared_ptr<UcxInbox> inbox(const std::array<std::byte, 16>& comm_id, int to, int from);
@@ -103,6 +105,8 @@ class UcxContext {
   /// Runs the worker until it has nothing more to do (mutex held); true if
   /// anything happened. Also frees the finished operations of gone links.
   bool progress_locked();
+  /// When progress_locked() last saw the worker do something (mutex held).
+  Clock::time_point last_activity() const { return last_activity_; }
   /// Takes an unfinished operation of a link that is going away.
   void adopt(std::unique_ptr<UcxOp> op) { orphans_.push_back(std::move(op)); }
   /// Keeps the inbox of an endpoint left open because its peer is gone: the
@@ -129,10 +133,12 @@ class UcxContext {
   Fd wake_;       // an eventfd that wake() writes
   std::vector<std::byte> address_;
   std::string transports_;
+  bool shared_memory_ = true;
   std::mutex mutex_;
   std::map<Key, std::shared_ptr<UcxInbox>> inboxes_;
   std::vector<std::unique_ptr<UcxOp>> orphans_;
   std::vector<std::shared_ptr<UcxInbox>> abandoned_;
+  Clock::time_point last_activity_{};
 };
 
 /// The active-message id of braid's messages.

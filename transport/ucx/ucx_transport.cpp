@@ -121,6 +121,10 @@ class UcxLink final : public Link {
     // peer-failure mode (and its keepalive); RDMA has its rendezvous lanes
     // in it.
     err_mode_ = pidfd_ ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+    // A peer in this kernel is reached through UCX's shared memory and CMA
+    // when UCX_TLS allows them (UCX prefers them there); else through a
+    // socket (or RDMA).
+    over_socket_ = !(watch_pid && context_->shared_memory());
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                         UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -215,6 +219,17 @@ class UcxLink final : public Link {
     return std::nullopt;
   }
 
+  std::optional<Tag> waiting_tag() override {
+    std::lock_guard lock(context_->mutex());
+    if (busy() || broken_) return std::nullopt;
+    context_->progress_locked();
+    // Idle, so every receive posted took its message: the next one the peer
+    // sent is the next sequence number's, eager or a rendezvous descriptor.
+    auto found = inbox_->arrivals.find(receive_sequence_);
+    if (found == inbox_->arrivals.end()) return std::nullopt;
+    return found->second.header.as_tag();
+  }
+
   /// Sends the hello that tells the peer this side's endpoint exists.
   void greet() {
     std::lock_guard lock(context_->mutex());
@@ -233,6 +248,18 @@ class UcxLink final : public Link {
                          ucs_status_string(inbox_->endpoint_status)));
     if (!peer_process_alive())
       throw PeerLost(cat("rank ", self_, ": ", peer_name_, " exited or was killed before the ucx link to it was made"));
+    return false;
+  }
+
+  /// Whether a send or a rendezvous receive of this link is in UCX's hands
+  /// and moves through a socket, which both ranks must keep pumping (mutex
+  /// held). A CMA read within a host is the receiver's alone.
+  bool transferring() const {
+    if (!over_socket_) return false;
+    for (const auto& s : sends_)
+      if (!s.op->done && s.op->request != nullptr) return true;
+    for (const auto& r : recvs_)
+      if (r.op && !r.op->done) return true;
     return false;
   }
 
@@ -512,6 +539,7 @@ class UcxLink final : public Link {
   std::string peer_name_;
   ucp_ep_h ep_ = nullptr;
   ucp_err_handling_mode_t err_mode_ = UCP_ERR_HANDLING_MODE_PEER;
+  bool over_socket_ = true;
   std::shared_ptr<UcxInbox> inbox_;
   Fd pidfd_;
   Clock::time_point next_look_{};
@@ -604,8 +632,13 @@ bool UcxTransport::arm() {
   if (!context_) return true;
   std::lock_guard lock(context_->mutex());
   context_->progress_locked();
-  for (UcxLink* link : links_->links)
+  bool transferring = false;
+  for (UcxLink* link : links_->links) {
     if (link->has_news()) return false;
+    transferring |= link->transferring();
+  }
+  // Keep the engine polling while a transfer moves (see kRendezvousPoll).
+  if (transferring && Clock::now() - context_->last_activity() < kRendezvousPoll) return false;
   return context_->arm_locked();
 }
 
