@@ -21,7 +21,15 @@ namespace braid {
 /// below that waits spin only `min` (which still catches work that is about
 /// to land), and one wait in kProbeEvery spins `max` as a probe, so the
 /// budget notices when cores free up. Short spins do not move the score.
-/// One budget per engine, not per ring.
+/// The score starts at kScoreLimit: it takes kScoreLimit / 2 + 1 failed
+/// spins in a row to stop spinning. Starting at the threshold, one failed
+/// spin at start-up (a peer still setting up) dropped a rank to short spins
+/// and futex sleeps, whose wake-ups on this VM's idle vCPUs took over 20 us,
+/// until a probe 16 waits later caught up: measured on 2 idle vCPUs, 2
+/// ranks, an 8-byte all-reduce over shm (braid-perf -n 0) took 1.4-1.6 us in
+/// 8 of 10 launches and 0.30 in the rest; 0.25-0.28 us in 10 of 10 starting
+/// at the limit, as with BRAID_SPIN_US=20. One budget per engine, not per
+/// ring.
 ///
 /// Measured (bench/shm_pingpong latency, 8-byte half round trip in us,
 /// median of 5 runs per launch, variants interleaved; this 2-vCPU machine
@@ -57,7 +65,7 @@ class SpinBudget {
 
  private:
   std::chrono::nanoseconds min_, max_;
-  int score_ = kScoreLimit / 2;  // start by spinning
+  int score_ = kScoreLimit;  // start by spinning, with room for a slow start
   unsigned waits_ = 0;
   bool full_ = false;
 };
