@@ -1,7 +1,5 @@
 #include "job_ranks.hpp"
 
-#include <algorithm>
-#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -20,7 +18,7 @@ JobRanks gather_job_ranks(Comm& comm) {
   // As the communicator publishes it (comm_impl.cpp), so that a plan made
   // from these infos is the communicator's.
   RankInfo self = RankInfo::local(comm.rank());
-  self.cache_kib = static_cast<std::uint32_t>(std::min<std::uint64_t>(Machine::private_cache() / 1024, UINT32_MAX));
+  self.cache_kib = Machine::cache_kib(Machine::private_cache());
   const char* simulated = std::getenv("BRAID_HOST_ID");
   WireWriter w;
   w.str(simulated && *simulated ? std::string(simulated) : self.hostname);

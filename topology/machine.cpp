@@ -3,6 +3,7 @@
 #include <hwloc.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -226,6 +227,10 @@ Machine Machine::from_xml(std::string_view xml, std::span<const std::uint64_t> c
   m.gpus = braid::gpus(raw);
   m.rdma_note = "not recorded in the topology file";
   return m;
+}
+
+std::uint32_t Machine::cache_kib(std::uint64_t bytes) {
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>(bytes / 1024, UINT32_MAX));
 }
 
 std::uint64_t Machine::private_cache() {

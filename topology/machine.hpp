@@ -74,6 +74,9 @@ struct Machine {
   /// This host's private_cache_bytes, read once per process (hwloc without
   /// I/O devices: a few milliseconds), for the RankInfo a rank publishes.
   static std::uint64_t private_cache();
+  /// `bytes` of cache as RankInfo::cache_kib carries it: KiB, clamped to
+  /// its 32 bits.
+  static std::uint32_t cache_kib(std::uint64_t bytes);
   /// This host as hwloc XML (hwloc_topology_export_xmlbuffer, I/O devices
   /// included): the machine part of a topology file (topo_file.hpp).
   static std::string export_xml();

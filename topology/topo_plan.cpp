@@ -123,7 +123,7 @@ TopoPlan plan_topology(const TopoFile& inputs, const Settings& settings, std::st
   // written before the rank infos carried it have 0 there).
   std::vector<RankInfo> ranks = inputs.ranks;
   for (std::size_t r = 0; r < ranks.size(); ++r)
-    if (ranks[r].cache_kib == 0) ranks[r].cache_kib = static_cast<std::uint32_t>(out.places[r].cache_bytes / 1024);
+    if (ranks[r].cache_kib == 0) ranks[r].cache_kib = Machine::cache_kib(out.places[r].cache_bytes);
   out.plan = make_plan(ranks, settings, algorithms);
   order_ring_by_numa(out.plan, out.places);
   return out;

@@ -194,7 +194,7 @@ void CommImpl::join(Rendezvous rendezvous) {
     store.set(rank_key(cat("address/", kinds_[k]->name), rank_), transports_[k]->local_address());
   RankInfo info = RankInfo::local(rank_);
   info.rdma = transports_see_rdma();
-  info.cache_kib = static_cast<std::uint32_t>(std::min<std::uint64_t>(Machine::private_cache() / 1024, UINT32_MAX));
+  info.cache_kib = Machine::cache_kib(Machine::private_cache());
   store.set(rank_key("info", rank_), info.encode());
 
   wait_for_ranks(store, "info", deadline);
