@@ -119,8 +119,8 @@ TopoPlan plan_topology(const TopoFile& inputs, const Settings& settings, std::st
       throw InvalidArgument(cat(name, ": the rank info at position ", r, " is rank ", inputs.ranks[r].rank));
   TopoPlan out;
   out.places = place(inputs, name);
-  // A rank's cache is its host's, as the machine section says (files
-  // written before the rank infos carried it have 0 there).
+  // A rank's cache is its host's, as the machine section says: a file's
+  // rank lines do not carry it (0), a live job's rank infos do.
   std::vector<RankInfo> ranks = inputs.ranks;
   for (std::size_t r = 0; r < ranks.size(); ++r)
     if (ranks[r].cache_kib == 0) ranks[r].cache_kib = Machine::cache_kib(out.places[r].cache_bytes);
