@@ -1,27 +1,51 @@
 // Each algorithm's alpha-beta cost. With n ranks, m bytes and a link of
-// latency a, transfer time per byte b and reduction time per byte g:
+// latency a, transfer time per byte b and reduction time per byte g, the
+// busiest rank's work in one call: the messages on the critical path, the
+// bytes it sends, the bytes it receives without reducing them on the way
+// (and its local copies), and the bytes it reduces:
 //
-//   ring          2(n-1) a + max(2(n-1)/n m b, (n-1)/n m g)
-//   tree          2 d a + max(s m b, r m g) + (2d - 2) c b
+//                 messages   sent             received        reduced
+//   ring          2(n-1)     2(n-1)/n m       (n-1)/n m       (n-1)/n m     pipelined
+//   tree          2d         s m              s m / 2         r m           pipelined, + (2d - 2) c b
 //                 (d = ceil(log2 n); s = 1, 3/2, 2 and r = 1/2, 1, 1 on
 //                 2, 3, 4+ ranks; c one slice of a half: see below)
-//   direct        a + (n-1) m b + (n+1) m g             (n-1 whole buffers at once, 2 copies;
-//                                                        2 ranks to 64 KiB: a + m b + m g)
-//   recdbl        h a + h m b + (log2 p + f) m g        (h hops: log2 p, plus the fold)
-//   rabenseifner  2 log2 p a + 2(p-1)/p m b + (p-1)/p m g, plus a fold
+//   direct        1          (n-1) m          (n-1) m         (n+1) m       (n-1 whole buffers at once
+//                                                                         into scratch, 2 copies;
+//                                                                         2 ranks to 64 KiB: m, 0, m)
+//   recdbl        h          h m              m               (log2 p + f) m  (h hops: log2 p, plus the fold)
+//   rabenseifner  2 log2 p   2(p-1)/p m       (p-1)/p m       (p-1)/p m, plus a fold
 //   hierarchical  ring reduce-scatter and all-gather inside a host, ring
 //                 all-reduce of a host's share (m / ranks per host) across
 //
 // p is the largest power of two <= n; the n - p ranks above it fold into a
 // partner first (recursive_doubling.cpp, rabenseifner.cpp).
 //
-// The byte terms count what the busiest RANK sends (and reduces), not what
-// its busiest link carries: every byte a rank sends is a copy its own CPU
-// makes (shm: into the ring slot; tcp: into the kernel), and every byte it
-// receives one more, so a rank's time grows with the sum over its links.
-// The pipelined schedules (ring, tree) reduce one slice while the next is in
-// flight, so their transfer and reduction overlap: the slower of the two is
-// on the critical path, not their sum.
+// Priced (busiest_rank), when every rank of a host has a core to itself:
+// messages a + (sent + received) b + reduced g. The byte terms count what the
+// busiest RANK does, not what its busiest link carries: every byte it sends
+// is a copy its own CPU makes (shm: into the ring slot; tcp: into the
+// kernel), every byte it receives one more (out of the slot or the kernel;
+// a receive-and-reduce reads the slot as it reduces and is priced as the
+// reduction), and the one CPU does them one after the other, so they add up
+// even where a schedule pipelines: pipelining overlaps one rank's work with
+// its peers', not a rank's copies with its own reductions. That is what
+// makes direct, one message but every byte reduced, the best all-reduce on
+// 2 ranks up to 64 KiB: the tree and the ring send as much, receive half of
+// it again and need two messages. Priced before without the received bytes
+// and with a pipelined schedule's transfer and reduction overlapping (the
+// slower of the two), the tree took over from 16 KiB, and measured direct
+// was 1.5x faster at 16 KiB and 1.4x at 32 KiB (braid-perf -n 0, 15
+// interleaved rounds, bench/figures/auto_vs_forced.txt, run 6).
+//
+// When the ranks of a host outnumber its cores, the old form stays: the
+// received bytes are not counted and a pipelined schedule's transfer and
+// reduction overlap, priced on the oversubscribed link parameters that were
+// fitted with it (link_model.cpp). Priced the new way there, on parameters
+// fitted anew, the ring (6 messages) could never beat rabenseifner (4, the
+// same bytes on 4 ranks), and measured on 4 ranks on 2 cores it was 1.4-1.7x
+// faster from 128 KiB to 1 MiB (run 5): ranks that take turns on a core
+// overlap one rank's transfers with another's reductions, which the sum does
+// not see.
 //
 // The double tree (double_tree.cpp) sends each half of the buffer (h = m/2)
 // down its own tree. A rank inner in one tree receives 2h from its children,
@@ -50,11 +74,8 @@
 //
 // The link's rates are those of the call's size (CostInputs::flat(),
 // LinkParams::at): a buffer whose working set stays in the rank's cache
-// copies and reduces at the cache's rates. That is what makes direct, one
-// message but every byte twice, the best all-reduce on 2 ranks up to some
-// KiB: priced at memory's rates, the tree took over from 4 KiB, and measured
-// direct was faster there (1.54x at 4 KiB, 1.1x at 32 KiB,
-// bench/figures/auto_vs_forced.txt, run 3).
+// reduces (and, where the link has a cache rate for it, copies) at the
+// cache's rates.
 //
 // Oversubscribed hosts (more local ranks than cores): the ranks take turns
 // on the cores, so the time is bounded below by the CPU work of all of them,
@@ -92,15 +113,26 @@ double price(const LinkParams& l, double messages, double bytes, double reduced)
   return messages * l.latency_us + l.transfer_us(bytes) + l.reduce_us(reduced);
 }
 
-// A pipelined schedule: transfer and reduction overlap.
-double pipelined(const LinkParams& l, double messages, double bytes, double reduced) {
-  return messages * l.latency_us + std::max(l.transfer_us(bytes), l.reduce_us(reduced));
+// What the busiest rank does in one call (the header says how it is priced).
+struct Work {
+  double messages = 0;  // on the critical path
+  double sent = 0;      // bytes it sends
+  double received = 0;  // bytes it receives without reducing them on the way, and local copies
+  double reduced = 0;   // bytes it reduces (a receive-and-reduce counts here only)
+  bool pipelined = false;
+};
+
+double busiest_rank(const CostInputs& in, const LinkParams& l, const Work& w) {
+  if (!in.oversubscribed) return price(l, w.messages, w.sent + w.received, w.reduced);
+  if (!w.pipelined) return price(l, w.messages, w.sent, w.reduced);
+  return w.messages * l.latency_us + std::max(l.transfer_us(w.sent), l.reduce_us(w.reduced));
 }
 
-double ring_on(const LinkParams& l, int n, double m) {
+double ring_on(const CostInputs& in, const LinkParams& l, int n, double m) {
   if (n <= 1) return 0;
   const double share = (n - 1.0) / n;
-  return pipelined(l, 2.0 * (n - 1), 2 * share * m, share * m);
+  return busiest_rank(in, l, {.messages = 2.0 * (n - 1), .sent = 2 * share * m, .received = share * m,
+                              .reduced = share * m, .pipelined = true});
 }
 
 // The slice of a pipelined schedule as the communicator cuts it
@@ -116,16 +148,20 @@ double broadcast_slices(const CostInputs& in) {
 
 }  // namespace
 
-double ring_all_reduce(const CostInputs& in) { return ring_on(in.flat(), in.ranks, static_cast<double>(in.bytes)); }
+double ring_all_reduce(const CostInputs& in) {
+  return ring_on(in, in.flat(), in.ranks, static_cast<double>(in.bytes));
+}
 
 double direct_all_reduce(const CostInputs& in) {
   if (in.ranks <= 1) return 0;
   const double m = static_cast<double>(in.bytes);
-  // 2 ranks up to 64 KiB: send and receive-and-reduce. Else the scratch
-  // form adds two local copies (the input into scratch, the first
-  // contribution into the output), priced as reductions: memory-bound alike.
-  const double copies = in.ranks == 2 && in.bytes <= 64 * 1024 ? 0 : 2 * m;
-  return price(in.flat(), 1, (in.ranks - 1) * m, (in.ranks - 1) * m + copies);
+  const double others = in.ranks - 1.0;
+  // 2 ranks up to 64 KiB: send and receive-and-reduce. Else every buffer
+  // comes into scratch and the scratch form adds two local copies (the input
+  // into scratch, the first contribution into the output), priced as
+  // reductions: memory-bound alike.
+  if (in.ranks == 2 && in.bytes <= 64 * 1024) return busiest_rank(in, in.flat(), {.messages = 1, .sent = m, .reduced = m});
+  return busiest_rank(in, in.flat(), {.messages = 1, .sent = others * m, .received = others * m, .reduced = others * m + 2 * m});
 }
 
 double recursive_doubling_all_reduce(const CostInputs& in) {
@@ -134,7 +170,9 @@ double recursive_doubling_all_reduce(const CostInputs& in) {
   const int k = log2_floor(in.ranks), p = 1 << k, r = in.ranks - p;
   // The fold overlaps the first round unless more than half the participants folded.
   const double hops = k + (r == 0 ? 0 : r > p / 2 ? 2 : 1);
-  return price(in.flat(), hops, hops * m, (k + (r > 0 ? 1 : 0)) * m);
+  // A partial that ends in scratch is copied to the output, and the upper
+  // rank of a pair receives before it reduces: one buffer in all.
+  return busiest_rank(in, in.flat(), {.messages = hops, .sent = hops * m, .received = m, .reduced = (k + (r > 0 ? 1 : 0)) * m});
 }
 
 double rabenseifner_all_reduce(const CostInputs& in) {
@@ -142,20 +180,27 @@ double rabenseifner_all_reduce(const CostInputs& in) {
   const double m = static_cast<double>(in.bytes);
   const int k = log2_floor(in.ranks), p = 1 << k, r = in.ranks - p;
   const double share = (p - 1.0) / p;
-  const double fold = r > 0 ? price(in.flat(), 2, 2 * m, m) : 0;
-  return price(in.flat(), 2.0 * k, 2 * share * m, share * m) + fold;
+  // The fold: a buffer in and the result out again, one reduction.
+  const double fold = r > 0 ? busiest_rank(in, in.flat(), {.messages = 2, .sent = 2 * m, .reduced = m}) : 0;
+  // The all-gather half receives its shares without reducing them.
+  return busiest_rank(in, in.flat(), {.messages = 2.0 * k, .sent = 2 * share * m, .received = share * m,
+                                      .reduced = share * m}) +
+         fold;
 }
 
 double tree_all_reduce(const CostInputs& in) {
   if (in.ranks <= 1) return 0;
   const double m = static_cast<double>(in.bytes);
   const int d = log2_ceil(in.ranks);
-  // The busiest rank's bytes sent and reduced (the header says why).
+  // The busiest rank's bytes sent and reduced (the header says why); it
+  // receives half as much as it sends without reducing it (the results
+  // coming down).
   const double sent = in.ranks == 2 ? m : in.ranks == 3 ? 1.5 * m : 2 * m;
   const double reduced = in.ranks == 2 ? m / 2 : m;
   const double slice = std::min(m / 2, slice_bytes(in));
   const LinkParams l = in.flat();
-  return pipelined(l, 2.0 * d, sent, reduced) + l.transfer_us((2.0 * d - 2) * slice);
+  return busiest_rank(in, l, {.messages = 2.0 * d, .sent = sent, .received = sent / 2, .reduced = reduced, .pipelined = true}) +
+         l.transfer_us((2.0 * d - 2) * slice);
 }
 
 double hierarchical_all_reduce(const CostInputs& in) {
@@ -164,8 +209,9 @@ double hierarchical_all_reduce(const CostInputs& in) {
   const double m = static_cast<double>(in.bytes);
   const double share = (k - 1.0) / k;
   // Reduce-scatter and all-gather inside the host: a ring all-reduce's messages and bytes.
-  const double inside = pipelined(in.intra_at(), 2.0 * (k - 1), 2 * share * m, share * m);
-  return inside + ring_on(in.inter_at(), in.hosts, m / k);
+  const double inside = busiest_rank(in, in.intra_at(), {.messages = 2.0 * (k - 1), .sent = 2 * share * m,
+                                                         .received = share * m, .reduced = share * m, .pipelined = true});
+  return inside + ring_on(in, in.inter_at(), in.hosts, m / k);
 }
 
 double binomial_broadcast(const CostInputs& in) {
