@@ -26,6 +26,16 @@ over that one's. The verdict is by medians: "ok" within --within (10%);
 algorithm itself, so that the gap is the measurement's noise between two runs
 of one schedule, not a wrong choice (counted apart, not hidden).
 
+A second verdict judges the choice alone: "chosen/best" is the forced median
+of the algorithm auto ran over the best forced median, both from forced runs.
+Where the launches of one variant fall into modes (4 ranks on 2 cores: the
+scheduler places the ranks anew at every launch, and an 8-byte all-reduce
+took 2.4 us in some launches and 4.2 in others, whatever the algorithm),
+auto's own median depends on how many of its launches drew the slow mode;
+the forced runs of the chosen algorithm do not carry that draw twice.
+--bind-to core pins rank i to the i-th CPU in every launch, which removes the
+draw (braid-run binds only when every rank gets a CPU of its own).
+
 The algorithms default to those braid-perf --help lists for all_reduce (the
 algorithm registry), less hierarchical on one host (it runs as the ring there).
 """
@@ -55,8 +65,9 @@ def registry_algorithms(perf):
     raise SystemExit("braid-perf --help lists no all_reduce algorithms")
 
 
-def run_once(build, ranks, algo, lo, hi, iters, warmup, env):
-    cmd = [str(build / "tools/braid-run"), "-n", str(ranks), str(build / "bench/braid-perf"), "all_reduce",
+def run_once(build, ranks, algo, lo, hi, iters, warmup, env, bind):
+    cmd = [str(build / "tools/braid-run"), "-n", str(ranks)] + (["--bind-to", bind] if bind else []) + [
+           str(build / "bench/braid-perf"), "all_reduce",
            "-b", lo, "-e", hi, "-n", str(iters), "-w", str(warmup), "--json", "--no-progress", "-c", "0"]
     if algo != "auto":
         cmd += ["--algo", algo]
@@ -96,8 +107,22 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--within", type=float, default=0.10)
     ap.add_argument("--json", default="", help="also write every measurement to this file")
+    ap.add_argument("--bind-to", default="", choices=["", "core", "none"],
+                    help="braid-run --bind-to for every launch (core: rank i on the i-th CPU, round robin, also "
+                         "when ranks outnumber CPUs; default: braid-run's own choice)")
+    ap.add_argument("--report", default="", help="measure nothing: print the tables of a file --json wrote")
     args = ap.parse_args()
     build = Path(args.build)
+    if args.report:
+        saved = json.loads(Path(args.report).read_text())
+        args.ranks = [int(n) for n in saved["times"]]
+        variants = list(next(iter(saved["times"].values())))
+        algos = [v for v in variants if v != "auto"]
+        times = {int(n): {v: {int(s): t for s, t in by_size.items()} for v, by_size in t_n.items()}
+                 for n, t_n in saved["times"].items()}
+        ran = {int(n): {int(s): set(a) for s, a in r_n.items()} for n, r_n in saved["auto_ran"].items()}
+        report(args, algos, variants, times, ran)
+        return
     perf = str(build / "bench/braid-perf")
     algos = args.algos.split(",") if args.algos else [a for a in registry_algorithms(perf) if a != "hierarchical"]
     variants = algos + ["auto"]
@@ -140,7 +165,7 @@ def main():
             for v in order:
                 print(f"round {r + 1}/{rounds_of} ({first}-{last} B): {n} ranks, {v}", file=sys.stderr, flush=True)
                 for size, (us, algo) in run_once(build, n, v, str(first), str(last), args.iters, args.warmup,
-                                                 env).items():
+                                                 env, args.bind_to).items():
                     times[n][v].setdefault(size, []).append(us)
                     if v == "auto":
                         ran[n].setdefault(size, set()).add(algo)
@@ -148,15 +173,22 @@ def main():
         Path(args.json).write_text(json.dumps({"times": {str(n): t for n, t in times.items()},
                                                "auto_ran": {str(n): {str(s): sorted(a) for s, a in v.items()}
                                                             for n, v in ran.items()}}, indent=1))
+    report(args, algos, variants, times, ran)
+
+
+def report(args, algos, variants, times, ran):
+    """The tables: per rank count and size, every variant against the best forced one."""
     worst = 0.0
     for n in args.ranks:
-        print(f"\nall_reduce, {n} ranks, {args.rounds} interleaved rounds ({max(args.small_rounds, args.rounds)} up to "
+        counted = [len(t) for v in variants for t in times[n][v].values()]
+        print(f"\nall_reduce, {n} ranks, {min(counted)} interleaved rounds ({max(counted)} up to "
               f"{args.small_max}): best / median out-of-place time (us)")
         head = f"{'size':>9} " + " ".join(f"{a:>17}" for a in algos) + f" {'auto':>17} {'auto ran':>13} " \
-               f"{'best forced':>12} {'auto/best':>10} {'(median)':>8}"
+               f"{'best forced':>12} {'auto/best':>10} {'(median)':>8} {'verdict':>9} {'chosen/best':>11}"
         print(head)
         counts = {"ok": 0, "OVER": 0, "OVER same": 0}
         misses = []
+        chosen_ok, chosen_total, chosen_misses = 0, 0, []
         for size in sorted(set().union(*(times[n][v].keys() for v in variants))):
             cell = {}
             for v in variants:
@@ -176,14 +208,25 @@ def main():
             if verdict != "ok":
                 misses.append(f"{size} B {ratio_m:.2f} ({','.join(auto_algos)} vs {best_m})")
             worst = max(worst, ratio_m)
+            chosen = ""
+            if len(auto_algos) == 1 and auto_algos[0] in forced:
+                ratio_c = forced[auto_algos[0]][1] / forced[best_m][1]
+                chosen_total += 1
+                if ratio_c <= 1 + args.within:
+                    chosen_ok += 1
+                else:
+                    chosen_misses.append(f"{size} B {ratio_c:.2f} ({auto_algos[0]} vs {best_m})")
+                chosen = f"{ratio_c:.2f}"
             print(f"{size:>9} " + " ".join(f"{cell[a][0]:>8.1f}/{cell[a][1]:<8.1f}" if a in cell else f"{'-':>17}"
                                            for a in algos) +
                   f" {cell['auto'][0]:>8.1f}/{cell['auto'][1]:<8.1f} {','.join(auto_algos):>13} "
-                  f"{best_m:>12} {ratio_b:>10.2f} {ratio_m:>8.2f} {verdict}")
+                  f"{best_m:>12} {ratio_b:>10.2f} {ratio_m:>8.2f} {verdict:>9} {chosen:>11}")
         total = sum(counts.values())
         print(f"{n} ranks: auto within {args.within:.0%} of the best forced median at {counts['ok']} of {total} sizes; "
               f"over at {counts['OVER']} with another algorithm, {counts['OVER same']} running the best forced one "
               f"(noise)" + (f": {'; '.join(misses)}" if misses else ""))
+        print(f"{n} ranks: the chosen algorithm's forced median within {args.within:.0%} of the best forced median at "
+              f"{chosen_ok} of {chosen_total} sizes" + (f"; over: {'; '.join(chosen_misses)}" if chosen_misses else ""))
     print(f"\nworst auto/best forced (medians): {worst:.2f}; load average now {os.getloadavg()}")
 
 
