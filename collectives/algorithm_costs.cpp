@@ -43,7 +43,7 @@
 // fitted with it (link_model.cpp). Priced the new way there, on parameters
 // fitted anew, the ring (6 messages) could never beat rabenseifner (4, the
 // same bytes on 4 ranks), and measured on 4 ranks on 2 cores it was 1.4-1.7x
-// faster from 128 KiB to 1 MiB (run 5): ranks that take turns on a core
+// faster from 128 to 512 KiB (run 5): ranks that take turns on a core
 // overlap one rank's transfers with another's reductions, which the sum does
 // not see.
 //
@@ -160,8 +160,10 @@ double direct_all_reduce(const CostInputs& in) {
   // comes into scratch and the scratch form adds two local copies (the input
   // into scratch, the first contribution into the output), priced as
   // reductions: memory-bound alike.
-  if (in.ranks == 2 && in.bytes <= 64 * 1024) return busiest_rank(in, in.flat(), {.messages = 1, .sent = m, .reduced = m});
-  return busiest_rank(in, in.flat(), {.messages = 1, .sent = others * m, .received = others * m, .reduced = others * m + 2 * m});
+  if (in.ranks == 2 && in.bytes <= 64 * 1024)
+    return busiest_rank(in, in.flat(), {.messages = 1, .sent = m, .reduced = m});
+  return busiest_rank(in, in.flat(),
+                      {.messages = 1, .sent = others * m, .received = others * m, .reduced = others * m + 2 * m});
 }
 
 double recursive_doubling_all_reduce(const CostInputs& in) {
@@ -172,7 +174,8 @@ double recursive_doubling_all_reduce(const CostInputs& in) {
   const double hops = k + (r == 0 ? 0 : r > p / 2 ? 2 : 1);
   // A partial that ends in scratch is copied to the output, and the upper
   // rank of a pair receives before it reduces: one buffer in all.
-  return busiest_rank(in, in.flat(), {.messages = hops, .sent = hops * m, .received = m, .reduced = (k + (r > 0 ? 1 : 0)) * m});
+  return busiest_rank(in, in.flat(),
+                      {.messages = hops, .sent = hops * m, .received = m, .reduced = (k + (r > 0 ? 1 : 0)) * m});
 }
 
 double rabenseifner_all_reduce(const CostInputs& in) {
@@ -199,8 +202,8 @@ double tree_all_reduce(const CostInputs& in) {
   const double reduced = in.ranks == 2 ? m / 2 : m;
   const double slice = std::min(m / 2, slice_bytes(in));
   const LinkParams l = in.flat();
-  return busiest_rank(in, l, {.messages = 2.0 * d, .sent = sent, .received = sent / 2, .reduced = reduced, .pipelined = true}) +
-         l.transfer_us((2.0 * d - 2) * slice);
+  const Work work{.messages = 2.0 * d, .sent = sent, .received = sent / 2, .reduced = reduced, .pipelined = true};
+  return busiest_rank(in, l, work) + l.transfer_us((2.0 * d - 2) * slice);
 }
 
 double hierarchical_all_reduce(const CostInputs& in) {
@@ -209,9 +212,9 @@ double hierarchical_all_reduce(const CostInputs& in) {
   const double m = static_cast<double>(in.bytes);
   const double share = (k - 1.0) / k;
   // Reduce-scatter and all-gather inside the host: a ring all-reduce's messages and bytes.
-  const double inside = busiest_rank(in, in.intra_at(), {.messages = 2.0 * (k - 1), .sent = 2 * share * m,
-                                                         .received = share * m, .reduced = share * m, .pipelined = true});
-  return inside + ring_on(in, in.inter_at(), in.hosts, m / k);
+  const Work inside{.messages = 2.0 * (k - 1), .sent = 2 * share * m, .received = share * m, .reduced = share * m,
+                    .pipelined = true};
+  return busiest_rank(in, in.intra_at(), inside) + ring_on(in, in.inter_at(), in.hosts, m / k);
 }
 
 double binomial_broadcast(const CostInputs& in) {
