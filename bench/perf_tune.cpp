@@ -190,10 +190,12 @@ int tune(Comm& comm, const Plan& plan, const std::string& machine, const Options
   }
   if (rank != 0) return 0;
 
-  // The fit takes the algorithms whose cost is linear in the parameters
-  // (the unpipelined ones); the pipelined ones take the slower of transfer
-  // and reduction (algorithm_costs.cpp), so their coefficients are not a
-  // sum. Every algorithm is printed against the fitted model all the same.
+  // The fit takes the algorithms whose cost is linear in the parameters:
+  // all of them while every rank has a core; with more ranks than cores the
+  // pipelined ones take the slower of transfer and reduction
+  // (algorithm_costs.cpp), so their coefficients are not a sum and only the
+  // unpipelined ones are fitted. Every algorithm is printed against the
+  // fitted model all the same.
   std::vector<TuneSample> samples;
   for (const auto& m : measured)
     if (linear(m.cost, m.inputs)) samples.push_back(m.sample);

@@ -5,8 +5,9 @@
 // 8 B to 32 MiB (up to -e), each timed three times (the fastest kept: the
 // least disturbed by other work on the machine). The cost model is linear in
 // the link's latency a, time per byte b and reduction time per byte g from
-// memory, and b and g from the cache (each cost function of an unpipelined
-// algorithm prices messages, bytes and reduced bytes, and LinkParams::at
+// memory, and b and g from the cache (each cost function prices messages,
+// bytes and reduced bytes, the pipelined ones only while every rank has a
+// core, and LinkParams::at
 // splits the bytes between cache and memory by the working set against the
 // plan's cache), so the five come from a least-squares fit of those
 // algorithms' measurements at once, on the relative error so that 8 B counts
@@ -47,8 +48,9 @@ LinkParams fit_link_params(std::span<const TuneSample> samples);
 
 /// The coefficients of `cost` for `inputs`, from unit link parameters.
 TuneSample coefficients(CostFunction cost, CostInputs inputs);
-/// Whether `cost` at `inputs` is the sum its coefficients say (the
-/// pipelined algorithms take a maximum instead, and are left out of the fit).
+/// Whether `cost` at `inputs` is the sum its coefficients say (with more
+/// ranks than cores the pipelined algorithms take a maximum instead, and are
+/// left out of the fit).
 bool linear(CostFunction cost, CostInputs inputs);
 
 /// Runs the measurement on every rank of `comm`; rank 0 writes o.tune for

@@ -87,8 +87,8 @@ constexpr std::array kTable = {
                 "(4M for 2)."},
     SettingInfo{"BRAID_SPIN_US", "(auto)",
                 "Microseconds to busy-poll before sleeping in the kernel; auto spins while every local "
-                "rank has a core (up to 20 us, shorter while spins keep failing), else polls with sched_yield "
-                "for up to 1 ms, handing the core to the ranks that share it."},
+                "rank has a core (up to 20 us, shorter while spins keep failing with every CPU busy), else "
+                "polls with sched_yield for up to 1 ms, handing the core to the ranks that share it."},
     SettingInfo{"BRAID_ALGO", "(auto)",
                 "Force algorithms: a name (ring) for every collective that has it, or per collective "
                 "(all_reduce:tree,broadcast:binomial). See the algorithm table."},
