@@ -18,7 +18,7 @@ JobRanks gather_job_ranks(Comm& comm) {
   // As the communicator publishes it (comm_impl.cpp), so that a plan made
   // from these infos is the communicator's.
   RankInfo self = RankInfo::local(comm.rank());
-  self.cache_kib = Machine::cache_kib(Machine::private_cache());
+  self.cache_kib = Machine::private_cache_kib();
   const char* simulated = std::getenv("BRAID_HOST_ID");
   WireWriter w;
   w.str(simulated && *simulated ? std::string(simulated) : self.hostname);

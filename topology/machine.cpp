@@ -233,15 +233,15 @@ std::uint32_t Machine::cache_kib(std::uint64_t bytes) {
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(bytes / 1024, UINT32_MAX));
 }
 
-std::uint64_t Machine::private_cache() {
-  static const std::uint64_t bytes = [] {
+std::uint32_t Machine::private_cache_kib() {
+  static const std::uint32_t kib = [] {
     try {
-      return private_cache_of(load_topology(false).get());
+      return cache_kib(private_cache_of(load_topology(false).get()));
     } catch (const Error&) {
-      return std::uint64_t{0};  // unknown: the cost model prices memory's rates
+      return std::uint32_t{0};  // unknown: the cost model prices memory's rates
     }
   }();
-  return bytes;
+  return kib;
 }
 
 Machine Machine::local() {

@@ -71,9 +71,10 @@ struct Machine {
   static Machine discover();
   /// The process's machine (discovered once) with the binding read now.
   static Machine local();
-  /// This host's private_cache_bytes, read once per process (hwloc without
-  /// I/O devices: a few milliseconds), for the RankInfo a rank publishes.
-  static std::uint64_t private_cache();
+  /// This host's private_cache_bytes as cache_kib() gives it, read once per
+  /// process (hwloc without I/O devices: a few milliseconds), for the
+  /// RankInfo a rank publishes.
+  static std::uint32_t private_cache_kib();
   /// `bytes` of cache as RankInfo::cache_kib carries it: KiB, clamped to
   /// its 32 bits.
   static std::uint32_t cache_kib(std::uint64_t bytes);

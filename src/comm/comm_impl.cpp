@@ -194,7 +194,7 @@ void CommImpl::join(Rendezvous rendezvous) {
     store.set(rank_key(cat("address/", kinds_[k]->name), rank_), transports_[k]->local_address());
   RankInfo info = RankInfo::local(rank_);
   info.rdma = transports_see_rdma();
-  info.cache_kib = Machine::cache_kib(Machine::private_cache());
+  info.cache_kib = Machine::private_cache_kib();
   store.set(rank_key("info", rank_), info.encode());
 
   wait_for_ranks(store, "info", deadline);

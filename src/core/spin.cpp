@@ -1,32 +1,20 @@
 #include "core/spin.hpp"
 
-#include <fcntl.h>
 #include <unistd.h>
 
-#include <cstdlib>
-#include <cstring>
+#include <fstream>
 
 namespace braid {
 namespace {
 
 // The running count of /proc/loadavg ("0.28 1.41 1.91 2/79 8038": 2), or -1.
 long runnable_threads() {
-  const int fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  char text[128];
-  const ssize_t got = ::read(fd, text, sizeof text - 1);
-  ::close(fd);
-  if (got <= 0) return -1;
-  text[got] = '\0';
-  const char* field = text;
-  for (int i = 0; i < 3 && field; ++i) {
-    field = std::strchr(field, ' ');
-    if (field) ++field;
-  }
-  if (!field) return -1;
-  char* end = nullptr;
-  const long running = std::strtol(field, &end, 10);
-  return end != field && *end == '/' ? running : -1;
+  std::ifstream in("/proc/loadavg");
+  double load1 = 0, load5 = 0, load15 = 0;
+  long running = -1;
+  char slash = 0;
+  if (!(in >> load1 >> load5 >> load15 >> running >> slash) || slash != '/') return -1;
+  return running;
 }
 
 }  // namespace
@@ -38,8 +26,7 @@ bool cpus_contended() {
   const auto now = std::chrono::steady_clock::now();
   if (now < next_look) return contended;
   next_look = now + std::chrono::milliseconds(1);
-  const long running = runnable_threads();
-  contended = cpus > 0 && running > cpus;
+  contended = cpus > 0 && runnable_threads() > cpus;
   return contended;
 }
 

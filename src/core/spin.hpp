@@ -34,8 +34,8 @@ bool cpus_contended();
 /// kScoreLimit: a spin then held no core that anybody wanted. Counting such
 /// waits against spinning, as the budget first did, had a trap: once both
 /// ranks of a pair spun short and slept, each probe waited on a sleeping
-/// peer, whose wake-up on an idle vCPU took over 20 us, so every probe ran
-/// out and the pair never spun again. Measured (braid-perf all_reduce
+/// peer, whose wake-up on an idle vCPU took over 20 us, so nearly every
+/// probe ran out and the pair seldom spun again. Measured (braid-perf all_reduce
 /// --algo direct -n 3000, 2 ranks over shm on the 2 idle vCPUs, 5
 /// launches): 32 KiB took 8.5-13.9 us with the budget and 5.2-7.4 with
 /// BRAID_SPIN_US=20; 16 KiB 3.8-6.3 against 3.1-4.7.
