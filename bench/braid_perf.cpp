@@ -25,12 +25,12 @@
 #include <vector>
 
 #include "braid/braid.hpp"
-#include "command_line.hpp"
+#include "tools/command_line.hpp"
 #include "core/device.hpp"
 #include "core/rank_info.hpp"
 #include "core/settings.hpp"
 #include "expected_values.hpp"
-#include "job_ranks.hpp"
+#include "tools/job_ranks.hpp"
 #include "perf_options.hpp"
 #include "perf_report.hpp"
 #include "perf_tune.hpp"

@@ -57,7 +57,7 @@
 #include <vector>
 
 #include "braid/mirrored.hpp"
-#include "command_line.hpp"
+#include "tools/command_line.hpp"
 
 namespace mr = braid::mirrored;
 

@@ -4,7 +4,7 @@
 #include <charconv>
 #include <cstdlib>
 
-#include "command_line.hpp"
+#include "tools/command_line.hpp"
 #include "core/settings.hpp"
 #include "collectives/registry.hpp"
 

@@ -4,7 +4,7 @@ measured the way braid-perf measures it, and compared with braid-perf.
 
 As a rank (under braid-run), one row like braid-perf's --json:
 
-    PYTHONPATH=build/src/python build/tools/braid-run -n 4 /usr/bin/python3 bench/python_allreduce.py -b 64M
+    PYTHONPATH=build/python build/tools/braid-run -n 4 /usr/bin/python3 bench/python_allreduce.py -b 64M
 
 `warmup` untimed all-reduces, a barrier, `iters` timed back-to-back ones;
 each rank's mean iteration time, averaged over ranks (braid-perf's -a 1);

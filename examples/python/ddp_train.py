@@ -3,7 +3,7 @@
 torch.distributed backend, checked against gloo.
 
     # 2 ranks under braid-run (PYTHONPATH: the package the build stages)
-    PYTHONPATH=build/src/python build/tools/braid-run -n 2 /usr/bin/python3 examples/python/ddp_train.py
+    PYTHONPATH=build/python build/tools/braid-run -n 2 /usr/bin/python3 examples/python/ddp_train.py
 
     # the same weights as gloo's on the same data, else exit status 1
     ... ddp_train.py --check

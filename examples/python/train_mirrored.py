@@ -3,8 +3,8 @@
 (y = x W + b) trained with MultiWorkerMirrored, one replica per process, or
 Mirrored with several replicas (threads) per process.
 
-    PYTHONPATH=build/src/python build/tools/braid-run -n 4 /usr/bin/python3 examples/python/train_mirrored.py
-    PYTHONPATH=build/src/python build/tools/braid-run -n 2 /usr/bin/python3 examples/python/train_mirrored.py --local-replicas 2
+    PYTHONPATH=build/python build/tools/braid-run -n 4 /usr/bin/python3 examples/python/train_mirrored.py
+    PYTHONPATH=build/python build/tools/braid-run -n 2 /usr/bin/python3 examples/python/train_mirrored.py --local-replicas 2
 
 Every replica reads its own part of each global batch (DataShard), computes
 its gradient into the strategy's buffers, and apply_gradients() averages them

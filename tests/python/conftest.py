@@ -3,7 +3,7 @@ running the same tests in the same order (the collectives are collective):
 
     build/tools/braid-run -n 4 /usr/bin/python3 -m pytest -q tests/python
 
-with PYTHONPATH=build/src/python (the meson test `python/pytest_4_ranks` sets
+with PYTHONPATH=build/python (the meson test `python/pytest_4_ranks` sets
 it). Outside braid-run every test is skipped."""
 
 import os

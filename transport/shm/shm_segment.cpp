@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "braid/types.hpp"
+#include "core/process.hpp"
 #include "core/text.hpp"
 
 namespace braid {
@@ -75,12 +76,6 @@ std::string hint_for(int err) {
 // The inode of this process's PID namespace: part of every name, so that
 // remove_orphans() judges only names whose pid means what it thinks (a
 // container sharing /dev/shm with another PID namespace has other pids).
-std::string pid_namespace_inode() {
-  struct stat st {};
-  if (::stat("/proc/self/ns/pid", &st) != 0) return "0";
-  return cat(st.st_ino);
-}
-
 std::string unique_name() {
   static std::atomic<std::uint64_t> counter{0};
   std::uint64_t random = 0;
@@ -121,10 +116,10 @@ void ShmSegment::release() noexcept {
   base_ = nullptr;
 }
 
-std::string ShmSegment::pid_namespace() { return pid_namespace_inode(); }
+std::string ShmSegment::pid_namespace() { return braid::pid_namespace(); }
 
 std::string ShmSegment::name_for(int pid, std::string_view label) {
-  return cat("/", kNamePrefix, pid, "-", pid_namespace_inode(), "-", label);
+  return cat("/", kNamePrefix, pid, "-", braid::pid_namespace(), "-", label);
 }
 
 ShmSegment ShmSegment::create(std::size_t bytes) { return *create_as(unique_name(), bytes, false); }
@@ -236,7 +231,7 @@ int ShmSegment::remove_orphans() {
   if (dir == nullptr) return 0;
   int removed = 0;
   std::string prefix = kNamePrefix;
-  std::string ns = pid_namespace_inode();
+  std::string ns = braid::pid_namespace();
   while (dirent* entry = ::readdir(dir)) {
     std::string file = entry->d_name;
     if (file.rfind(prefix, 0) != 0) continue;

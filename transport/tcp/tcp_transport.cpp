@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/log.hpp"
+#include "core/process.hpp"
 #include "core/text.hpp"
 #include "transport/tcp/handshake.hpp"
 #include "transport/tcp/tcp_link.hpp"
@@ -30,16 +31,6 @@ constexpr Millis kKnockWait{50};
 constexpr int kRefusalsMeanGone = 3;
 
 Deadline min_deadline(Deadline a, Millis b) { return Deadline(std::min(a.at(), Clock::now() + b)); }
-
-// A process of this host that no longer runs (or is a zombie nobody reaped).
-bool process_gone(int pid) {
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
-  std::ifstream stat(cat("/proc/", pid, "/stat"));
-  std::string line;
-  if (!std::getline(stat, line)) return false;  // no /proc: trust kill()
-  auto close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && (line[close + 2] == 'Z' || line[close + 2] == 'X');
-}
 
 }  // namespace
 

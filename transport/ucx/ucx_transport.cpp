@@ -14,7 +14,7 @@
 #include "core/rank_info.hpp"
 #include "core/text.hpp"
 #include "core/wire.hpp"
-#include "transport/shm/shm_segment.hpp"
+#include "core/process.hpp"
 
 namespace braid {
 namespace {
@@ -567,7 +567,7 @@ std::vector<std::byte> UcxTransport::local_address() const {
   w.u32(kAddressVersion);
   w.u64(kernel_id);
   w.u32(static_cast<std::uint32_t>(context_->pid()));
-  w.str(ShmSegment::pid_namespace());
+  w.str(pid_namespace());
   w.u32(static_cast<std::uint32_t>(context_->worker_address().size()));
   w.bytes(context_->worker_address());
   return w.take();
@@ -583,7 +583,7 @@ std::vector<std::unique_ptr<Link>> UcxTransport::connect_all(std::span<const Pee
     throw InvalidArgument(cat("rank ", rank_, ": ucx was asked to connect ", peers.size(), " peer(s) but has no "
                               "UCX context (no RDMA device here and BRAID_TRANSPORT does not name ucx)"));
   static const std::uint64_t kernel_id = RankInfo::local(0).kernel_id;
-  const std::string own_ns = ShmSegment::pid_namespace();
+  const std::string own_ns = pid_namespace();
   std::vector<std::unique_ptr<Link>> links;
   try {
     std::vector<UcxLink*> waiting;

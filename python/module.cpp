@@ -1,6 +1,6 @@
 // braid._braid: the extension module under the `braid` Python package
-// (src/python/braid/). The package re-exports what is bound here; see
-// src/python/braid/__init__.py for the Python-side API.
+// (python/braid/). The package re-exports what is bound here; see
+// python/braid/__init__.py for the Python-side API.
 #include <pybind11/pybind11.h>
 
 #include "comm_binding.hpp"
