@@ -11,6 +11,7 @@
 #include "core/log.hpp"
 #include "core/text.hpp"
 #include "core/wire.hpp"
+#include "runtime.hpp"
 
 namespace braid {
 namespace {
@@ -151,7 +152,7 @@ Rendezvous rendezvous_at_store(const std::string& requested, int rank, int size,
       log_warn("rank 0: the store's port ", hp.port, " is outside BRAID_PORT_RANGE=", settings.port_range->to_string(),
                "; a firewall must open it too");
     try {
-      server = TcpStoreServer::start(any, settings.auth_key, settings.tls, settings.job_id, settings.port_range);
+      server = TcpStoreServer::start(Runtime::get().service(), any, settings.auth_key, settings.tls, settings.job_id, settings.port_range);
     } catch (const Error& e) {
       throw Error(e.code(), cat("rank 0: cannot host the braid store at ", where, ": ", e.what()));
     }
@@ -172,7 +173,7 @@ std::vector<std::byte> create_unique_id_bytes(const Settings& settings) {
   SockAddr bind_to = chosen_address(settings, -1, true, "");
   const CommId id = CommId::random();
   std::shared_ptr<TcpStoreServer> server =
-      TcpStoreServer::start(bind_to, settings.auth_key, settings.tls, id.to_hex(), settings.port_range);
+      TcpStoreServer::start(Runtime::get().service(), bind_to, settings.auth_key, settings.tls, id.to_hex(), settings.port_range);
   std::string where = server->address().to_string();
   auto bytes = encode_unique_id(UniqueIdContents{id, where});
   {

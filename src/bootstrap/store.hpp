@@ -30,8 +30,12 @@ inline std::string job_scope(std::string_view job) {
   return job.empty() ? std::string("braid/") : "braid/job:" + std::string(job) + "/";
 }
 
-/// The store server rank 0 (or UniqueId::create) hosts: a thread serving any
-/// number of clients over TCP until destroyed. With a key, only clients that
+class EventLoop;
+class TlsSession;
+
+/// The store server rank 0 (or UniqueId::create) hosts: any number of clients
+/// over TCP, served on an EventLoop (the process's service thread) until
+/// destroyed. With a key, only clients that
 /// prove they hold the same key are served; the others are refused and logged
 /// with their address. With TLS on, every client connects through TLS with a
 /// certificate the server's CA signed, and a client in clear is refused.
@@ -41,14 +45,24 @@ class TcpStoreServer {
   /// address if it is in use.
   /// `job` is the job id every client must present (empty: clients without one).
   /// With `ports`, port 0 picks a free port of that range.
-  static std::unique_ptr<TcpStoreServer> start(const SockAddr& addr, AuthKey key = {}, TlsContext tls = {},
-                                               std::string job = {}, std::optional<PortRange> ports = {});
+  static std::unique_ptr<TcpStoreServer> start(EventLoop& loop, const SockAddr& addr, AuthKey key = {},
+                                               TlsContext tls = {}, std::string job = {},
+                                               std::optional<PortRange> ports = {});
+  /// A server without a listener of its own: the connections come through
+  /// adopt(), from a listener that also serves other protocols (the TCP
+  /// transport's, on the store's port). `address` is that listener's.
+  static std::unique_ptr<TcpStoreServer> serve_adopted(EventLoop& loop, const SockAddr& address, AuthKey key = {},
+                                                       TlsContext tls = {}, std::string job = {});
   virtual ~TcpStoreServer() = default;
   /// The address clients connect to (with the port actually bound).
   virtual SockAddr address() const = 0;
   /// The communicator has formed: clients that connect from now on are
   /// refused as too late (those connected already go on). Thread-safe.
   virtual void seal() = 0;
+  /// Serves a connection another listener accepted. Its first bytes (the
+  /// store's hello) must still be unread in the socket, or in `tls`, the
+  /// session whose handshake that listener ran. Thread-safe.
+  virtual void adopt(Fd fd, SockAddr from, std::unique_ptr<TlsSession> tls) = 0;
 };
 
 /// A client of TcpStoreServer. Thread-safe. Connecting retries until the

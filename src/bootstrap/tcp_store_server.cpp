@@ -1,17 +1,18 @@
-// The TCP store server: one thread that holds the key-value map and answers
-// clients over non-blocking sockets (the wire format is store_protocol.hpp).
+// The TCP store server: the key-value map and its clients over non-blocking
+// sockets (the wire format is store_protocol.hpp), served on the process's
+// service thread (core/event_loop.hpp) beside everything else that must
+// answer at any time; it has no thread of its own.
 //
-// The thread runs a level-triggered epoll over the listening socket, an
-// eventfd (the destructor's way to stop it at once) and every client
-// connection. A connection reads into a buffer and decodes whole frames; its
+// The loop watches the listening socket and every client connection, level
+// triggered. A connection reads into a buffer and decodes whole frames; its
 // requests are answered in order. A get or wait whose keys are missing parks
 // the connection: its later requests stay buffered until the keys appear or
 // the deadline carried in the request passes, when it is answered TIMEOUT with
 // the keys still missing. A parked request watches one missing key at a time;
 // setting that key re-checks it, and it is either answered or moves on to the
 // next missing key, so a wait on n keys costs O(n) re-checks in all. Deadlines
-// are kept sorted and epoll_wait sleeps until the earliest, so an idle store
-// uses no CPU. A peer whose bytes are not this protocol (an HTTP probe, noise,
+// are kept sorted and the server's ticker tells the loop the earliest, so an
+// idle store uses no CPU. A peer whose bytes are not this protocol (an HTTP probe, noise,
 // another braid version) is sent one error frame, logged with its address, and
 // closed; the others go on. A peer that closes its sending side gets no more
 // answers: the client never does that.
@@ -42,7 +43,6 @@
 // Values are bytes. add() keeps its integer as decimal text (as torch's store
 // does), so get() of a counter reads "42", and set("n", "5") then add works.
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -59,6 +59,7 @@
 #include "bootstrap/store_protocol.hpp"
 #include "braid/types.hpp"
 #include "core/check.hpp"
+#include "core/event_loop.hpp"
 #include "core/log.hpp"
 #include "core/text.hpp"
 
@@ -67,8 +68,6 @@ namespace {
 
 namespace wire = store_protocol;
 
-constexpr std::uint64_t kListenerId = 0;
-constexpr std::uint64_t kWakeId = 1;
 constexpr std::size_t kReadChunk = 64 * 1024;
 // Stop taking a client's requests while this much of its replies is unsent.
 constexpr std::size_t kOutputHighWater = std::size_t{1} << 20;
@@ -114,6 +113,7 @@ struct Connection {
   std::size_t out_sent = 0;
   std::optional<Waiter> waiter;
   std::uint32_t events = 0;  // the epoll interest registered now
+  EventLoop::Id watch = 0;
 
   std::size_t unread() const { return in.size() - in_start; }
   std::size_t read_limit() const { return handshake.done() ? wire::kMaxFrameBytes : kMaxHandshakeFrame; }
@@ -122,12 +122,13 @@ struct Connection {
 
 class Server final : public TcpStoreServer {
  public:
-  Server(Fd listener, SockAddr bound, AuthKey key, TlsContext tls, std::string job);
+  Server(EventLoop& loop, Fd listener, SockAddr bound, AuthKey key, TlsContext tls, std::string job);
   ~Server() override;
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
   SockAddr address() const override { return address_; }
   void seal() override { sealed_.store(true); }
+  void adopt(Fd fd, SockAddr from, std::unique_ptr<TlsSession> tls) override;
 
  private:
   void refuse(std::uint64_t id, Connection& c, wire::Status status, const std::string& why);
@@ -137,8 +138,8 @@ class Server final : public TcpStoreServer {
   void warn_limited(const Parts&... parts) {
     if (auto note = refusal_log_.pass()) log_warn(parts..., *note);
   }
-  void run();
-  void serve();
+  std::optional<Clock::time_point> tick();
+  std::uint64_t add_connection(Connection c);  // its id; 0 when the loop refused its fd
   void accept_all();
   void on_connection_event(std::uint64_t id, std::uint32_t events);
   bool advance_tls(std::uint64_t id, Connection& c);
@@ -163,98 +164,70 @@ class Server final : public TcpStoreServer {
   std::vector<std::string> missing_keys(const std::vector<std::string>& keys) const;
   void touch(std::uint64_t id) { touched_.push_back(id); }
 
-  Fd listener_;
+  EventLoop& loop_;
+  Fd listener_;  // none when the server was handed its connections (adopt)
   SockAddr address_;
   AuthKey key_;
   TlsContext tls_;
   std::string job_;
   std::string name_;  // "braid store at 127.0.0.1:29500"
-  Fd epoll_;
-  Fd wake_;
-  std::atomic<bool> stopping_{false};
+  EventLoop::Id listener_watch_ = 0;
+  EventLoop::Id ticker_ = 0;
   std::atomic<bool> sealed_{false};
   LogRateLimit refusal_log_;
   std::int64_t refusals_ = 0;
 
-  // Owned by the server thread once it runs.
+  // Touched on the loop's thread only.
   std::unordered_map<std::string, Bytes> data_;
   std::unordered_map<std::uint64_t, Connection> connections_;
   std::unordered_map<std::string, std::vector<std::uint64_t>> watchers_;
   std::set<std::pair<Clock::time_point, std::uint64_t>> deadlines_;
   std::set<std::pair<Clock::time_point, std::uint64_t>> handshakes_;  // connections still in their handshake
   std::vector<std::uint64_t> touched_;  // connections to process, flush and re-arm
-  std::uint64_t next_id_ = 2;
+  std::uint64_t next_id_ = 1;
   Clock::time_point last_accept_warning_{};
-
-  std::thread thread_;  // last: starts after everything above exists
 };
 
-Server::Server(Fd listener, SockAddr bound, AuthKey key, TlsContext tls, std::string job)
-    : listener_(std::move(listener)),
+Server::Server(EventLoop& loop, Fd listener, SockAddr bound, AuthKey key, TlsContext tls, std::string job)
+    : loop_(loop),
+      listener_(std::move(listener)),
       address_(bound),
       key_(std::move(key)),
       tls_(std::move(tls)),
       job_(std::move(job)),
-      name_(cat("braid store at ", bound.to_string())),
-      epoll_(::epoll_create1(EPOLL_CLOEXEC)),
-      wake_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
-  if (!epoll_ || !wake_) throw SystemError(cat(name_, ": cannot create an epoll or eventfd: ", errno_text(errno)));
-  for (auto [fd, id] : {std::pair{listener_.get(), kListenerId}, std::pair{wake_.get(), kWakeId}}) {
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = id;
-    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
-      throw SystemError(cat(name_, ": epoll_ctl failed: ", errno_text(errno)));
-  }
-  thread_ = std::thread([this] { run(); });
+      name_(cat("braid store at ", bound.to_string())) {
+  loop_.run_sync([&] {
+    if (listener_)
+      listener_watch_ = loop_.watch(listener_.get(), EPOLLIN, [this](std::uint32_t) {
+        accept_all();
+        settle_touched();
+      });
+    ticker_ = loop_.add_ticker([this] { return tick(); });
+  });
 }
 
 Server::~Server() {
-  stopping_.store(true);
-  std::uint64_t one = 1;
-  ssize_t ignored = ::write(wake_.get(), &one, sizeof one);
-  (void)ignored;
-  thread_.join();
+  loop_.run_sync([&] {
+    loop_.remove_ticker(ticker_);
+    if (listener_watch_ != 0) loop_.unwatch(listener_watch_);
+    for (auto& [id, c] : connections_) loop_.unwatch(c.watch);
+    connections_.clear();
+    listener_.reset();
+  });
 }
 
-void Server::run() {
+std::optional<Clock::time_point> Server::tick() {
   try {
-    serve();
-  } catch (const std::exception& e) {
-    log_warn(name_, ": the server thread failed and closes every connection: ", e.what());
-  }
-  connections_.clear();
-  listener_.reset();
-}
-
-void Server::serve() {
-  epoll_event events[64];
-  while (!stopping_.load()) {
-    std::optional<Clock::time_point> next;
-    if (!deadlines_.empty()) next = deadlines_.begin()->first;
-    if (!handshakes_.empty() && (!next || handshakes_.begin()->first < *next)) next = handshakes_.begin()->first;
-    int timeout_ms = next ? Deadline(*next).poll_ms(Millis(3600 * 1000)) : -1;
-    int n = ::epoll_wait(epoll_.get(), events, 64, timeout_ms);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw SystemError(cat("epoll_wait failed: ", errno_text(errno)));
-    }
-    for (int i = 0; i < n; ++i) {
-      std::uint64_t id = events[i].data.u64;
-      if (id == kListenerId) {
-        accept_all();
-      } else if (id == kWakeId) {
-        std::uint64_t drained;
-        while (::read(wake_.get(), &drained, sizeof drained) > 0) {
-        }
-      } else {
-        on_connection_event(id, events[i].events);
-      }
-    }
     expire_waiters();
     expire_handshakes();
     settle_touched();
+  } catch (const std::exception& e) {
+    log_warn(name_, ": ", e.what());
   }
+  std::optional<Clock::time_point> next;
+  if (!deadlines_.empty()) next = deadlines_.begin()->first;
+  if (!handshakes_.empty() && (!next || handshakes_.begin()->first < *next)) next = handshakes_.begin()->first;
+  return next;
 }
 
 void Server::accept_all() {
@@ -276,23 +249,48 @@ void Server::accept_all() {
       }
       throw SystemError(cat("accept failed: ", errno_text(err)));
     }
-    Connection c(Fd(fd), peer_address(fd).to_string(), key_, job_);
     set_nodelay(fd);
-    std::uint64_t id = next_id_++;
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = id;
-    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
-      log_warn(name_, ": cannot watch the connection from ", c.peer, ": ", errno_text(errno));
-      continue;
-    }
-    c.events = EPOLLIN;
+    Connection c(Fd(fd), peer_address(fd).to_string(), key_, job_);
     if (tls_.enabled()) c.tls_phase = TlsPhase::first_byte;
-    c.handshake_deadline = Clock::now() + kHandshakeWait;
-    handshakes_.emplace(c.handshake_deadline, id);
-    log_trace(name_, ": client connected from ", c.peer);
-    connections_.emplace(id, std::move(c));
+    add_connection(std::move(c));
   }
+}
+
+void Server::adopt(Fd fd, SockAddr from, std::unique_ptr<TlsSession> tls) {
+  set_nonblocking(fd.get(), true);
+  loop_.run_sync([&] {
+    Connection c(std::move(fd), from.to_string(), key_, job_);
+    if (tls) {
+      c.tls = std::move(tls);
+      c.tls_phase = TlsPhase::open;
+    } else if (tls_.enabled()) {
+      c.tls_phase = TlsPhase::first_byte;
+    }
+    // Bytes may be waiting already: the hello that told the listener what this is.
+    if (const std::uint64_t id = add_connection(std::move(c)); id != 0) {
+      on_connection_event(id, EPOLLIN);
+      settle_touched();
+    }
+  });
+}
+
+std::uint64_t Server::add_connection(Connection c) {
+  const std::uint64_t id = next_id_++;
+  try {
+    c.watch = loop_.watch(c.fd.get(), EPOLLIN, [this, id](std::uint32_t events) {
+      on_connection_event(id, events);
+      settle_touched();
+    });
+  } catch (const Error& e) {
+    log_warn(name_, ": cannot watch the connection from ", c.peer, ": ", e.what());
+    return 0;
+  }
+  c.events = EPOLLIN;
+  c.handshake_deadline = Clock::now() + kHandshakeWait;
+  handshakes_.emplace(c.handshake_deadline, id);
+  log_trace(name_, ": client connected from ", c.peer);
+  connections_.emplace(id, std::move(c));
+  return id;
 }
 
 void Server::on_connection_event(std::uint64_t id, std::uint32_t events) {
@@ -343,12 +341,10 @@ bool Server::advance_tls(std::uint64_t id, Connection& c) {
     }
     std::uint32_t wanted = want == TlsSession::Want::read ? EPOLLIN : EPOLLOUT;
     if (wanted != c.events) {
-      epoll_event ev{};
-      ev.events = wanted;
-      ev.data.u64 = id;
-      if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev) != 0) return false;
+      loop_.rewatch(c.watch, wanted);
       c.events = wanted;
     }
+    (void)id;
     return true;
   } catch (const Error& e) {
     warn_limited(name_, ": refused the client at ", c.peer, ": ", e.what());
@@ -682,12 +678,9 @@ void Server::reply(Connection& c, const wire::Reply& r) {
 void Server::update_events(std::uint64_t id, Connection& c) {
   std::uint32_t want = (c.unread() < c.read_limit() ? EPOLLIN : 0u) | (c.unsent() > 0 ? EPOLLOUT : 0u);
   if (want == c.events) return;
-  epoll_event ev{};
-  ev.events = want;
-  ev.data.u64 = id;
-  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev) != 0)
-    throw SystemError(cat("epoll_ctl(MOD) failed: ", errno_text(errno)));
+  loop_.rewatch(c.watch, want);
   c.events = want;
+  (void)id;
 }
 
 void Server::close(std::uint64_t id) {
@@ -699,7 +692,7 @@ void Server::close(std::uint64_t id) {
     unwatch(id, c.waiter->watching);
   }
   if (!c.handshake.done()) handshakes_.erase({c.handshake_deadline, id});
-  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
+  loop_.unwatch(c.watch);
   connections_.erase(it);
 }
 
@@ -743,16 +736,25 @@ std::vector<std::string> Server::missing_keys(const std::vector<std::string>& ke
 
 }  // namespace
 
-std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const SockAddr& addr, AuthKey key, TlsContext tls,
-                                                      std::string job, std::optional<PortRange> ports) {
+std::unique_ptr<TcpStoreServer> TcpStoreServer::start(EventLoop& loop, const SockAddr& addr, AuthKey key,
+                                                      TlsContext tls, std::string job,
+                                                      std::optional<PortRange> ports) {
   Fd listener = listen_tcp(addr, ports, "the braid store server");
   set_nonblocking(listener.get(), true);
   SockAddr bound = local_address(listener.get());
   bool keyed = key.enabled();
   bool secured = tls.enabled();
-  auto server = std::make_unique<Server>(std::move(listener), bound, std::move(key), std::move(tls), std::move(job));
+  auto server =
+      std::make_unique<Server>(loop, std::move(listener), bound, std::move(key), std::move(tls), std::move(job));
   log_info("braid store serving at ", bound.to_string(), keyed ? " (clients must authenticate)" : "",
            secured ? " (over TLS)" : "");
+  return server;
+}
+
+std::unique_ptr<TcpStoreServer> TcpStoreServer::serve_adopted(EventLoop& loop, const SockAddr& address, AuthKey key,
+                                                              TlsContext tls, std::string job) {
+  auto server = std::make_unique<Server>(loop, Fd(), address, std::move(key), std::move(tls), std::move(job));
+  log_info("braid store serving at ", address.to_string(), " on the process's listener");
   return server;
 }
 

@@ -16,6 +16,7 @@
 
 #include "braid/types.hpp"
 #include "core/deadline.hpp"
+#include "core/event_loop.hpp"
 #include "core/socket.hpp"
 #include "transport/tcp/tcp_transport.hpp"
 
@@ -24,6 +25,13 @@ namespace braid::test {
 // Seconds from t until now.
 inline double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The service thread of the stores the tests start (the process's runtime
+// owns one in a real job).
+inline EventLoop& service_loop() {
+  static EventLoop loop("test-service");
+  return loop;
 }
 
 // An address on 127.0.0.1 (port 0: any free port).

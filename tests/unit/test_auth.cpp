@@ -476,7 +476,7 @@ TEST_CASE("auth: the dialer refuses an acceptor that cannot prove the key", "[au
 
 TEST_CASE("auth: a store with a key serves clients with the same key", "[auth][store]") {
   AuthKey key("store key");
-  auto server = TcpStoreServer::start(loopback(), key);
+  auto server = TcpStoreServer::start(service_loop(), loopback(), key);
   auto a = connect_tcp_store(where(*server), Deadline::after(2s), key);
   auto b = connect_tcp_store(where(*server), Deadline::after(2s), AuthKey("store key"));
   a->set("k", std::string_view("v"));
@@ -486,26 +486,26 @@ TEST_CASE("auth: a store with a key serves clients with the same key", "[auth][s
 
 TEST_CASE("auth: a reopened store connection authenticates again", "[auth][store]") {
   AuthKey key("store key");
-  auto server = TcpStoreServer::start(loopback(), key);
+  auto server = TcpStoreServer::start(service_loop(), loopback(), key);
   std::uint16_t port = server->address().port();
   auto store = connect_tcp_store(where(*server), Deadline::after(2s), key);
   store->set("before", std::string_view("1"));
   server.reset();
   CHECK_THROWS_AS(store->get("before", 100ms), PeerLost);
   SECTION("by a store with the same key") {
-    server = TcpStoreServer::start(loopback(port), key);
+    server = TcpStoreServer::start(service_loop(), loopback(port), key);
     store->set("after", std::string_view("2"));
     CHECK(store->get_string("after", 1s) == "2");
   }
   SECTION("by a store with another key: refused") {
-    server = TcpStoreServer::start(loopback(port), AuthKey("impostor"));
+    server = TcpStoreServer::start(service_loop(), loopback(port), AuthKey("impostor"));
     CHECK_THAT(thrown<ProtocolMismatch>([&] { store->set("after", std::string_view("2")); }),
                Contains("authentication failed"));
   }
 }
 
 TEST_CASE("auth: a store client with the wrong key is refused, logged with its address, told why", "[auth][store]") {
-  auto server = TcpStoreServer::start(loopback(), AuthKey("R1ght-K3y"));
+  auto server = TcpStoreServer::start(service_loop(), loopback(), AuthKey("R1ght-K3y"));
   std::string address = "127.0.0.1:" + std::to_string(server->address().port());
   LogCapture log;
   auto t0 = Clock::now();
@@ -526,13 +526,13 @@ TEST_CASE("auth: a store client with the wrong key is refused, logged with its a
 TEST_CASE("auth: a store and a client must agree whether there is a key", "[auth][store]") {
   LogCapture log;
   SECTION("the store has a key, the client none") {
-    auto server = TcpStoreServer::start(loopback(), AuthKey("k"));
+    auto server = TcpStoreServer::start(service_loop(), loopback(), AuthKey("k"));
     std::string what = thrown<ProtocolMismatch>([&] { connect_tcp_store(where(*server), Deadline::after(2s)); });
     CHECK_THAT(what, Contains(server->address().to_string()) && Contains("authentication required"));
     CHECK_THAT(log.text(), Contains("refused the client at 127.0.0.1:") && Contains("authentication required"));
   }
   SECTION("the client has a key, the store none") {
-    auto server = TcpStoreServer::start(loopback());
+    auto server = TcpStoreServer::start(service_loop(), loopback());
     std::string what =
         thrown<ProtocolMismatch>([&] { connect_tcp_store(where(*server), Deadline::after(2s), AuthKey("k")); });
     CHECK_THAT(what, Contains(server->address().to_string()) && Contains("this store has no key"));
@@ -542,7 +542,7 @@ TEST_CASE("auth: a store and a client must agree whether there is a key", "[auth
 
 TEST_CASE("auth: the store refuses replayed and garbage proofs, and requests before the proof", "[auth][store]") {
   AuthKey key("k");
-  auto server = TcpStoreServer::start(loopback(), key);
+  auto server = TcpStoreServer::start(service_loop(), loopback(), key);
   LogCapture log;
   Bytes hello = wire::encode(wire::Request{.op = wire::Op::hello, .auth = true});
   auto challenge = [&](Fd& fd) {

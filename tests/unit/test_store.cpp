@@ -34,7 +34,7 @@ Bytes bytes_of(std::string_view s) {
 
 std::string text_of(const Bytes& b) { return std::string(reinterpret_cast<const char*>(b.data()), b.size()); }
 
-std::unique_ptr<TcpStoreServer> start_server() { return TcpStoreServer::start(loopback()); }
+std::unique_ptr<TcpStoreServer> start_server() { return TcpStoreServer::start(service_loop(), loopback()); }
 
 HostPort where(const TcpStoreServer& server) { return HostPort{"127.0.0.1", server.address().port()}; }
 
@@ -477,7 +477,7 @@ TEST_CASE("store: the server reports the port it bound", "[store]") {
 
 TEST_CASE("store: a port in use is an error naming the address", "[store]") {
   auto server = start_server();
-  CHECK_THAT(thrown<SystemError>([&] { TcpStoreServer::start(server->address()); }),
+  CHECK_THAT(thrown<SystemError>([&] { TcpStoreServer::start(service_loop(), server->address()); }),
              Catch::Matchers::Contains(server->address().to_string()));
 }
 
@@ -738,7 +738,7 @@ TEST_CASE("store: a client may start before the server", "[store]") {
     return store->get_string("hello", 5s);
   });
   std::this_thread::sleep_for(200ms);
-  auto server = TcpStoreServer::start(loopback(port));
+  auto server = TcpStoreServer::start(service_loop(), loopback(port));
   connect(*server)->set("hello", "world");
   CHECK(client.get() == "world");
 }
@@ -790,7 +790,7 @@ TEST_CASE("store: after a local timeout the client reconnects, so a late reply i
 TEST_CASE("store: IPv6 loopback", "[store]") {
   std::unique_ptr<TcpStoreServer> server;
   try {
-    server = TcpStoreServer::start(resolve(HostPort{"::1", 0}, "test").front());
+    server = TcpStoreServer::start(service_loop(), resolve(HostPort{"::1", 0}, "test").front());
   } catch (const Error& e) {
     WARN("no IPv6 loopback here: " << e.what());
     return;

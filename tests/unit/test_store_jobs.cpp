@@ -27,7 +27,7 @@ std::span<const std::byte> bytes_of(std::string_view s) { return std::as_bytes(s
 }  // namespace
 
 TEST_CASE("store jobs: a client of another job is refused at once, naming both causes", "[store]") {
-  auto server = TcpStoreServer::start(loopback(), {}, {}, "job-A");
+  auto server = TcpStoreServer::start(service_loop(), loopback(), {}, {}, "job-A");
   auto same = connect_tcp_store(where(*server), Deadline::after(2s), {}, {}, "job-A", 1);
   same->set("k", "v");
   auto t0 = Clock::now();
@@ -41,7 +41,7 @@ TEST_CASE("store jobs: a client of another job is refused at once, naming both c
 }
 
 TEST_CASE("store jobs: a sealed store is retried until the deadline, then named", "[store]") {
-  auto server = TcpStoreServer::start(loopback(), {}, {}, "");
+  auto server = TcpStoreServer::start(service_loop(), loopback(), {}, {}, "");
   auto member = connect_tcp_store(where(*server), Deadline::after(2s), {}, {}, "", 0);
   server->seal();
   // Those connected go on.
@@ -56,7 +56,7 @@ TEST_CASE("store jobs: a sealed store is retried until the deadline, then named"
 }
 
 TEST_CASE("store jobs: a client that finds a sealed store joins the next one at that address", "[store]") {
-  auto old_store = TcpStoreServer::start(loopback(), {}, {}, "");
+  auto old_store = TcpStoreServer::start(service_loop(), loopback(), {}, {}, "");
   const std::uint16_t port = old_store->address().port();
   old_store->seal();
   auto client = std::async(std::launch::async, [&] {
@@ -68,7 +68,7 @@ TEST_CASE("store jobs: a client that finds a sealed store joins the next one at 
   std::unique_ptr<TcpStoreServer> next;
   for (int i = 0; i < 100 && !next; ++i) {
     try {
-      next = TcpStoreServer::start(loopback(port), {}, {}, "");
+      next = TcpStoreServer::start(service_loop(), loopback(port), {}, {}, "");
     } catch (const SystemError&) {
       std::this_thread::sleep_for(20ms);  // the old socket may linger a moment
     }
@@ -80,7 +80,7 @@ TEST_CASE("store jobs: a client that finds a sealed store joins the next one at 
 }
 
 TEST_CASE("store jobs: a client refused for its key is recorded under the rank it claimed", "[store]") {
-  auto server = TcpStoreServer::start(loopback(), AuthKey("right key"), {}, "job-K");
+  auto server = TcpStoreServer::start(service_loop(), loopback(), AuthKey("right key"), {}, "job-K");
   auto member = connect_tcp_store(where(*server), Deadline::after(2s), AuthKey("right key"), {}, "job-K", 0);
   CHECK_THAT(thrown<ProtocolMismatch>(
                  [&] { connect_tcp_store(where(*server), Deadline::after(2s), AuthKey("wrong key"), {}, "job-K", 2); }),
@@ -95,7 +95,7 @@ TEST_CASE("store jobs: a client refused for its key is recorded under the rank i
 }
 
 TEST_CASE("store jobs: bounded calls give up quickly when the store is gone", "[store]") {
-  auto server = TcpStoreServer::start(loopback(), {}, {}, "");
+  auto server = TcpStoreServer::start(service_loop(), loopback(), {}, {}, "");
   auto client = connect_tcp_store(where(*server), Deadline::after(2s), {}, {}, "", 0);
   CHECK(client->try_set("notice", bytes_of("bye"), 200ms));
   CHECK(client->peek("notice", 200ms).has_value());

@@ -381,7 +381,7 @@ TEST_CASE("tls: an abort notice crosses TLS", "[tls][tcp]") {
 TEST_CASE("tls: the store works over TLS and refuses clients without it", "[tls][store]") {
   const Certs& certs = Certs::get();
   LogCapture log;
-  auto server = TcpStoreServer::start(loopback(), AuthKey("store key"), certs.context("rank0"));
+  auto server = TcpStoreServer::start(service_loop(), loopback(), AuthKey("store key"), certs.context("rank0"));
   SECTION("set, get, add and wait, with a value larger than a TLS record") {
     auto a = connect_tcp_store(where(*server), Deadline::after(3s), AuthKey("store key"), certs.context("rank0"));
     auto b = connect_tcp_store(where(*server), Deadline::after(3s), AuthKey("store key"), certs.context("rank1"));
@@ -415,7 +415,7 @@ TEST_CASE("tls: the store works over TLS and refuses clients without it", "[tls]
                                Contains("is not trusted"));
   }
   SECTION("a TLS client at a store without TLS") {
-    auto plain = TcpStoreServer::start(loopback(), AuthKey("store key"));
+    auto plain = TcpStoreServer::start(service_loop(), loopback(), AuthKey("store key"));
     std::string what = thrown<ProtocolMismatch>([&] {
       connect_tcp_store(where(*plain), Deadline::after(3s), AuthKey("store key"), certs.context("rank0"));
     });
