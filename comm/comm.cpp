@@ -58,6 +58,7 @@ CommImpl& Comm::impl() const {
   if (!impl_)
     throw InvalidArgument("this braid::Comm is empty: it is not a member of any communicator (it was made by "
                           "split(Comm::kNoColor, ...) or default-constructed) or it was moved from");
+  impl_->check_open();
   return *impl_;
 }
 
@@ -253,7 +254,15 @@ Work Comm::scatterv_async(const void* send, std::span<const std::size_t> send_co
 }
 
 Comm Comm::split(int color, int key) { return Comm(impl().split(color, key)); }  // empty for kNoColor
-void Comm::abort() { impl().abort(); }
+void Comm::abort() {
+  if (!impl_) impl();  // the empty Comm's message
+  impl_->abort();
+}
+void Comm::finalize() {
+  if (!impl_) impl();
+  Runtime::check_usable();
+  impl_->finalize();
+}
 void Comm::flush() { impl().flush(); }
 
 void Comm::check_span_sizes(std::size_t small, std::size_t big, int factor, const char* op) {

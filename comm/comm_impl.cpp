@@ -24,17 +24,22 @@ namespace braid {
 std::string CommImpl::rank_key(std::string_view what, int rank) const { return cat(scope_, what, "/", rank); }
 
 CommImpl::CommImpl(int rank, int size, Settings settings)
-    : settings_(std::move(settings)), rank_(rank), size_(size), p2p_sent_(static_cast<std::size_t>(size)),
-      p2p_received_(static_cast<std::size_t>(size)),
+    : settings_(std::move(settings)), runtime_(Runtime::get()), engine_(runtime_.engine()), rank_(rank), size_(size),
+      p2p_sent_(static_cast<std::size_t>(size)), p2p_received_(static_cast<std::size_t>(size)),
       recorder_(cat("rank ", rank, " of ", size)) {
   if (!settings_.dump_on_signal.empty()) FlightRecorder::dump_on_signal(parse_signal(settings_.dump_on_signal));
+  runtime_.add(*this);
 }
 
 CommImpl::~CommImpl() {
   group_forget(*this);
-  progress_thread_ = {};  // request stop and join
-  drain();
+  try {
+    finalize();
+  } catch (const Error& e) {
+    log_warn("rank ", rank_, ": while finishing queued operations at destruction: ", e.what());
+  }
   linger_with_store();
+  runtime_.remove(*this);
 }
 
 void CommImpl::linger_with_store() {
@@ -43,7 +48,7 @@ void CommImpl::linger_with_store() {
   // failure (a cascade takes milliseconds), or kStoreLinger at most.
   bool failed = false;
   {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(engine_.mutex());
     failed = !broken_.empty();
   }
   if (!store_server_ || !store_ || !failed || size_ == 1) return;
@@ -184,14 +189,14 @@ void CommImpl::join(Rendezvous rendezvous) {
   scope_ = rendezvous.scope;
   store_host_ = rendezvous.store_host;
   kinds_ = transport_order(settings_.transport);
-  transports_ = make_transports(kinds_, TransportSetup{rank_, size_, comm_id_, &settings_, advertise_});
+  enroll();
 
   Store& store = *store_;
   claim_rank(store);
   // Each transport publishes its own address; the rank info comes last, so
   // a rank that sees it finds the addresses too.
   for (std::size_t k = 0; k < kinds_.size(); ++k)
-    store.set(rank_key(cat("address/", kinds_[k]->name), rank_), transports_[k]->local_address());
+    store.set(rank_key(cat("address/", kinds_[k]->name), rank_), contexts_[k]->local_address(advertise_));
   RankInfo info = RankInfo::local(rank_);
   info.rdma = transports_see_rdma();
   info.cache_kib = Machine::private_cache_kib();
@@ -234,11 +239,19 @@ void CommImpl::join(Rendezvous rendezvous) {
   start(std::move(infos), std::move(addresses), std::move(planned));
 }
 
-std::vector<std::unique_ptr<Transport>> CommImpl::make_transports(std::span<const TransportKind* const> kinds,
-                                                                   const TransportSetup& setup) {
-  std::vector<std::unique_ptr<Transport>> out;
-  for (const TransportKind* kind : kinds) out.push_back(kind->make(setup));
-  return out;
+void CommImpl::enroll() {
+  owner_ = LinkOwner{.comm_id = comm_id_,
+                     .rank = rank_,
+                     .size = size_,
+                     .tcp_streams = settings_.tcp_streams,
+                     .tcp_buffer_bytes = settings_.tcp_buffer_bytes,
+                     .timeout = settings_.timeout};
+  if (contexts_.empty()) {
+    SockAddr bind = advertise_;
+    bind.set_port(0);
+    for (const TransportKind* kind : kinds_) contexts_.push_back(&runtime_.context(*kind, settings_, bind));
+  }
+  for (TransportContext* context : contexts_) context->enroll(owner_);
 }
 
 void CommImpl::start(std::vector<RankInfo> infos, Addresses addresses, std::optional<Plan> plan) {
@@ -280,7 +293,7 @@ void CommImpl::start(std::vector<RankInfo> infos, Addresses addresses, std::opti
   slice_floor_ = 0;
   for (int a = 0; a < size_; ++a)
     for (int b = a + 1; b < size_; ++b)
-      slice_floor_ = std::max(slice_floor_, transports_[static_cast<std::size_t>(kind_between(a, b))]->min_slice_bytes());
+      slice_floor_ = std::max(slice_floor_, contexts_[static_cast<std::size_t>(kind_between(a, b))]->min_slice_bytes());
   local_rank_ = static_cast<int>(std::count_if(infos_.begin(), infos_.begin() + rank_, [&](const RankInfo& i) {
     return i.host_id == infos_[rank_].host_id;
   }));
@@ -301,21 +314,32 @@ void CommImpl::start(std::vector<RankInfo> infos, Addresses addresses, std::opti
   // cores a spinning rank holds the core its peer needs, so it sleeps at
   // once. BRAID_SPIN_US fixes the spin instead.
   oversubscribed_ = static_cast<unsigned>(local) > cores;
-  adaptive_spin_ = !settings_.spin_us && !oversubscribed_;
+  policy_.adaptive = !settings_.spin_us && !oversubscribed_;
   // Oversubscribed, a waiting rank polls and hands its core over with
   // sched_yield() for a while before it sleeps: the rank it waits for often
   // shares its core and runs at once, with no futex wake-up on either side
   // (as Open MPI does when oversubscribed). 4 ranks on 2 cores, 8 bytes:
   // 9-18 us against 35-42 us sleeping at once; 64 KiB 46-71 us against
   // 112-125.
-  if (oversubscribed_ && !settings_.spin_us) yield_us_ = static_cast<int>(kOversubscribedYield.count());
-  spin_us_ = settings_.spin_us.value_or(0);
+  if (oversubscribed_ && !settings_.spin_us) policy_.yield_us = static_cast<int>(kOversubscribedYield.count());
+  policy_.spin_us = settings_.spin_us.value_or(0);
 
   links_.resize(static_cast<std::size_t>(size_));
   link_ptrs_.assign(static_cast<std::size_t>(size_), nullptr);
   if (size_ > 1) {
-    int pos = ring_position(plan_.ring, rank_);
-    connect_peers({plan_.ring[(pos + 1) % size_], plan_.ring[(pos + size_ - 1) % size_]});
+    // The ring neighbours, at once: a dial now, and what the neighbour dials
+    // is taken at the first operation. Best effort: what failed is tried
+    // again when an operation needs it, and its error is that operation's
+    // (a neighbour that already gave up in this communicator, a split child
+    // whose faster members ran and failed before this one was made, is no
+    // reason for the split itself to fail).
+    const int pos = ring_position(plan_.ring, rank_);
+    try {
+      connect_peers({plan_.ring[(pos + 1) % size_], plan_.ring[(pos + size_ - 1) % size_]});
+    } catch (const Error& e) {
+      log_info("rank ", rank_, ": connecting the ring neighbours at start: ", e.what(), " (tried again when an "
+               "operation needs them)");
+    }
   }
   log_info("joined: ", describe());
   // Whether device buffers can be used, said once per process.
@@ -323,9 +347,13 @@ void CommImpl::start(std::vector<RankInfo> infos, Addresses addresses, std::opti
   std::call_once(gpu_said, [] { log_info("gpu: ", device::status()); });
 }
 
-void CommImpl::connect_peers(const std::vector<int>& peers, const Operation* starting) {
-  // Every rank connects its kinds in the order of kinds_, so two ranks never
-  // wait on each other in different transports.
+bool CommImpl::connect_peers(const std::vector<int>& peers, const Operation* starting) {
+  // Every rank asks its kinds in the order of kinds_. Nothing here waits for
+  // a peer's engine (transport.hpp), so the order matters for no deadlock.
+  bool all = true;
+  const Deadline deadline = starting != nullptr && starting->deadline.at() != Clock::time_point::max()
+                                ? starting->deadline
+                                : Deadline::after(settings_.timeout);
   for (std::size_t k = 0; k < kinds_.size(); ++k) {
     std::vector<PeerRef> wanted;
     for (int p : peers) {
@@ -333,35 +361,35 @@ void CommImpl::connect_peers(const std::vector<int>& peers, const Operation* sta
       if (std::any_of(wanted.begin(), wanted.end(), [&](const auto& w) { return w.info->rank == p; })) continue;
       wanted.push_back({&infos_[p], addresses_[k][p]});
     }
-    if (!wanted.empty()) connect_with(*transports_[k], wanted, starting);
+    if (wanted.empty()) continue;
+    auto links = contexts_[k]->connect(owner_, wanted, deadline,
+                                       [&](int peer, bool urgent) { watch_connecting(peer, urgent, starting); });
+    for (auto& link : links) {
+      int p = link->peer();
+      link->attach(engine_.poller());
+      link_ptrs_[p] = link.get();
+      links_[p] = std::move(link);
+    }
+    all = all && links.size() == wanted.size();
   }
+  return all;
 }
 
-void CommImpl::connect_with(Transport& transport, std::span<const PeerRef> wanted, const Operation* starting) {
-  Clock::time_point next_look{};
-  auto watch = [&](int peer, bool urgent) {
-    if (aborted_.load(std::memory_order_relaxed))
-      throw Aborted(cat("rank ", rank_, ": the communicator was aborted by the application (Comm::abort) while "
-                        "connecting to rank ", peer));
-    // A peer this rank is linked to may have given up meanwhile: its notice
-    // waits unread on the idle link, and it is news for this wait too.
-    for (auto& link : links_)
-      if (link)
-        if (auto why = link->departed())
-          throw PeerLost(cat("rank ", rank_, ": while connecting to rank ", peer, ", learnt that ", *why));
-    if (starting != nullptr) check_arrived(*starting);
-    auto now = Clock::now();
-    if (!urgent && now < next_look) return;
-    next_look = now + kFailureLook;
-    check_peer_failure(peer);
-  };
-  auto links = transport.connect_all(wanted, Deadline::after(settings_.timeout), watch);
-  for (auto& link : links) {
-    int p = link->peer();
-    link->attach(poller_);
-    link_ptrs_[p] = link.get();
-    links_[p] = std::move(link);
-  }
+void CommImpl::watch_connecting(int peer, bool urgent, const Operation* starting) {
+  if (aborted_.load(std::memory_order_relaxed))
+    throw Aborted(cat("rank ", rank_, ": the communicator was aborted by the application (Comm::abort) while "
+                      "connecting to rank ", peer));
+  // A peer this rank is linked to may have given up meanwhile: its notice
+  // waits unread on the idle link, and it is news for this wait too.
+  for (auto& link : links_)
+    if (link)
+      if (auto why = link->departed())
+        throw PeerLost(cat("rank ", rank_, ": while connecting to rank ", peer, ", learnt that ", *why));
+  if (starting != nullptr) check_arrived(*starting);
+  auto now = Clock::now();
+  if (!urgent && now < last_connect_look_ + kFailureLook) return;
+  last_connect_look_ = now;
+  check_peer_failure(peer);
 }
 
 void CommImpl::check_arrived(const Operation& op) {
@@ -387,14 +415,13 @@ void CommImpl::check_peer_failure(int peer) {
   } catch (const Timeout&) {
     return;  // busy: look again next time
   } catch (const Error& e) {
-    // The store went with the rank hosting it: that rank is gone; for any
-    // other peer the store only carried news, and connecting goes on.
+    // The store went with the process hosting it, which finished (its
+    // communicators finalized and its linger ended) or failed: the store only
+    // carried news, and the connections themselves tell whether a peer is
+    // gone (its process, its listener, its goodbye).
     store_lost_ = true;
-    if (peer == store_host_)
-      throw PeerLost(cat("rank ", rank_, ": rank ", peer, " is gone: the braid store it hosted at ", store_name_,
-                         " closed (", e.what(), ")"));
-    log_info("rank ", rank_, ": the braid store at ", store_name_, " is gone; failures of peers are now learnt from "
-             "the connections alone (", e.what(), ")");
+    log_info("rank ", rank_, ": the braid store at ", store_name_, " is gone (rank ", store_host_, "'s process finished "
+             "or failed); failures of peers are now learnt from the connections alone (", e.what(), ")");
     return;
   }
   if (why)
@@ -422,8 +449,8 @@ std::string CommImpl::describe_transports() const {
   std::string out;
   for (std::size_t k = 0; k < kinds_.size(); ++k) {
     if (pairs[k].empty()) continue;
-    if (pairs[k].size() == all) return cat(transports_[k]->describe(), " between all ranks");
-    out += cat(out.empty() ? "" : "; ", transports_[k]->describe(), ": ");
+    if (pairs[k].size() == all) return cat(contexts_[k]->describe(owner_), " between all ranks");
+    out += cat(out.empty() ? "" : "; ", contexts_[k]->describe(owner_), ": ");
     for (std::size_t i = 0; i < pairs[k].size() && i < 16; ++i) out += cat(i ? " " : "", pairs[k][i]);
     if (pairs[k].size() > 16) out += cat(" and ", pairs[k].size() - 16, " more pairs");
   }
@@ -436,7 +463,11 @@ std::string CommImpl::describe() const {
              device_links_ ? cat("; device buffers GPU to GPU from ", human_bytes(device_direct_min_), ", staged below")
                            : std::string(),
              "; slice ", human_bytes(settings_.slice_bytes),
-             ", spin ", adaptive_spin_ ? std::string("adaptive") : yield_us_ > 0 ? cat("yield ", yield_us_, " us") : cat(spin_us_, " us"), ", timeout ",
+             ", spin ",
+             policy_.adaptive        ? std::string("adaptive")
+             : policy_.yield_us > 0  ? cat("yield ", policy_.yield_us, " us")
+                                     : cat(policy_.spin_us, " us"),
+             ", timeout ",
              seconds_of(settings_.timeout), " s, tls ", settings_.tls.enabled() ? "on" : "off",
              settings_.launch_source.empty() ? std::string() : cat("; identity from ", settings_.launch_source));
 }
@@ -692,6 +723,7 @@ std::shared_ptr<Operation> CommImpl::barrier() {
 // ---- split ------------------------------------------------------------------------
 
 std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
+  check_open();
   // Every rank takes part in the exchange below, even one whose color is bad
   // or kNoColor, so the others never wait for it; the error comes after.
   // Every rank counts every split, so all derive the same child ids.
@@ -704,78 +736,58 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
     child_id.bytes[4 + b] ^= static_cast<std::byte>((static_cast<std::uint32_t>(color) >> (8 * b)) & 0xff);
   }
   child_id.bytes[8] ^= std::byte{0x5b};
-  // A member makes its new communicator's transports (a TCP listener of its
-  // own, speaking for this rank of the parent until set_identity() below),
-  // then every rank learns every other's color, key and transport addresses
-  // through an all_gather here. A rank with kNoColor makes nothing.
+  // The child links through the same contexts as this communicator, so its
+  // members' addresses are known already: the exchange carries only colors
+  // and keys. A member enrolls its child before it, so that a member that
+  // finishes the split first and dials at once is never refused; the rank
+  // is known after it.
   const bool member = color >= 0;
-  std::vector<std::unique_ptr<Transport>> transports;
-  constexpr std::size_t kRecord = 512;
-  WireWriter w;
-  w.u32(static_cast<std::uint32_t>(color));
-  w.u32(static_cast<std::uint32_t>(key));
+  std::unique_ptr<CommImpl> child;
   if (member) {
-    transports = make_transports(kinds_, TransportSetup{rank_, size_, child_id, &settings_, advertise_});
-    for (auto& t : transports) {
-      auto address = t->local_address();
-      w.u32(static_cast<std::uint32_t>(address.size()));
-      w.bytes(address);
-    }
+    child = std::unique_ptr<CommImpl>(new CommImpl(-1, 0, settings_));
+    child->comm_id_ = child_id;
+    child->advertise_ = advertise_;
+    child->kinds_ = kinds_;
+    child->contexts_ = contexts_;
+    child->enroll();
   }
-  std::vector<std::byte> mine = w.take();
-  if (mine.size() > kRecord) throw Error(ErrorCode::internal, "split: address record too long");
-  mine.resize(kRecord);
-  std::vector<std::byte> all(kRecord * static_cast<std::size_t>(size_));
-  auto exchange = all_gather(mine.data(), all.data(), kRecord, DataType::u8);
-  submit(exchange, false);
-  wait(exchange, Deadline::never());
-
+  struct Record {
+    std::int32_t color, key;
+  };
+  std::vector<Record> all(static_cast<std::size_t>(size_));
+  Record mine{color, key};
+  // A failed exchange destroys the child unborn, which withdraws it.
+  run(all_gather(&mine, all.data(), sizeof(Record), DataType::u8));
   if (color == Comm::kNoColor) return nullptr;
   if (color < 0)
     throw InvalidArgument(cat("rank ", rank_, ": split: color ", color, " must be non-negative or Comm::kNoColor (",
                               Comm::kNoColor, ")"));
-  struct Member {
-    int parent_rank, key;
-    std::vector<std::vector<std::byte>> addresses;  // by kind
-  };
-  std::vector<Member> group;
-  for (int r = 0; r < size_; ++r) {
-    WireReader rd(std::span<const std::byte>(all).subspan(kRecord * static_cast<std::size_t>(r), kRecord), "split record");
-    int c = static_cast<int>(rd.u32());
-    int k = static_cast<int>(rd.u32());
-    if (c != color) continue;
-    Member m{r, k, {}};
-    for (std::size_t kind = 0; kind < kinds_.size(); ++kind) {
-      auto len = rd.u32();
-      auto addr = rd.bytes(len);
-      m.addresses.emplace_back(addr.begin(), addr.end());
-    }
-    group.push_back(std::move(m));
-  }
+  std::vector<int> members;  // parent ranks of the child's members, in child rank order
+  for (int r = 0; r < size_; ++r)
+    if (all[static_cast<std::size_t>(r)].color == color) members.push_back(r);
   // A color no other rank uses makes a communicator of one, as in MPI and NCCL.
-  std::stable_sort(group.begin(), group.end(), [](const Member& a, const Member& b) { return a.key < b.key; });
-
-  const int child_rank = static_cast<int>(
-      std::find_if(group.begin(), group.end(), [&](const Member& m) { return m.parent_rank == rank_; }) - group.begin());
-  auto child = std::unique_ptr<CommImpl>(new CommImpl(child_rank, static_cast<int>(group.size()), settings_));
-  child->kinds_ = kinds_;
-  child->transports_ = std::move(transports);
+  std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
+    return all[static_cast<std::size_t>(a)].key < all[static_cast<std::size_t>(b)].key;
+  });
+  child->rank_ = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+  child->size_ = static_cast<int>(members.size());
+  child->p2p_sent_.assign(members.size(), 0);
+  child->p2p_received_.assign(members.size(), 0);
+  child->recorder_.set_owner(cat("rank ", child->rank_, " of ", child->size_));
   std::vector<RankInfo> infos;
   Addresses addresses(kinds_.size());
-  for (std::size_t i = 0; i < group.size(); ++i) {
-    RankInfo info = infos_[group[i].parent_rank];
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    RankInfo info = infos_[members[i]];
     info.rank = static_cast<int>(i);
     infos.push_back(info);
-    for (std::size_t kind = 0; kind < kinds_.size(); ++kind) addresses[kind].push_back(group[i].addresses[kind]);
+    for (std::size_t kind = 0; kind < kinds_.size(); ++kind) addresses[kind].push_back(addresses_[kind][members[i]]);
   }
-  child->comm_id_ = child_id;
-  child->advertise_ = advertise_;
   child->store_ = store_;
   child->scope_ = scope_;
-  for (std::size_t i = 0; i < group.size(); ++i)
-    if (group[i].parent_rank == store_host_) child->store_host_ = static_cast<int>(i);
+  for (std::size_t i = 0; i < members.size(); ++i)
+    if (members[i] == store_host_) child->store_host_ = static_cast<int>(i);
   child->store_name_ = cat(store_name_, " (split ", split_index, ", color ", color, ")");
-  for (auto& t : child->transports_) t->set_identity(child->rank_, child->size_, child->comm_id_);
+  child->enroll();
   child->start(std::move(infos), std::move(addresses));
   return child;
 }

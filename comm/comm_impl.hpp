@@ -1,16 +1,20 @@
-// CommImpl: one communicator. It owns one Transport per kind of its order
-// (BRAID_TRANSPORT), one Link per connected peer (made by the transport the
-// plan chose for that pair), and the queue of operations.
+// CommImpl: one communicator, a view over the process's Runtime
+// (runtime.hpp): its ranks, its plan, one Link per connected peer (made
+// through the transport context the plan chose for that pair, shared with
+// every other communicator of the process), its matching state and its
+// queue of operations, which the runtime's Engine drives (engine.hpp:
+// operations of one communicator run one at a time, in the order they were
+// submitted, so every rank posts messages on a link in the same order).
 //
-// Progress: operations run one at a time, in the order they were submitted
-// (so every rank posts messages on a link in the same order). Whoever waits
-// drives: a thread that waits for an operation while nobody else is driving
-// runs the executors itself, spinning briefly while bytes move and sleeping
-// in epoll otherwise, so a blocking collective never hands off to another
-// thread. Once an operation is started with *_async, a progress thread also
-// drives the queue whenever it holds background work, so communication
-// overlaps the caller's computation. Exactly one thread drives at a time
-// (driving_), so executors and links are never touched concurrently.
+// Its life (docs/architecture.md): made by a rendezvous through a store, or
+// split from a parent, it enrolls with every context before its address is
+// published, so that no peer finds it unknown; its ring neighbours are
+// connected at once, the other links when an operation first needs them
+// (never waiting for the peer's engine). finalize() finishes what is
+// queued, says goodbye on every link (a peer does not take that for a
+// failure) and hands the links to their contexts, which keep what a peer
+// may still read; a failure or abort() fails this communicator alone, never
+// its parent or its split children.
 #pragma once
 
 #include <atomic>
@@ -26,16 +30,17 @@
 #include <vector>
 
 #include "braid/braid.hpp"
+#include "comm/engine.hpp"
 #include "collectives/algorithms.hpp"
 #include "collectives/executor.hpp"
 #include "collectives/schedule.hpp"
-#include "core/poller.hpp"
 #include "core/rank_info.hpp"
 #include "core/settings.hpp"
 #include "core/spin.hpp"
 #include "flight_recorder.hpp"
 #include "rendezvous.hpp"
 #include "topology/plan.hpp"
+#include "comm/runtime.hpp"
 #include "transport/registry.hpp"
 
 namespace braid {
@@ -87,8 +92,8 @@ class Operation {
   std::uint64_t record = 0;    // its entry in the flight recorder
   CommImpl* comm = nullptr;    // valid while not done
 
-  // Written under the communicator's mutex; `done` is also read without it
-  // (a Work outliving its communicator), and `error` is final once done.
+  // Written under the engine's mutex; `done` is also read without it (a Work
+  // outliving its communicator), and `error` is final once done.
   std::atomic<bool> done{false};
   std::exception_ptr error;
 
@@ -106,6 +111,7 @@ class Operation {
   Executor* executor = nullptr;  // the plan's, while this operation runs
   Clock::time_point started;  // its first pass that found nothing to do (drive), zero until then
   Deadline deadline = Deadline::never();
+  unsigned connect_skips = 0;  // passes since its links were last asked for (it waits for a peer to connect)
 
  private:
   std::mutex callbacks_mutex_;
@@ -113,11 +119,14 @@ class Operation {
   std::atomic<bool> has_callbacks_{false};
 };
 
+class Runtime;
+
 class CommImpl {
  public:
   /// Publishes this rank through the store, waits for all others (naming any
   /// that never come), plans, and connects the ring neighbours.
   static std::unique_ptr<CommImpl> create(Rendezvous rendezvous, int rank, int size, Settings settings);
+  /// finalize(), errors logged.
   ~CommImpl();
 
   int rank() const { return rank_; }
@@ -158,35 +167,52 @@ class CommImpl {
   /// own tag (group.cpp). Throws InvalidArgument when a receive overlaps
   /// another call's buffer.
   void fuse(Operation& shell, std::span<const std::shared_ptr<Operation>> members);
+  /// Gives back the point-to-point numbers `members` took (made, never
+  /// issued: a group whose call failed its checks), so the next sends and
+  /// receives match the peers' again.
+  void unnumber(std::span<const std::shared_ptr<Operation>> members);
 
-  /// Queues `op`; a background op wakes the progress thread.
+  /// Queues `op`; a background op gets the engine's progress thread going.
   void submit(const std::shared_ptr<Operation>& op, bool background);
   /// Drives or waits until `op` is done or `until` passes; true when done.
   /// Throws the operation's error.
   bool wait(const std::shared_ptr<Operation>& op, Deadline until);
   /// One non-blocking pass; true when done. Throws the operation's error.
   bool test(const std::shared_ptr<Operation>& op);
-  /// submit() and wait() for a blocking call: when nothing is queued and
-  /// nobody drives, the calling thread drives `op` at once without queueing
-  /// it (drive's `unqueued`), so a small collective pays no hand-off, no
-  /// queue and no recorder entry; it is queued and recorded only if it has
-  /// to wait beyond the first spin.
+  /// A blocking call (Engine::run): at once on this thread when the engine
+  /// is idle, without queueing or recording `op` unless it must wait.
   void run(std::shared_ptr<Operation> op);
 
   /// Waits until every queued operation is done; throws the last one's
   /// error (an earlier failure fails every later operation).
   void flush();
   std::unique_ptr<CommImpl> split(int color, int key);
+  /// Finishes what is queued (each operation bounded by the timeout), says
+  /// goodbye to every peer and lets the links go to their contexts (which
+  /// keep, bounded, what a peer may still read). Later calls fail saying the
+  /// communicator was finalized. Idempotent; throws the error of a queued
+  /// operation that failed (after finalizing anyway).
+  void finalize();
+  bool finalized() const { return finalized_.load(std::memory_order_acquire); }
   /// The flight recorder's text: recent operations and who waits on whom.
   std::string dump_state() const { return recorder_.dump(); }
   /// The error that made this communicator unusable, if any.
   std::exception_ptr async_error() const;
   /// Fails every queued and later operation here and tells the peers; safe
-  /// from any thread.
+  /// from any thread, and returns within milliseconds.
   void abort();
+  /// Throws InvalidArgument when the communicator was finalized (or the
+  /// runtime cannot run here: a forked child): every entry point calls it.
+  void check_open() const {
+    Runtime::check_usable();
+    if (finalized_.load(std::memory_order_relaxed)) [[unlikely]] throw_finalized();
+  }
 
  private:
+  friend class Engine;
+  friend class Runtime;
   CommImpl(int rank, int size, Settings settings);
+  [[noreturn]] void throw_finalized() const;
   void join(Rendezvous rendezvous);
   /// Waits until every rank has set braid/<what>/<rank> in the store. At the
   /// deadline it names the missing ranks and publishes that, so ranks still
@@ -210,11 +236,10 @@ class CommImpl {
   std::string rank_key(std::string_view what, int rank) const;
   /// Where a rank that gives up publishes why, for peers not connected to it.
   std::string failure_key(int rank) const;
-  /// Throws PeerLost when `peer` published a failure (or was the store's
-  /// host, and the store is gone).
+  /// Throws PeerLost when `peer` published a failure.
   void check_peer_failure(int peer);
-  /// Publishes this rank's failure for the peers it has no link to, and stops
-  /// listening, so a rank that tries to connect learns at once.
+  /// Publishes this rank's failure for the peers it has no link to, and
+  /// withdraws from the contexts, so a rank that dials learns at once.
   void announce_failure(const std::string& why);
   /// On the rank hosting the store, after a failure: keeps the store up a
   /// moment at destruction, so the others can still read why ranks left.
@@ -223,11 +248,14 @@ class CommImpl {
   static constexpr Millis kJoinPoll{200};
   // How often a rank waiting for the others at start-up says so at INFO.
   static constexpr std::chrono::seconds kJoinProgress{5};
-  /// How long abort() waits for a driving thread to notice it.
+  /// How long abort() waits for the engine to fail this communicator.
   static constexpr Millis kAbortWait{200};
   /// While connecting: how often the store is asked about the peer, and the
   /// bound on each question (and on publishing a failure).
   static constexpr Millis kFailureLook{50};
+  /// An operation waiting for a peer to connect asks its contexts again
+  /// every this many idle passes while the engine spins (each time it wakes).
+  static constexpr unsigned kConnectEvery = 64;
   /// Ranks sharing a GPU: the smallest collective moved GPU to GPU is this
   /// times (ranks per GPU) squared; below it staging through host memory won
   /// (H200, 2 ranks: 1.5 against 2.8 GB/s at 1 MiB, 5.2 against 3.4 at 4 MiB;
@@ -236,17 +264,21 @@ class CommImpl {
   static constexpr Millis kJoinFailureGrace{1000};
   /// Every transport's address, by kind (index of kinds_) and rank.
   using Addresses = std::vector<std::vector<std::vector<std::byte>>>;
-  /// One transport per kind, speaking for `setup`.
-  static std::vector<std::unique_ptr<Transport>> make_transports(std::span<const TransportKind* const> kinds,
-                                                                 const TransportSetup& setup);
+  /// The runtime's contexts of kinds_, enrolling this communicator (whose
+  /// rank may be -1 yet: a split child being counted) with each.
+  void enroll();
   /// Everything after the addresses are known: plan (`plan` when given, from
   /// a topology file; else made from `infos`), spin policy, ring links.
   void start(std::vector<RankInfo> infos, Addresses addresses, std::optional<Plan> plan = std::nullopt);
-  /// Links to `peers`, made now. `starting`: the operation that needs them,
-  /// whose mismatch with a message a linked peer already sent ends the wait
-  /// (check_arrived).
-  void connect_peers(const std::vector<int>& peers, const Operation* starting = nullptr);
-  void connect_with(Transport& transport, std::span<const PeerRef> wanted, const Operation* starting);
+  /// Makes what links to `peers` it can now (never waiting for a peer's
+  /// engine); true once each has one. `starting`: the operation that needs
+  /// them, whose mismatch with a message a linked peer already sent ends
+  /// the wait (check_arrived).
+  bool connect_peers(const std::vector<int>& peers, const Operation* starting = nullptr);
+  /// The checks an operation waiting for a peer to connect makes while it
+  /// waits (an abort, a linked peer that gave up or runs another operation,
+  /// a failure the peer published); throws to end the wait.
+  void watch_connecting(int peer, bool urgent, const Operation* starting);
   /// Throws ProtocolMismatch, naming both collectives, if a linked peer's
   /// waiting message belongs to `op`'s sequence number but another
   /// collective: that peer will never make the link `op` waits for (its
@@ -277,9 +309,10 @@ class CommImpl {
   /// The last blocking operation that run() finished unqueued and without
   /// error: the next make_op reuses it once its caller has let it go, so a
   /// repeated small collective allocates nothing. Touched, as plans_, only by
-  /// the thread that issues operations (run() and make_op, never drive()),
-  /// and only handed out while use_count() is 1: every other holder (a queue,
-  /// a group, a Work) would have made it queued, which run() never keeps.
+  /// the thread that issues operations (run() and make_op, never the
+  /// engine), and only handed out while use_count() is 1: every other holder
+  /// (a queue, a group, a Work) would have made it queued, which run() never
+  /// keeps.
   std::shared_ptr<Operation> spare_op_;
   CollectiveShape shape(std::size_t count, DataType type, ReduceOp op, int root) const;
   std::string_view algorithm_for(std::string_view collective, std::size_t bytes) const;
@@ -309,40 +342,61 @@ class CommImpl {
   BlockLayout layout_of(std::string_view op, std::string_view what, std::span<const std::size_t> counts,
                         std::span<const std::size_t> displs, DataType type, bool output) const;
 
-  // Progress (comm_progress.cpp).
-  /// With driving_ held; true when it released driving_ (see comm_progress.cpp).
-  /// `unqueued`: `target` is not in the queue yet and runs first.
-  bool drive(const std::shared_ptr<Operation>& target, Deadline until, bool release = false, bool unqueued = false);
+  // Progress (comm_progress.cpp), called by the Engine's driving thread.
+  enum class StepResult { idle, moved, finished, failed };
+  /// One pass on `op`: the head of the queue, or (`unqueued`) a blocking
+  /// call's operation not queued yet. Starts it once its links exist,
+  /// advances its executor, and completes it when done (with `release`,
+  /// letting the engine's driver role go in the same lock). A failure fails
+  /// this communicator's queue (`op` joins it first when unqueued).
+  StepResult step(Operation& op, const std::shared_ptr<Operation>* unqueued, bool release);
+  /// The head of the queue (looked up under the lock only when it changed).
+  Operation* queued_head();
+  /// Starts the clock of an operation that found nothing to do.
+  void note_idle(Operation& op, Clock::time_point now);
+  void note_idle(Clock::time_point now) {
+    if (Operation* head = queued_head()) note_idle(*head, now);
+  }
+  /// Before the engine sleeps: the head's receives posted (so news wakes
+  /// it), its timeout and its peers' health looked at (failing the queue
+  /// when one is up). Returns when the head wants to be looked at again.
+  Clock::time_point before_sleep(Clock::time_point now);
   /// An operation run unqueued that must wait (or failed): puts it at the
   /// head of the queue and in the flight recorder, as if run() had queued it.
   void enqueue_running(const std::shared_ptr<Operation>& op);
-  void start_op(Operation& op);
+  /// Under the engine's mutex: records and queues `op`, or fails it at once
+  /// (false) on a communicator that is unusable after an earlier error.
+  bool accept_locked(const std::shared_ptr<Operation>& op);
+  bool usable_locked() const { return broken_.empty(); }
+  const SpinPolicy& spin_policy() const { return policy_; }
+  /// Starts `op` once its peers are linked: false while it waits for one.
+  bool start_op(Operation& op);
+  /// Completes `op`, done (error null) or failed: bookkeeping under the lock,
+  /// callbacks outside it.
+  void finish(Operation& op, bool unqueued, bool release);
   /// For an operation on device buffers whose links take host memory only:
   /// copies the device input into pinned staging and returns the buffers to
   /// run on; stage_out copies the output back once it is done.
   Buffers stage_in(Operation& op);
   void stage_out(Operation& op);
   void fail_queue(std::exception_ptr error);
-  void progress_loop(std::stop_token stop);
-  void drain();
-  /// Nothing moved: sleeps until a transport has news, `nap` passes or
-  /// wake(), following the transports' arm protocol (transport.hpp).
-  void sleep_for_news(std::chrono::microseconds nap);
+  /// An operation that only carries abort()'s request to the engine.
+  std::shared_ptr<Operation> abort_marker();
 
   Settings settings_;
+  Runtime& runtime_;
+  Engine& engine_;
   int rank_;
   int size_;
-  bool adaptive_spin_ = false;  // spin by SpinBudget (BRAID_SPIN_US unset, ranks fit on the cores)
+  SpinPolicy policy_;
   bool oversubscribed_ = false; // more ranks on this kernel than cores
   bool device_links_ = false;    // every pair's link moves device memory (cuda_ipc)
   std::size_t device_direct_min_ = 0;  // device_links_: smaller collectives are staged (BRAID_DEVICE_DIRECT_BYTES)
   bool shaping_direct_ = false;  // make_op is building a schedule for device buffers moved directly
-  std::size_t slice_floor_ = 0;  // the largest Transport::min_slice_bytes() of the pairs' transports
+  std::size_t slice_floor_ = 0;  // the largest TransportContext::min_slice_bytes() of the pairs' transports
   int local_rank_ = 0;          // among the ranks of this host (host_id), in rank order
   int local_size_ = 1;
-  int yield_us_ = 0;            // oversubscribed: poll with sched_yield this long before sleeping
   static constexpr std::chrono::microseconds kOversubscribedYield{1000};
-  int spin_us_ = 0;             // the fixed spin otherwise
   std::shared_ptr<TcpStoreServer> store_server_;  // on the rank that hosts the store
   std::shared_ptr<Store> store_;                  // kept for failure notices (shared with split children)
   std::string scope_;                             // the job's key prefix
@@ -351,14 +405,13 @@ class CommImpl {
   std::string store_name_;
   CommId comm_id_;
   SockAddr advertise_;
+  LinkOwner owner_;                                     // what this communicator's links speak for
   std::vector<const TransportKind*> kinds_;             // BRAID_TRANSPORT's order
-  std::vector<std::unique_ptr<Transport>> transports_;  // by kind
+  std::vector<TransportContext*> contexts_;             // by kind: the runtime's
   std::vector<RankInfo> infos_;
   Addresses addresses_;
   std::vector<int> link_kind_;  // by rank: which transport connects it (-1: none, self)
   Plan plan_;
-  Poller poller_;
-  SpinBudget spin_budget_;
   ScratchPool scratch_;  // the running operation's scratch (operations run one at a time)
   device::Memory staging_;  // pinned host copy of a staged operation's device buffers
   std::vector<std::unique_ptr<Link>> links_;  // by rank
@@ -370,17 +423,21 @@ class CommImpl {
 
   FlightRecorder recorder_;
   std::uint64_t records_ = 0;
-  std::exception_ptr first_error_;
 
-  mutable std::mutex mutex_;
-  std::condition_variable changed_;
+  // Under the engine's mutex.
   std::deque<std::shared_ptr<Operation>> queue_;
-  bool driving_ = false;
-  int waiters_ = 0;  // threads in changed_.wait*, under mutex_ (drive's finish notifies only when some wait)
-  std::atomic<bool> aborted_{false};
-  std::size_t background_queued_ = 0;
+  std::exception_ptr first_error_;
   std::string broken_;  // why the communicator is unusable, if it is
-  std::jthread progress_thread_;
+
+  // The driving thread's.
+  std::shared_ptr<Operation> held_;  // the head being driven (the queue may let it go first)
+  Operation* head_ = nullptr;
+  Clock::time_point last_failure_look_{};
+  Clock::time_point last_connect_look_{};
+  Clock::time_point last_note_{};
+
+  std::atomic<bool> aborted_{false};
+  std::atomic<bool> finalized_{false};
 };
 
 }  // namespace braid

@@ -1,6 +1,6 @@
-// The operation queue and its progress (see comm_impl.hpp for the model).
-#include <sched.h>
-
+// One communicator's part of progress (comm_impl.hpp): its queue, how the
+// engine's driving thread steps its operations, their failure, abort and
+// finalize. The driving loop itself is the Engine's (engine.hpp).
 #include <algorithm>
 
 #include "comm_impl.hpp"
@@ -41,102 +41,110 @@ void Operation::clear() {
   done.store(false, std::memory_order_relaxed);
   error = nullptr;
   executor = nullptr;
+  connect_skips = 0;
 }
 
-void CommImpl::submit(const std::shared_ptr<Operation>& op, bool background) {
-  op->background = background;
-  std::unique_lock lock(mutex_);
+// ---- the caller's side ----------------------------------------------------------
+
+bool CommImpl::accept_locked(const std::shared_ptr<Operation>& op) {
   if (!broken_.empty()) {
-    op->error = std::make_exception_ptr(Aborted(cat("rank ", rank_, ": ", op->what(),
-                                                    ": the communicator is unusable after an earlier error: ", broken_)));
+    op->error = std::make_exception_ptr(
+        Aborted(cat("rank ", rank_, ": ", op->what(), ": the communicator is unusable after an earlier error: ", broken_)));
     op->done = true;
-    lock.unlock();
-    op->run_callbacks();
-    return;
+    return false;
   }
   op->record = ++records_;
   recorder_.queued(op->record, op->sequence, op->plan->what);
   queue_.push_back(op);
-  if (background) {
-    ++background_queued_;
-    if (!progress_thread_.joinable())
-      progress_thread_ = std::jthread([this](std::stop_token stop) { progress_loop(stop); });
-    changed_.notify_all();
-  }
+  return true;
 }
 
+void CommImpl::submit(const std::shared_ptr<Operation>& op, bool background) {
+  engine_.submit(*this, op, background);
+}
+
+bool CommImpl::wait(const std::shared_ptr<Operation>& op, Deadline until) { return engine_.wait(op, until); }
+
+bool CommImpl::test(const std::shared_ptr<Operation>& op) { return engine_.wait(op, Deadline(Clock::now())); }
+
 void CommImpl::run(std::shared_ptr<Operation> op) {
-  {
-    std::unique_lock lock(mutex_);
-    if (!queue_.empty() || driving_ || !broken_.empty()) {
-      lock.unlock();
-      submit(op, false);
-      wait(op, Deadline::never());
-      return;
-    }
-    driving_ = true;
-  }
-  // drive() returns having released driving_ with `op` done, or else after
-  // a failure of the queue (which completed `op` too) still driving.
-  if (!drive(op, Deadline::never(), true, true)) {
-    std::lock_guard lock(mutex_);
-    driving_ = false;
-    changed_.notify_all();
-  }
-  if (!op->done) wait(op, Deadline::never());
-  if (op->error) std::rethrow_exception(op->error);
+  engine_.run(*this, op);
   // Finished here without ever entering the queue or the recorder (record
   // 0) and without callbacks: no other thread has seen it, so make_op may
   // reuse it once the caller drops its reference.
   if (op->record == 0 && !op->has_callbacks()) spare_op_ = std::move(op);
 }
 
+void CommImpl::flush() {
+  std::shared_ptr<Operation> last;
+  {
+    std::lock_guard lock(engine_.mutex());
+    if (queue_.empty()) return;
+    last = queue_.back();
+  }
+  wait(last, Deadline::never());
+}
+
+std::exception_ptr CommImpl::async_error() const {
+  std::lock_guard lock(engine_.mutex());
+  return first_error_;
+}
+
+// ---- the driving thread's side ------------------------------------------------------
+
+Operation* CommImpl::queued_head() {
+  if (head_ != nullptr) return head_;
+  std::lock_guard lock(engine_.mutex());
+  if (queue_.empty()) return nullptr;
+  held_ = queue_.front();
+  head_ = held_.get();
+  return head_;
+}
+
 void CommImpl::enqueue_running(const std::shared_ptr<Operation>& op) {
   {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(engine_.mutex());
     op->record = ++records_;
     // Operations queued meanwhile (callbacks' *_async) come after it.
     queue_.push_front(op);
+    if (queue_.size() == 1) engine_.activate_locked(*this);
+    head_ = nullptr;
+    held_.reset();
   }
   recorder_.started_now(op->record, op->sequence, op->plan->what);
   op->recorded = true;
 }
 
-bool CommImpl::wait(const std::shared_ptr<Operation>& op, Deadline until) {
-  std::unique_lock lock(mutex_);
-  while (!op->done) {
-    if (!driving_) {
-      driving_ = true;
-      lock.unlock();
-      drive(op, until);
-      lock.lock();
-      driving_ = false;
-      changed_.notify_all();
-      if (!op->done && until.expired()) break;
-      continue;
+CommImpl::StepResult CommImpl::step(Operation& op, const std::shared_ptr<Operation>* unqueued, bool release) {
+  try {
+    if (aborted_.load(std::memory_order_relaxed)) [[unlikely]]
+      throw Aborted(cat("rank ", rank_, ": ", op.what(), " (op #", op.sequence & 0x7fffffffu,
+                        ") was aborted by the application (Comm::abort)"));
+    if (op.executor == nullptr && !start_op(op)) return StepResult::idle;
+    if (op.executor->advance()) {
+      finish(op, unqueued != nullptr, release);
+      return StepResult::finished;
     }
-    // Another thread drives; it notifies whenever an operation finishes or it
-    // stops driving.
-    ++waiters_;
-    const bool timed_out = until.at() == Clock::time_point::max()
-                               ? (changed_.wait(lock), false)
-                               : changed_.wait_until(lock, until.at()) == std::cv_status::timeout;
-    --waiters_;
-    if (timed_out && !op->done) break;
+    return op.executor->moved() ? StepResult::moved : StepResult::idle;
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::internal) log_warn(e.what());
+    // An unqueued operation is the engine's target, which it holds: it joins
+    // the queue first, so that fail_queue fails it with the others.
+    if (unqueued != nullptr) enqueue_running(*unqueued);
+    fail_queue(std::current_exception());
+    return StepResult::failed;
   }
-  if (!op->done) return false;
-  if (op->error) std::rethrow_exception(op->error);
-  return true;
 }
 
-bool CommImpl::test(const std::shared_ptr<Operation>& op) {
-  return wait(op, Deadline(Clock::now()));
-}
-
-void CommImpl::start_op(Operation& op) {
+bool CommImpl::start_op(Operation& op) {
   OpPlan& plan = *op.plan;
-  if (std::any_of(plan.peers.begin(), plan.peers.end(), [&](int p) { return link_ptrs_[p] == nullptr; }))
-    connect_peers(plan.peers, &op);
+  if (std::any_of(plan.peers.begin(), plan.peers.end(), [&](int p) { return link_ptrs_[p] == nullptr; })) {
+    // Its peers are asked for their links every kConnectEvery passes while
+    // the engine spins, and at once after it slept (before_sleep resets the
+    // count): the links come from the peers, not from this loop.
+    if (op.connect_skips++ % kConnectEvery != 0) return false;
+    if (!connect_peers(plan.peers, &op)) return false;
+  }
   // The plan's executor serves each of its operations in turn (they run one
   // at a time); a link made since it was built does not change it, as it
   // needed every link of the plan's peers.
@@ -150,11 +158,89 @@ void CommImpl::start_op(Operation& op) {
     if (!plan.step_tags.empty()) plan.executor->set_step_tags(plan.step_tags);
   }
   op.executor = plan.executor.get();
-  // The clock starts at the first pass that finds nothing to do (drive), so
-  // an operation that never waits reads no clock.
+  // The clock starts at the first pass that finds nothing to do (the
+  // engine's note_idle), so an operation that never waits reads no clock.
   op.started = Clock::time_point{};
+  op.deadline = Deadline::never();
   // run() records its operation as started; an unqueued one has no entry yet.
   if (!op.recorded && op.record != 0) recorder_.started(op.record);
+  return true;
+}
+
+void CommImpl::finish(Operation& op, bool unqueued, bool release) {
+  if (op.staged) stage_out(op);
+  std::shared_ptr<Operation> keep;  // the queue's reference, until the callbacks ran
+  {
+    std::lock_guard lock(engine_.mutex());
+    op.done = true;
+    op.executor = nullptr;
+    if (unqueued) {
+      recorder_.finished_quickly(op.sequence, op.plan->what);
+    } else {
+      recorder_.finished(op.record);
+      if (op.background) engine_.background_done_locked();
+      keep = std::move(queue_.front());
+      queue_.pop_front();
+      if (queue_.empty()) engine_.deactivate_locked(*this);
+      head_ = nullptr;
+      held_.reset();
+    }
+    if (release) engine_.release_locked();
+    else engine_.notify_locked();
+  }
+  // Outside the lock: a callback may start operations here.
+  op.run_callbacks();
+}
+
+void CommImpl::note_idle(Operation& op, Clock::time_point now) {
+  if (op.started != Clock::time_point{}) return;
+  op.started = now;
+  op.deadline = Deadline(now + settings_.timeout);
+}
+
+Clock::time_point CommImpl::before_sleep(Clock::time_point now) {
+  Operation* head = queued_head();
+  if (head == nullptr) return Clock::time_point::max();
+  try {
+    note_idle(*head, now);
+    head->connect_skips = 0;
+    // Receives polled on a link's short path become requests, so news wakes
+    // the sleep.
+    if (head->executor != nullptr) head->executor->park();
+    else if (connect_peers(head->plan->peers, head)) return now;  // its links came: start it at once
+    const auto pending = [&] {
+      if (head->executor != nullptr) return head->executor->describe_pending();
+      std::vector<int> missing;
+      for (int p : head->plan->peers)
+        if (link_ptrs_[p] == nullptr) missing.push_back(p);
+      return cat("waiting for ", describe_ranks(missing), " to connect");
+    };
+    if (now >= head->deadline.at()) {
+      recorder_.waiting(head->record, pending());
+      log_warn("rank ", rank_, ": timed out; the flight recorder:\n", recorder_.dump());
+      throw Timeout(cat("rank ", rank_, ": ", head->what(), " (op #", head->sequence & 0x7fffffffu, ") timed out after ",
+                        seconds_of(settings_.timeout), " s; ", pending()));
+    }
+    // A peer this operation waits on through a link it has not made its
+    // side of (Link::one_sided) cannot say on the link that it gave up: its
+    // notice in the store says so.
+    if (now - head->started >= kFailureLook && now - last_failure_look_ >= kFailureLook) {
+      last_failure_look_ = now;
+      for (int p = 0; p < size_; ++p)
+        if (links_[p] && links_[p]->busy() && links_[p]->one_sided()) check_peer_failure(p);
+    }
+    // What the operation waits on, for dumps; refreshed at most every
+    // 100 ms so the fast path never builds this text.
+    if (now - last_note_ >= std::chrono::milliseconds(100)) {
+      if (now - head->started >= std::chrono::milliseconds(100)) recorder_.waiting(head->record, pending());
+      last_note_ = now;
+    }
+    return head->deadline.at();
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::internal) log_warn(e.what());
+    fail_queue(std::current_exception());
+    return now;
+  }
 }
 
 Buffers CommImpl::stage_in(Operation& op) {
@@ -192,6 +278,8 @@ void CommImpl::stage_out(Operation& op) {
     device::copy_on(op.buffers.device, op.buffers.output, op.run_buffers.output, op.buffers.output_bytes);
 }
 
+// ---- failure, abort, finalize ----------------------------------------------------------
+
 void CommImpl::fail_queue(std::exception_ptr error) {
   std::string why;
   try {
@@ -206,285 +294,111 @@ void CommImpl::fail_queue(std::exception_ptr error) {
   for (auto& link : links_)
     if (link) link->abort(notice);
   announce_failure(notice);
-  std::unique_lock lock(mutex_);
-  // Links may still hold requests that point into callers' buffers: the
-  // communicator must not move another byte.
-  broken_ = why;
-  if (!first_error_) first_error_ = error;
-  bool first = true;
-  for (auto& op : queue_) {
-    recorder_.failed(op->record, first ? why : "not run: an earlier operation failed");
-    op->error = first ? error
-                      : std::make_exception_ptr(Aborted(cat("rank ", rank_, ": ", op->what(),
-                                                            " was not run: an earlier operation failed: ", why)));
-    op->done = true;
-    op->executor = nullptr;
-    first = false;
+  std::deque<std::shared_ptr<Operation>> failed;
+  {
+    std::lock_guard lock(engine_.mutex());
+    // Links may still hold requests that point into callers' buffers: the
+    // communicator must not move another byte.
+    broken_ = why;
+    if (!first_error_) first_error_ = error;
+    bool first = true;
+    for (auto& op : queue_) {
+      recorder_.failed(op->record, first ? why : "not run: an earlier operation failed");
+      op->error = first ? error
+                        : std::make_exception_ptr(Aborted(cat("rank ", rank_, ": ", op->what(),
+                                                              " was not run: an earlier operation failed: ", why)));
+      op->done = true;
+      op->executor = nullptr;
+      if (op->background) engine_.background_done_locked();
+      first = false;
+    }
+    failed = std::move(queue_);
+    queue_.clear();
+    if (!failed.empty()) engine_.deactivate_locked(*this);
+    head_ = nullptr;
+    held_.reset();
+    engine_.notify_locked();
   }
-  std::deque<std::shared_ptr<Operation>> failed = std::move(queue_);
-  queue_.clear();
-  background_queued_ = 0;
-  changed_.notify_all();
-  lock.unlock();
   for (auto& op : failed) op->run_callbacks();
 }
 
 void CommImpl::announce_failure(const std::string& why) {
   // Peers with a link heard it through the link; the others read it here
-  // when they next try to connect (or find this listener closed).
+  // when they next try to connect, and a dialer is told at once that this
+  // rank gave up.
   if (store_ && !store_lost_) {
     auto bytes = std::as_bytes(std::span(why.data(), why.size()));
     if (!store_->try_set(failure_key(rank_), bytes, kFailureLook))
       log_info("rank ", rank_, ": could not leave the failure notice in the braid store at ", store_name_);
   }
-  for (auto& transport : transports_) transport->stop_accepting();
+  for (TransportContext* context : contexts_) context->withdraw(owner_, true);
 }
 
-// Runs queued operations in order until `target` (or, when null, the whole
-// queue) is done, or `until` passes. The caller holds driving_; with
-// `release`, drive() gives it up itself when it finishes `target` (in the
-// lock it takes anyway), and the caller must not. With `unqueued`, `target`
-// is not in the queue (run()'s short path): it runs first, and goes to the
-// head of the queue and into the recorder only if it outlasts the first
-// spin or fails, so an operation that finishes at once costs two lock round
-// trips (run's and the finish) and no recorder entry.
-bool CommImpl::drive(const std::shared_ptr<Operation>& target, Deadline until, bool release, bool unqueued) {
-  // Once nothing moves, spin until spin_until, then sleep; adaptive spins
-  // take their length from the budget and tell it whether it paid.
-  auto next_spin = [&]() -> std::chrono::nanoseconds {
-    if (yield_us_ > 0) return std::chrono::microseconds(yield_us_);
-    return adaptive_spin_ ? spin_budget_.next_spin() : std::chrono::microseconds(spin_us_);
-  };
-  bool spinning = false;  // nothing moved since spin_until was set
-  // While spinning the clock is read every kClockEvery idle passes: a read
-  // (tens of ns here) every pass lengthened the pass, and so the time to
-  // notice an arrival, by a fifth for a small collective.
-  constexpr unsigned kClockEvery = 8;
-  unsigned idle_passes = 0;
-  Clock::time_point spin_until{};
-  auto last_note = coarse_now();
-  Clock::time_point last_failure_look{};
-  // The head is looked up under the lock only when it changes: only the
-  // driving thread removes operations, so it stays the head until then.
-  // `held` keeps a queued head alive once the queue lets it go; an unqueued
-  // target is the caller's, who holds it (no reference counting per call).
-  std::shared_ptr<Operation> held;
-  Operation* head = unqueued ? target.get() : nullptr;
-  while (true) {
-    if (!head) {
-      std::lock_guard lock(mutex_);
-      if ((target && target->done) || queue_.empty()) return false;
-      held = queue_.front();
-      head = held.get();
-    }
-    try {
-      if (aborted_.load(std::memory_order_relaxed))
-        throw Aborted(cat("rank ", rank_, ": ", head->what(), " (op #", head->sequence & 0x7fffffffu,
-                          ") was aborted by the application (Comm::abort)"));
-      if (!head->executor) start_op(*head);
-      if (head->executor->advance()) {
-        if (head->staged) stage_out(*head);
-        const bool was_target = head == target.get();
-        {
-          std::lock_guard lock(mutex_);
-          head->done = true;
-          head->executor = nullptr;
-          if (unqueued) {
-            unqueued = false;
-            recorder_.finished_quickly(head->sequence, head->plan->what);
-          } else {
-            recorder_.finished(head->record);
-            if (head->background) --background_queued_;
-            queue_.pop_front();
-          }
-          if (was_target && release) driving_ = false;
-          // Nobody waits on changed_ in the common case (one thread): no call.
-          if (waiters_ > 0) changed_.notify_all();
-        }
-        // Outside the lock: a callback may start operations here.
-        head->run_callbacks();
-        if (was_target) return release;
-        head = nullptr;
-        held.reset();
-        continue;
-      }
-      if (head->executor->moved()) {
-        if (spinning && adaptive_spin_) spin_budget_.found_while_spinning();
-        spinning = false;
-        continue;
-      }
-      if (spinning && ++idle_passes % kClockEvery != 0) {
-        if (yield_us_ > 0) sched_yield();
-        else cpu_relax();
-        continue;
-      }
-      auto now = Clock::now();
-      if (head->started == Clock::time_point{}) {
-        head->started = now;
-        head->deadline = Deadline(now + settings_.timeout);
-      }
-      if (!spinning) {
-        spinning = true;
-        spin_until = now + next_spin();
-      }
-      if (now < spin_until) {
-        if (yield_us_ > 0) sched_yield();
-        else cpu_relax();
-        continue;
-      }
-      // From here on it waits on its peers: receives polled on a link's
-      // short path become requests (so news wakes a sleep), and an unqueued
-      // operation becomes an ordinary one (queued, recorded, seen by dumps).
-      head->executor->park();
-      if (unqueued) {
-        unqueued = false;
-        enqueue_running(target);  // unqueued: head is the target
-      }
-      if (now >= head->deadline.at()) {
-        recorder_.waiting(head->record, head->executor->describe_pending());
-        log_warn("rank ", rank_, ": timed out; the flight recorder:\n", recorder_.dump());
-        throw Timeout(cat("rank ", rank_, ": ", head->what(), " (op #", head->sequence & 0x7fffffffu, ") timed out after ",
-                          seconds_of(settings_.timeout), " s; ", head->executor->describe_pending()));
-      }
-      // A peer this operation waits on through a link it has not made its
-      // side of (Link::one_sided) cannot say on the link that it gave up:
-      // its notice in the store says so.
-      if (now - head->started >= kFailureLook && now - last_failure_look >= kFailureLook) {
-        last_failure_look = now;
-        for (int p = 0; p < size_; ++p)
-          if (links_[p] && links_[p]->busy() && links_[p]->one_sided()) check_peer_failure(p);
-      }
-      // What the operation waits on, for dumps; refreshed at most every
-      // 100 ms so the fast path never builds this text.
-      if (now - last_note >= std::chrono::milliseconds(100)) {
-        if (now - head->started >= std::chrono::milliseconds(100))
-          recorder_.waiting(head->record, head->executor->describe_pending());
-        last_note = now;
-      }
-      if (until.expired()) return false;
-      bool news = false;
-      for (auto& transport : transports_) news |= transport->progress();
-      if (news) continue;
-      if (adaptive_spin_) spin_budget_.had_to_sleep();
-      spinning = false;
-      auto nap = std::min<Clock::duration>({head->deadline.remaining(), until.remaining(), std::chrono::milliseconds(50)});
-      sleep_for_news(std::chrono::duration_cast<std::chrono::microseconds>(nap));
-    } catch (const Error& e) {
-      if (e.code() == ErrorCode::internal) log_warn(e.what());
-      if (unqueued) enqueue_running(target);  // so fail_queue fails it, first
-      fail_queue(std::current_exception());
-      return false;
-    }
-  }
-}
-
-void CommImpl::sleep_for_news(std::chrono::microseconds nap) {
-  // Only transports with a busy link can bring news for the operation.
-  std::vector<bool> active(transports_.size(), false);
-  for (int p = 0; p < size_; ++p)
-    if (links_[p] && links_[p]->busy()) active[static_cast<std::size_t>(link_kind_[p])] = true;
-  std::vector<Transport*> armed;
-  Transport* fdless = nullptr;
-  bool fds = false;
-  for (std::size_t k = 0; k < transports_.size(); ++k) {
-    if (!active[k]) continue;
-    Transport* t = transports_[k].get();
-    if (!t->arm()) {
-      for (Transport* a : armed) a->disarm();
-      return;  // news arrived while arming: no sleep
-    }
-    armed.push_back(t);
-    if (t->wakes_poller()) fds = true;
-    else if (fdless == nullptr) fdless = t;
-    else nap = std::min(nap, Transport::kMixedNap);  // two fd-less transports: short naps on the first
-  }
-  if (fdless == nullptr) {
-    poller_.wait(nap);
-  } else if (!fds) {
-    fdless->wait(nap);
-  } else {
-    // An fd-less transport and sockets: neither sleep sees the other's news,
-    // so nap briefly on the fd-less one, then look at the sockets.
-    fdless->wait(std::min(nap, Transport::kMixedNap));
-    poller_.wait(std::chrono::microseconds(0));
-  }
-  for (Transport* a : armed)
-    if (a != fdless) a->disarm();
-}
-
-void CommImpl::progress_loop(std::stop_token stop) {
-  // Registered before taking the lock: if the stop was requested already, the
-  // callback runs right here, and it takes the lock itself.
-  std::stop_callback wake(stop, [this] {
-    std::lock_guard inner(mutex_);
-    changed_.notify_all();
-  });
-  std::unique_lock lock(mutex_);
-  while (!stop.stop_requested()) {
-    if (background_queued_ == 0 || driving_) {
-      ++waiters_;
-      changed_.wait(lock);
-      --waiters_;
-      continue;
-    }
-    driving_ = true;
-    lock.unlock();
-    // Drive in short turns so a stop request is seen promptly.
-    drive(nullptr, Deadline::after(std::chrono::milliseconds(100)));
-    lock.lock();
-    driving_ = false;
-    changed_.notify_all();
-  }
+std::shared_ptr<Operation> CommImpl::abort_marker() {
+  static const auto plan = [] {
+    auto p = std::make_shared<OpPlan>();
+    p->what = std::make_shared<const std::string>("abort");
+    return p;
+  }();
+  auto op = std::make_shared<Operation>();
+  op->plan = plan;
+  op->comm = this;
+  return op;
 }
 
 void CommImpl::abort() {
+  if (finalized_.load(std::memory_order_acquire)) return;
   aborted_.store(true);
-  poller_.wake();
-  for (auto& transport : transports_) transport->wake();
-  std::unique_lock lock(mutex_);
-  // A driving thread sees the flag within one turn of its loop, or within
-  // InterruptScope::kInterruptPoll while it connects, and fails the queue
-  // (with Aborted, whatever it was doing). Wait for that, briefly; if nobody
-  // drives, fail the queue here.
-  ++waiters_;
-  changed_.wait_for(lock, kAbortWait, [&] { return !driving_ || !broken_.empty(); });
-  --waiters_;
-  if (driving_ || !broken_.empty()) return;
-  driving_ = true;
-  lock.unlock();
-  fail_queue(std::make_exception_ptr(Aborted(cat("rank ", rank_, ": the communicator was aborted by the application (Comm::abort)"))));
-  lock.lock();
-  driving_ = false;
-  changed_.notify_all();
-}
-
-std::exception_ptr CommImpl::async_error() const {
-  std::lock_guard lock(mutex_);
-  return first_error_;
-}
-
-void CommImpl::flush() {
-  std::shared_ptr<Operation> last;
-  {
-    std::lock_guard lock(mutex_);
-    if (queue_.empty()) return;
-    last = queue_.back();
-  }
-  wait(last, Deadline::never());
-}
-
-void CommImpl::drain() {
-  std::shared_ptr<Operation> last;
-  {
-    std::lock_guard lock(mutex_);
-    if (queue_.empty()) return;
-    last = queue_.back();
-  }
+  // The engine's driver fails this communicator's queue the next time it
+  // steps its head, within one turn of its loop (or of a connection's
+  // InterruptScope check): the marker makes sure there is a head to step,
+  // and this thread drives it when nobody else does.
+  auto marker = abort_marker();
+  engine_.submit(*this, marker, false);
+  engine_.wake();
   try {
-    wait(last, Deadline::never());
-  } catch (const Error& e) {
-    log_warn("rank ", rank_, ": while finishing queued operations at destruction: ", e.what());
+    engine_.wait(marker, Deadline::after(kAbortWait));
+  } catch (const Error&) {
   }
+}
+
+void CommImpl::throw_finalized() const {
+  throw InvalidArgument(cat("rank ", rank_, " of ", size_, ": the communicator was finalized (Comm::finalize, "
+                            "braid_comm_finalize, or its destruction): make a new one"));
+}
+
+void CommImpl::finalize() {
+  if (finalized_.exchange(true, std::memory_order_acq_rel)) return;
+  std::exception_ptr error;
+  std::shared_ptr<Operation> last;
+  {
+    std::lock_guard lock(engine_.mutex());
+    if (!queue_.empty()) last = queue_.back();
+  }
+  if (last) {
+    try {
+      wait(last, Deadline::never());
+    } catch (const Error&) {
+      error = std::current_exception();
+    }
+  }
+  bool failed = false;
+  {
+    std::lock_guard lock(engine_.mutex());
+    failed = !broken_.empty();
+  }
+  // Nothing of this communicator is queued, so the engine does not touch its
+  // links: they go to their contexts, after a goodbye unless it failed (its
+  // peers heard why already).
+  for (std::size_t p = 0; p < links_.size(); ++p) {
+    if (!links_[p]) continue;
+    if (!failed) links_[p]->goodbye();
+    links_[p]->detach(engine_.poller());
+    link_ptrs_[p] = nullptr;
+    contexts_[static_cast<std::size_t>(link_kind_[p])]->retire(std::move(links_[p]), settings_.linger);
+  }
+  for (TransportContext* context : contexts_) context->withdraw(owner_, failed);
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace braid

@@ -38,6 +38,11 @@ FlightRecorder::FlightRecorder(std::string owner) : owner_(std::move(owner)) {
   g_live->insert(this);
 }
 
+void FlightRecorder::set_owner(std::string owner) {
+  std::lock_guard lock(mutex_);
+  owner_ = std::move(owner);
+}
+
 FlightRecorder::~FlightRecorder() {
   std::lock_guard lock(g_live_mutex);
   g_live->erase(this);

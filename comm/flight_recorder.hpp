@@ -23,6 +23,8 @@ class FlightRecorder {
 
   /// `owner` names the communicator in dumps ("rank 2 of 4").
   explicit FlightRecorder(std::string owner);
+  /// Renames whose recorder this is (a split child learns its rank late).
+  void set_owner(std::string owner);
   ~FlightRecorder();
   FlightRecorder(const FlightRecorder&) = delete;
   FlightRecorder& operator=(const FlightRecorder&) = delete;

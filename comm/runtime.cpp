@@ -6,9 +6,13 @@
 #include <cstdlib>
 #include <thread>
 
+#include "bootstrap/store.hpp"
 #include "braid/types.hpp"
+#include "comm/comm_impl.hpp"
 #include "core/log.hpp"
 #include "core/text.hpp"
+#include "transport/registry.hpp"
+#include "transport/tcp/tcp_context.hpp"
 
 namespace braid {
 namespace {
@@ -24,6 +28,71 @@ std::atomic<Runtime::State> Runtime::state_{Runtime::State::none};
 std::atomic<int> Runtime::creator_pid_{0};
 
 Runtime::Runtime() : service_("braid-service") {}
+
+TransportContext& Runtime::context(const TransportKind& kind, const Settings& settings, const SockAddr& bind) {
+  ContextSetup setup{.service = &service_, .wake_engine = [this] { engine_.wake(); }, .settings = &settings,
+                     .bind = bind};
+  std::lock_guard lock(mutex_);
+  for (auto& made : contexts_)
+    if (made.kind == &kind && made.context->serves(setup)) return *made.context;
+  auto context = kind.make(setup);
+  TransportContext& made = *context;
+  contexts_.push_back(MadeContext{&kind, std::move(context)});
+  engine_.add_context(made);
+  return made;
+}
+
+std::shared_ptr<TcpStoreServer> Runtime::host_store(const SockAddr& address, const Settings& settings,
+                                                    std::string job) {
+  const TransportKind* tcp = nullptr;
+  for (const auto& k : compiled_transports())
+    if (k.name == "tcp") tcp = &k;
+  TcpContext* listener = nullptr;
+  {
+    std::lock_guard lock(mutex_);
+    bool any = false;
+    for (auto& made : contexts_)
+      if (made.kind == tcp) {
+        any = true;
+        auto* t = static_cast<TcpContext*>(made.context.get());
+        if (t->listening().to_string() == address.to_string()) listener = t;
+      }
+    // The first TCP context of the process listens where the store must: one
+    // port for both. One made already elsewhere keeps its port.
+    if (listener == nullptr && !any && address.port() != 0) {
+      ContextSetup setup{.service = &service_, .wake_engine = [this] { engine_.wake(); }, .settings = &settings,
+                         .bind = address};
+      auto context = tcp->make(setup);
+      listener = static_cast<TcpContext*>(context.get());
+      contexts_.push_back(MadeContext{tcp, std::move(context)});
+      engine_.add_context(*listener);
+    }
+  }
+  if (listener == nullptr)
+    return TcpStoreServer::start(service_, address, settings.auth_key, settings.tls, std::move(job),
+                                 settings.port_range);
+  std::shared_ptr<TcpStoreServer> server =
+      TcpStoreServer::serve_adopted(service_, listener->listening(), settings.auth_key, settings.tls, std::move(job));
+  // The listener hands it the connections that open with the store's bytes
+  // while it lives; once it is gone they are closed, and a client retries
+  // until the next store of this address takes over (a loop that re-creates
+  // its communicator).
+  std::weak_ptr<TcpStoreServer> weak = server;
+  listener->serve_store([weak](Fd fd, SockAddr from, std::unique_ptr<TlsSession> tls) {
+    if (auto s = weak.lock()) s->adopt(std::move(fd), from, std::move(tls));
+  });
+  return server;
+}
+
+void Runtime::add(CommImpl& comm) {
+  std::lock_guard lock(mutex_);
+  comms_.push_back(&comm);
+}
+
+void Runtime::remove(CommImpl& comm) {
+  std::lock_guard lock(mutex_);
+  std::erase(comms_, &comm);
+}
 
 Runtime::~Runtime() = default;
 
@@ -95,6 +164,20 @@ void Runtime::shutdown() {
 }
 
 void Runtime::stop() {
+  // Every communicator still alive finalizes now (its peers see goodbyes,
+  // not failures); the objects stay, and later calls on them say why.
+  std::vector<CommImpl*> comms;
+  {
+    std::lock_guard lock(mutex_);
+    comms = comms_;
+  }
+  for (CommImpl* comm : comms) {
+    try {
+      comm->finalize();
+    } catch (const std::exception& e) {
+      log_info("at exit, a communicator finalized with an error: ", e.what());
+    }
+  }
   std::vector<Lingering> lingering;
   {
     std::lock_guard lock(mutex_);
@@ -107,6 +190,12 @@ void Runtime::stop() {
     } catch (const std::exception& e) {
       log_info("at exit, ", l.what, ": ", e.what());
     }
+  }
+  engine_.stop();
+  {
+    // Their links went with the communicators: what is left is per process.
+    std::lock_guard lock(mutex_);
+    contexts_.clear();
   }
   service_.stop();
 }

@@ -25,9 +25,17 @@
 #include <string>
 #include <vector>
 
+#include "comm/engine.hpp"
 #include "core/event_loop.hpp"
+#include "core/settings.hpp"
+#include "core/socket.hpp"
 
 namespace braid {
+
+class CommImpl;
+class TcpStoreServer;
+class TransportContext;
+struct TransportKind;
 
 class Runtime {
  public:
@@ -42,6 +50,21 @@ class Runtime {
 
   /// The service thread.
   EventLoop& service() { return service_; }
+  /// The progress engine.
+  Engine& engine() { return engine_; }
+
+  /// The context of `kind` for a communicator with `settings` whose
+  /// listeners bind `bind` (tcp; its port 0 lets the context pick): the
+  /// first made that serves it, else a new one, whose fd joins the engine.
+  TransportContext& context(const TransportKind& kind, const Settings& settings, const SockAddr& bind);
+  /// Hosts a rendezvous store at `address` for `job`: on the TCP context's
+  /// listener when this process has none yet or one bound there (so one port
+  /// serves the store and every link), else on a listener of its own.
+  std::shared_ptr<TcpStoreServer> host_store(const SockAddr& address, const Settings& settings, std::string job);
+
+  /// Every live communicator, for shutdown() to finalize.
+  void add(CommImpl& comm);
+  void remove(CommImpl& comm);
 
   /// Throws the error that says why braid cannot run here (a forked child,
   /// a runtime shut down); cheap enough for every call.
@@ -74,8 +97,15 @@ class Runtime {
   static std::atomic<State> state_;
   static std::atomic<int> creator_pid_;
   EventLoop service_;
+  Engine engine_;
   std::mutex mutex_;
   std::vector<Lingering> lingering_;
+  struct MadeContext {
+    const TransportKind* kind;
+    std::unique_ptr<TransportContext> context;
+  };
+  std::vector<MadeContext> contexts_;
+  std::vector<CommImpl*> comms_;
 };
 
 }  // namespace braid

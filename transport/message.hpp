@@ -27,6 +27,9 @@ static_assert(sizeof(MessageHeader) == 32, "message headers are 32 bytes in ever
 
 /// The tag of an abort notice: its payload is the reason the sender gave up.
 inline constexpr std::uint64_t kAbortTag = ~std::uint64_t{0};
+/// The tag of a goodbye: the sender finalized the communicator in order and
+/// sends nothing more on this link (Link::goodbye); no payload.
+inline constexpr std::uint64_t kGoodbyeTag = ~std::uint64_t{0} - 2;
 /// The longest reason an abort notice carries.
 inline constexpr std::size_t kMaxAbortReason = 4096;
 

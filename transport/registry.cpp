@@ -8,8 +8,8 @@
 #ifdef BRAID_HAVE_CUDA
 #include "transport/cuda_ipc/cuda_ipc_transport.hpp"
 #endif
-#include "transport/shm/shm_transport.hpp"
-#include "transport/tcp/tcp_transport.hpp"
+#include "transport/shm/shm_context.hpp"
+#include "transport/tcp/tcp_context.hpp"
 #ifdef BRAID_HAVE_UCX
 #include "transport/ucx/ucx_transport.hpp"
 #endif
@@ -20,39 +20,30 @@ namespace {
 bool anywhere(const RankInfo&, const RankInfo&) { return true; }
 bool same_host(const RankInfo& a, const RankInfo& b) { return a.host_id == b.host_id; }
 
-std::unique_ptr<Transport> make_tcp(const TransportSetup& s) {
-  return std::make_unique<TcpTransport>(TcpOptions{.rank = s.rank,
-                                                   .world_size = s.world_size,
-                                                   .comm_id = s.comm_id,
-                                                   .streams = s.settings->tcp_streams,
-                                                   .buffer_bytes = s.settings->tcp_buffer_bytes,
-                                                   .timeout = s.settings->timeout,
-                                                   .listen_address = s.advertise,
-                                                   .port_range = s.settings->port_range,
-                                                   .auth_key = s.settings->auth_key,
-                                                   .tls = s.settings->tls});
+std::unique_ptr<TransportContext> make_tcp(const ContextSetup& s) {
+  return std::make_unique<TcpContext>(*s.service, s.wake_engine,
+                                      TcpContext::Options{.bind = s.bind,
+                                                          .port_range = s.settings->port_range,
+                                                          .auth_key = s.settings->auth_key,
+                                                          .tls = s.settings->tls});
 }
 
-std::unique_ptr<Transport> make_shm(const TransportSetup& s) {
-  return std::make_unique<ShmTransport>(s.rank, s.comm_id);
-}
+std::unique_ptr<TransportContext> make_shm(const ContextSetup&) { return std::make_unique<ShmContext>(); }
 
 #ifdef BRAID_HAVE_CUDA
 bool same_host_with_gpus(const RankInfo& a, const RankInfo& b) { return same_host(a, b) && a.gpus > 0 && b.gpus > 0; }
-std::unique_ptr<Transport> make_cuda_ipc(const TransportSetup& s) {
-  return std::make_unique<CudaIpcTransport>(s.rank, s.comm_id);
-}
+std::unique_ptr<TransportContext> make_cuda_ipc(const ContextSetup&) { return std::make_unique<CudaIpcTransport>(); }
 #endif
 
 #ifdef BRAID_HAVE_UCX
 // By default only between hosts whose UCX sees RDMA (elsewhere tcp and shm
 // serve as well without UCX's start-up); anywhere when named.
 bool hosts_with_rdma(const RankInfo& a, const RankInfo& b) { return a.host_id != b.host_id && a.rdma && b.rdma; }
-std::unique_ptr<Transport> make_ucx(const TransportSetup& s) {
+std::unique_ptr<TransportContext> make_ucx(const ContextSetup& s) {
   // Unnamed and without RDMA here, it can link no pair: it makes no UCX
   // context and publishes an empty address.
   const bool named = !s.settings->transport.empty();
-  return std::make_unique<UcxTransport>(s.rank, s.comm_id, s.settings->timeout, named || ucx_sees_rdma());
+  return std::make_unique<UcxTransport>(named || ucx_sees_rdma());
 }
 #endif
 

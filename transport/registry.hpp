@@ -5,6 +5,7 @@
 // the build) and nothing in the comm layer or collectives.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -19,20 +20,26 @@
 
 namespace braid {
 
-/// Who a communicator's transport speaks for, and the settings all share.
-struct TransportSetup {
-  int rank = 0;
-  int world_size = 1;
-  CommId comm_id;
+class EventLoop;
+
+/// What a transport context is made with: the process's services, and the
+/// settings of the communicator that first needs it (what must agree for a
+/// later communicator to share it is TransportKind::sharing_key).
+struct ContextSetup {
+  EventLoop* service = nullptr;        // the service thread: tcp's listener and handshakes
+  std::function<void()> wake_engine;   // tells the progress engine a link may be ready
   const Settings* settings = nullptr;
-  SockAddr advertise;  // the IP this rank's listeners advertise
+  /// Where tcp's listener binds: the IP the communicator advertises, port 0
+  /// (or one of BRAID_PORT_RANGE); on the rank that hosts the store, the
+  /// store's own address, so that one port serves both.
+  SockAddr bind;
 };
 
 struct TransportKind {
   std::string_view name;
-  /// A transport of this kind for one communicator (its per-process context
-  /// is made on first use and shared).
-  std::unique_ptr<Transport> (*make)(const TransportSetup& setup);
+  /// This kind's context for the process (comm/runtime.hpp makes one, and
+  /// another only for a communicator the first does not serve()).
+  std::unique_ptr<TransportContext> (*make)(const ContextSetup& setup);
   /// Whether this kind connects the two ranks when BRAID_TRANSPORT does not
   /// name it (ucx: between hosts with RDMA).
   bool (*can_reach)(const RankInfo& a, const RankInfo& b);

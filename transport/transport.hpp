@@ -32,10 +32,12 @@
 #include "core/deadline.hpp"
 #include "core/device.hpp"
 #include "core/rank_info.hpp"
+#include "core/socket.hpp"
 
 namespace braid {
 
 class Poller;
+struct ContextSetup;
 
 /// A region of memory a link reads from or writes to.
 struct MemView {
@@ -185,16 +187,25 @@ class Link {
   virtual bool busy() const = 0;
   /// Registers the descriptors this link waits on with the engine's poller.
   virtual void attach(Poller& poller) = 0;
+  /// Takes them out again (the link is leaving the engine: retired, closed).
+  virtual void detach(Poller& poller) { (void)poller; }
+  /// This rank finalized the communicator in order: tells the peer, best
+  /// effort and briefly, that no more messages come from this side. Called
+  /// once, with nothing queued. The peer's departed() does not report it (it
+  /// is no failure); a receive the peer posts after it fails with PeerLost
+  /// saying that this rank finalized (the ranks ran different operations).
+  virtual void goodbye() {}
   /// Tells the peer, best effort and without blocking, that this rank gave up
   /// on the communicator and why, then closes the connection. The peer's
   /// pending and later requests fail with PeerLost carrying `reason`, so a
   /// failure spreads to every rank in about one hop per link instead of each
   /// rank waiting out its timeout.
   virtual void abort(std::string_view reason) { (void)reason; }
-  /// On an idle link (nothing queued): the peer's word that it left, if it
-  /// came (an abort notice, or the end of the connection), read without
-  /// blocking; nullopt otherwise. Lets a rank that waits for another peer (a
-  /// connection being made) learn at once that this one gave up.
+  /// On an idle link (nothing queued): the peer's word that it gave up, if
+  /// it came (an abort notice, or the end of the connection without a
+  /// goodbye), read without blocking; nullopt otherwise, and for a peer that
+  /// finalized in order. Lets a rank that waits for another peer (a
+  /// connection being made) learn at once that this one failed.
   virtual std::optional<std::string> departed() { return std::nullopt; }
   /// On an idle link: the tag of the peer's next message if it arrived
   /// and no receive took it, read without taking it (nullopt if none, or if
@@ -222,57 +233,93 @@ struct PeerRef {
 /// carrying the reason).
 using PeerWatch = std::function<void(int peer, bool urgent)>;
 
-/// One kind of connection (tcp, shm, ucx, cuda_ipc) for one communicator: it
-/// publishes this rank's address and connects Links. What a kind shares
-/// across the communicators of a process (shm's doorbell, a UCX worker) is
-/// its per-process context, which each Transport of that kind holds.
+/// Who a link speaks for: one communicator of this process, this rank in it,
+/// and the settings its links take (every rank of a communicator has the same).
+struct LinkOwner {
+  CommId comm_id;
+  int rank = -1;  // -1 while not known yet: a split child before its members are counted
+  int size = 0;
+  int tcp_streams = 1;
+  std::size_t tcp_buffer_bytes = 0;
+  Millis timeout{300000};
+};
+
+/// One kind of connection (tcp, shm, ucx, cuda_ipc) for the whole process: a
+/// context is made once per process (comm/runtime.hpp) and every
+/// communicator and split child links through it. It owns what the kind
+/// keeps per process (tcp: the one listener; shm: the doorbell; ucx: the
+/// worker) and publishes one address for all of them; a hello or header
+/// names the communicator, so one listener or worker serves them all.
 ///
-/// Sleeping (the progress engine, DESIGN.md): when nothing moved, the engine
-/// calls arm() on every transport with a busy link; arm() returns false when
-/// news already waits, or when the transport wants polling a while longer
-/// (ucx while a transfer moves): then nobody sleeps. When all armed, the engine
-/// sleeps on its Poller if every armed transport wakes_poller() (its links
-/// registered fds through Link::attach), or on the one transport that does
-/// not (wait()), or, when both kinds are armed, in short alternating naps on
-/// each, never longer than kMixedNap on either. Any thread may call wake().
-class Transport {
+/// Connecting never waits for another rank's progress engine: connect()
+/// makes what it can now (a dial the peer's service thread answers, a
+/// segment this rank creates) and returns the links that are ready; a link
+/// the peer must make its side of first (it dials this rank; its greeting
+/// has not come) is returned by a later call, and the context wakes the
+/// engine when that may be.
+///
+/// Sleeping (the progress engine, docs/architecture.md): when nothing moved,
+/// the engine calls arm() on every context; arm() returns false when news
+/// already waits, or when the context wants polling a while longer (ucx
+/// while a transfer moves): then nobody sleeps. When all armed, the engine
+/// sleeps in one epoll over every link's fds and every context's wait_fd(),
+/// so news on any transport wakes it at once, then calls disarm() on each.
+class TransportContext {
  public:
-  virtual ~Transport() = default;
+  virtual ~TransportContext() = default;
   virtual std::string_view name() const = 0;
-  /// What peers need to connect to this rank; published through the store.
-  virtual std::vector<std::byte> local_address() const = 0;
-  /// Connects to every peer of `peers` (each calls this for this rank too),
-  /// in an order that cannot deadlock. Throws naming the peer it could not
-  /// reach; `watch` lets the caller give up early.
-  virtual std::vector<std::unique_ptr<Link>> connect_all(std::span<const PeerRef> peers, Deadline deadline,
-                                                         const PeerWatch& watch) = 0;
-  /// Sets who this transport speaks for, before any connection: a split
-  /// communicator makes its transports before it knows its rank there.
-  virtual void set_identity(int rank, int world_size, const CommId& comm_id) = 0;
-  /// "tcp (2 streams)": for the communicator's description.
-  virtual std::string describe() const { return std::string(name()); }
-  /// After a failure: refuse new connections, so a peer that tries learns
-  /// at once that this rank is gone.
-  virtual void stop_accepting() {}
-  /// Work of the transport itself, outside any link (liveness of peers);
-  /// true if it changed anything. Called by the engine when nothing moved.
+  /// What peers need to connect to this process, published in the store of
+  /// every communicator that links through it; `advertise` is the IP that
+  /// communicator advertises (tcp's listener may serve several).
+  virtual std::vector<std::byte> local_address(const SockAddr& advertise) const = 0;
+  /// Whether a communicator made with `setup` can link through this context
+  /// (tcp: the same key and TLS, a listener that covers its address); else
+  /// the runtime makes another context of this kind for it.
+  virtual bool serves(const ContextSetup& setup) const {
+    (void)setup;
+    return true;
+  }
+  /// From now on peers may connect for `owner` (called before its address is
+  /// published, so that no peer ever finds it unknown). Called again when a
+  /// rank that was -1 becomes known.
+  virtual void enroll(const LinkOwner& owner) { (void)owner; }
+  /// That rank of the communicator is gone from this process: a peer that
+  /// connects to it from now on is refused (`failed`: it gave up, else it
+  /// finalized), and what was made for it and never taken is closed.
+  virtual void withdraw(const LinkOwner& owner, bool failed) { (void)owner, (void)failed; }
+  /// Links to those of `peers` that are ready now (see above); call again for
+  /// the rest. Throws naming the peer when one cannot be reached (PeerLost
+  /// for a peer known to be gone, Timeout at `deadline`, ProtocolMismatch);
+  /// `watch` lets the caller give up early.
+  virtual std::vector<std::unique_ptr<Link>> connect(const LinkOwner& owner, std::span<const PeerRef> peers,
+                                                     Deadline deadline, const PeerWatch& watch) = 0;
+  /// Takes a link whose communicator finalized (Link::goodbye was called)
+  /// and keeps what the peer may still read from it for up to `linger`;
+  /// the default closes it at once.
+  virtual void retire(std::unique_ptr<Link> link, Clock::duration linger) {
+    (void)linger;
+    link.reset();
+  }
+  /// "tcp (2 streams)": for a communicator's description.
+  virtual std::string describe(const LinkOwner& owner) const {
+    (void)owner;
+    return std::string(name());
+  }
+  /// Work of the context itself, outside any link (liveness of peers, a
+  /// worker's progress); true if it changed anything. Called by the engine
+  /// when nothing moved.
   virtual bool progress() { return false; }
   /// The smallest slice worth one message on this transport, whether or not
   /// this rank uses it (every rank must cut a collective alike): pipelined
   /// schedules cut buffers no finer while a pair of the communicator uses
   /// it. 0: no floor beyond the engine's own.
   virtual std::size_t min_slice_bytes() const { return 0; }
-
-  static constexpr std::chrono::microseconds kMixedNap{200};
-  /// Whether news on this transport's links wakes the engine's Poller.
-  virtual bool wakes_poller() const { return true; }
+  /// An fd the engine's epoll watches for this context's news beyond its
+  /// links' own fds (shm's doorbell, ucx's worker), or -1.
+  virtual int wait_fd() const { return -1; }
+  /// The sleep protocol above.
   virtual bool arm() { return true; }
   virtual void disarm() {}
-  /// After arm() returned true (transports that do not wake the poller):
-  /// sleeps until news, wake() or the timeout.
-  virtual void wait(std::chrono::microseconds timeout) { (void)timeout; }
-  /// Ends a wait() now; safe from any thread.
-  virtual void wake() {}
 };
 
 }  // namespace braid

@@ -177,7 +177,7 @@ class Comm {
   Comm() noexcept;
   Comm(Comm&&) noexcept;
   Comm& operator=(Comm&&) noexcept;
-  /// Finishes the operations still queued (each bounded by the timeout).
+  /// finalize(), if it was not called; errors are logged, not thrown.
   ~Comm();
 
   /// False for an empty Comm: default-constructed, moved from, or made by
@@ -300,6 +300,18 @@ class Comm {
   /// Waits until every operation started here (the *_async ones included) is
   /// done, each bounded by the timeout; throws the error of a failed one.
   void flush();
+  /// Ends this rank's part in the communicator in order: finishes every
+  /// operation started here (each bounded by the timeout), tells every peer
+  /// it linked to that it finalized (a peer does not take that for a
+  /// failure, and one that still expects a message from this rank fails
+  /// saying so), and lets its links go. It never waits for a peer: what a
+  /// slower peer may still need from this rank (a shared-memory segment it
+  /// has not opened yet, the store this process hosts) stays for it, up to
+  /// BRAID_LINGER past the process's exit. Every later call on this Comm
+  /// fails with InvalidArgument saying it was finalized; abort() and a
+  /// second finalize() do nothing. Throws the error of an operation that
+  /// failed (the communicator is finalized all the same).
+  void finalize();
 
   /// Splits this communicator (a collective call: every rank calls it):
   /// ranks passing the same color form a new communicator, ordered by key

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <compare>
 #include <cstddef>
 #include <string>
 
@@ -14,6 +15,7 @@ struct CommId {
   static CommId random();  // from getrandom(2)
   std::string to_hex() const;
   bool operator==(const CommId&) const = default;
+  auto operator<=>(const CommId&) const = default;
 };
 
 }  // namespace braid

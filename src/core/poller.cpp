@@ -25,6 +25,14 @@ void Poller::add(int fd) {
     throw SystemError(cat("epoll_ctl(ADD, fd ", fd, ") failed: ", errno_text(errno)));
 }
 
+void Poller::add_readable(int fd) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLET;
+  ev.data.fd = fd;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
+    throw SystemError(cat("epoll_ctl(ADD, fd ", fd, ") failed: ", errno_text(errno)));
+}
+
 void Poller::remove(int fd) { ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr); }
 
 int Poller::wait(std::chrono::microseconds timeout) {

@@ -13,7 +13,11 @@ namespace braid {
 class Poller {
  public:
   Poller();
+  /// A socket, for input and output (edge-triggered: drain it before sleeping).
   void add(int fd);
+  /// An fd whose readability alone is news (a doorbell's pipe, a UCX
+  /// worker's event fd), edge-triggered: its owner drains it after a wake-up.
+  void add_readable(int fd);
   void remove(int fd);
   /// Sleeps until an event, wake() or the timeout; returns the number of events.
   int wait(std::chrono::microseconds timeout);

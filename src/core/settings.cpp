@@ -63,6 +63,10 @@ constexpr std::array kTable = {
                 "from BRAID_STORE_ADDR (or MASTER_ADDR and MASTER_PORT)."},
     SettingInfo{"BRAID_TIMEOUT", "300s",
                 "Bound on every wait: rendezvous, connection, each collective (300, 30s, 500ms, 2m)."},
+    SettingInfo{"BRAID_LINGER", "1s",
+                "How long, at most, a finished rank keeps serving its peers: the store a rank hosts stays up "
+                "until every rank of its job left (or this passes), and a process that exits waits as long for "
+                "what still lingers. A communicator's finalize never waits for it (1s, 200ms, 0)."},
     SettingInfo{"BRAID_DEBUG", "WARN", "Log level on stderr: NONE, WARN, INFO or TRACE."},
     SettingInfo{"BRAID_SOCKET_IFNAME", "(auto)",
                 "Interfaces whose address this rank advertises to its peers, as NCCL_SOCKET_IFNAME: name "
@@ -71,9 +75,10 @@ constexpr std::array kTable = {
                 "store address), the first interface that is up and not loopback, docker*, virbr*, veth*, br-*, "
                 "tun* or tap*."},
     SettingInfo{"BRAID_PORT_RANGE", "(any)",
-                "Ports for every listening socket (40000-40050): each rank's TCP listener, one per communicator "
-                "(split ones included), and the store when its address has port 0. Open this range (and the "
-                "store's port) in the firewall."},
+                "Ports for every listening socket (40000-40050): each process's one TCP listener, which serves "
+                "all its communicators (split ones included), and the store when its address has port 0. The "
+                "process that hosts the store serves it on its listener's port when it can. Open this range (and "
+                "the store's port) in the firewall."},
     SettingInfo{"BRAID_TCP_STREAMS", "1", "TCP sockets per peer; a message is striped over them (1-16)."},
     SettingInfo{"BRAID_TCP_BUFFER", "0",
                 "SO_SNDBUF/SO_RCVBUF per socket (4M, 512K; at least 64K); 0 keeps the kernel's autotuning."},
@@ -251,6 +256,7 @@ Settings Settings::from_env() {
     s.timeout = parse_duration(*v, "BRAID_TIMEOUT");
     if (s.timeout.count() == 0) throw InvalidArgument("BRAID_TIMEOUT must be greater than zero");
   }
+  if (auto v = getenv_string("BRAID_LINGER")) s.linger = parse_duration(*v, "BRAID_LINGER");
   if (auto v = getenv_string("BRAID_DEBUG")) {
     std::string level = upper(*v);
     if (level == "NONE" || level == "OFF") s.log_level = LogLevel::none;

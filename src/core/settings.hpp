@@ -38,6 +38,8 @@ struct Settings {
   std::string job_id;  // BRAID_JOB_ID, else TORCHELASTIC_RUN_ID or SLURM_JOB_ID; scopes the store's keys
   // Behaviour.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  /// BRAID_LINGER: how long a finished rank keeps serving its peers at most.
+  std::chrono::milliseconds linger{std::chrono::seconds(1)};
   LogLevel log_level = LogLevel::warn;
   std::string socket_ifname;               // BRAID_SOCKET_IFNAME (core/interfaces.hpp's syntax)
   std::optional<PortRange> port_range;     // BRAID_PORT_RANGE: every listening socket's port

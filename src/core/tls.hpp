@@ -96,6 +96,8 @@ class TlsSession {
   /// TLS or socket error (no context: the caller adds it).
   long read(void* data, std::size_t bytes);
   long write(const void* data, std::size_t bytes);
+  /// As read, leaving the bytes to be read again.
+  long peek(void* data, std::size_t bytes);
   /// What the last read or write that returned kWouldBlock waits for.
   Want want() const { return want_; }
   /// True when decrypted or undecrypted bytes wait inside OpenSSL, which

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "bench/expected_values.hpp"
+#include "core/event_loop.hpp"
 #include "core/poller.hpp"
 #include "core/reduce.hpp"
 #include "core/settings.hpp"
@@ -51,13 +52,17 @@ const TransportKind& kind() {
   throw std::runtime_error("no transport named " + transport_name());
 }
 
-// One side of a connected pair, in a child process.
+// One side of a connected pair, in a child process: the transport's context
+// for that process, on a service loop and a poller of its own, as the
+// runtime gives them.
 struct Side {
   int rank;
   Settings settings;
-  std::unique_ptr<Transport> transport;
-  std::unique_ptr<Link> link;
+  EventLoop service{"test-service"};
   Poller poller;
+  std::unique_ptr<TransportContext> context;
+  LinkOwner owner;
+  std::unique_ptr<Link> link;
   int peer_pid = 0;
 };
 
@@ -92,15 +97,28 @@ std::unique_ptr<Side> connect_side(int rank, int fd, const CommId& id, int strea
   side->settings.tcp_streams = streams;
   side->settings.transport = transport_name();  // as BRAID_TRANSPORT would name it
   SockAddr loopback = resolve(HostPort{"127.0.0.1", 0}, "loopback").front();
-  side->transport = kind().make(TransportSetup{rank, 2, id, &side->settings, loopback});
+  Poller* poller = &side->poller;
+  side->context = kind().make(ContextSetup{.service = &side->service,
+                                           .wake_engine = [poller] { poller->wake(); },
+                                           .settings = &side->settings,
+                                           .bind = loopback});
+  if (side->context->wait_fd() >= 0) side->poller.add_readable(side->context->wait_fd());
+  side->owner = LinkOwner{.comm_id = id, .rank = rank, .size = 2, .tcp_streams = streams, .timeout = Millis(10000)};
+  side->context->enroll(side->owner);
   RankInfo me = RankInfo::local(rank);
   send_blob(fd, me.encode());
-  send_blob(fd, side->transport->local_address());
+  send_blob(fd, side->context->local_address(loopback));
   RankInfo peer = RankInfo::decode(recv_blob(fd));
   side->peer_pid = peer.pid;
   std::vector<std::byte> address = recv_blob(fd);
   PeerRef ref{&peer, address};
-  auto links = side->transport->connect_all(std::span(&ref, 1), Deadline::after(Millis(10000)), {});
+  // A link the peer makes its side of first comes from a later call.
+  const Deadline deadline = Deadline::after(Millis(10000));
+  std::vector<std::unique_ptr<Link>> links;
+  while (links.empty()) {
+    links = side->context->connect(side->owner, std::span(&ref, 1), deadline, {});
+    if (links.empty()) side->poller.wait(std::chrono::milliseconds(1));
+  }
   child_require(links.size() == 1 && links[0]->peer() == 1 - rank, "one link to the peer");
   side->link = std::move(links[0]);
   side->link->attach(side->poller);
@@ -118,16 +136,11 @@ bool drive(Side& s, const std::vector<Request>& requests, Millis within = Millis
     if (s.link->progress()) continue;
     if (all_done()) break;
     if (deadline.expired()) return false;
-    s.transport->progress();
-    if (!s.transport->arm()) continue;
+    s.context->progress();
+    if (!s.context->arm()) continue;
     auto nap = std::min<Clock::duration>(deadline.remaining(), std::chrono::milliseconds(20));
-    auto us = std::chrono::duration_cast<std::chrono::microseconds>(nap);
-    if (s.transport->wakes_poller()) {
-      s.poller.wait(us);
-      s.transport->disarm();
-    } else {
-      s.transport->wait(us);
-    }
+    s.poller.wait(std::chrono::duration_cast<std::chrono::microseconds>(nap));
+    s.context->disarm();
   }
   return true;
 }

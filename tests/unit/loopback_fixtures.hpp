@@ -18,7 +18,8 @@
 #include "core/deadline.hpp"
 #include "core/event_loop.hpp"
 #include "core/socket.hpp"
-#include "transport/tcp/tcp_transport.hpp"
+#include "core/comm_id.hpp"
+#include "transport/transport.hpp"
 
 namespace braid::test {
 
@@ -37,17 +38,6 @@ inline EventLoop& service_loop() {
 // An address on 127.0.0.1 (port 0: any free port).
 inline SockAddr loopback(std::uint16_t port = 0) {
   return resolve(HostPort{"127.0.0.1", port}, "loopback").front();
-}
-
-// TcpOptions for rank of size in communicator id, listening on loopback (no key, no TLS).
-inline TcpOptions loopback_tcp_options(int rank, int size, const CommId& id, Millis timeout = Millis(3000)) {
-  TcpOptions o;
-  o.rank = rank;
-  o.world_size = size;
-  o.comm_id = id;
-  o.timeout = timeout;
-  o.listen_address = loopback();
-  return o;
 }
 
 // Drives both links until every request is done or `limit` passes; then

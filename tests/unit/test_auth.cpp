@@ -26,7 +26,7 @@
 #include "core/socket.hpp"
 #include "core/text.hpp"
 #include "transport/tcp/handshake.hpp"
-#include "transport/tcp/tcp_transport.hpp"
+#include "tests/unit/tcp_rank.hpp"
 #include "loopback_fixtures.hpp"
 
 using namespace braid;
@@ -276,7 +276,7 @@ TEST_CASE("auth: transports with the same key connect and carry data", "[auth][t
   AuthKey key("same key");
   auto o0 = tcp_options(0, 2, id, key), o1 = tcp_options(1, 2, id, key);
   o0.streams = o1.streams = 2;
-  TcpTransport low(o0), high(o1);
+  TcpRank low(o0), high(o1);
   RankInfo info0 = RankInfo::local(0), info1 = RankInfo::local(1);
   LogCapture log;
   auto dialer = std::async(std::launch::async, [&] {
@@ -303,8 +303,8 @@ TEST_CASE("auth: transports with the same key connect and carry data", "[auth][t
 
 TEST_CASE("auth: a wrong key is refused on both sides, naming the peer's address, in bounded time", "[auth][tcp]") {
   CommId id = CommId::random();
-  TcpTransport low(tcp_options(0, 2, id, AuthKey("Alpha-K3y"), 1500ms));
-  TcpTransport high(tcp_options(1, 2, id, AuthKey("Beta-K3y"), 1500ms));
+  TcpRank low(tcp_options(0, 2, id, AuthKey("Alpha-K3y"), 1500ms));
+  TcpRank high(tcp_options(1, 2, id, AuthKey("Beta-K3y"), 1500ms));
   RankInfo info0 = RankInfo::local(0), info1 = RankInfo::local(1);
   std::string low_addr = low.listening().to_string();
   LogCapture log;
@@ -334,8 +334,8 @@ TEST_CASE("auth: a key on one side only is refused both ways, with a message on 
   CommId id = CommId::random();
   RankInfo info0 = RankInfo::local(0), info1 = RankInfo::local(1);
   auto attempt = [&](AuthKey acceptor_key, AuthKey dialer_key) {
-    TcpTransport low(tcp_options(0, 2, id, std::move(acceptor_key), 1000ms));
-    TcpTransport high(tcp_options(1, 2, id, std::move(dialer_key), 1000ms));
+    TcpRank low(tcp_options(0, 2, id, std::move(acceptor_key), 1000ms));
+    TcpRank high(tcp_options(1, 2, id, std::move(dialer_key), 1000ms));
     auto acceptor = std::async(std::launch::async, [&] {
       return thrown<Timeout>([&] { low.connect(info1, high.local_address(), Deadline::after(1000ms)); });
     });
@@ -363,8 +363,8 @@ TEST_CASE("auth: a key on one side only is refused both ways, with a message on 
 TEST_CASE("auth: a replayed or garbage proof is refused and the acceptor goes on", "[auth][tcp]") {
   CommId id = CommId::random();
   AuthKey key("shared");
-  TcpTransport low(tcp_options(0, 3, id, key));
-  TcpTransport high(tcp_options(2, 3, id, key));
+  TcpRank low(tcp_options(0, 3, id, key));
+  TcpRank high(tcp_options(2, 3, id, key));
   RankInfo info0 = RankInfo::local(0), info2 = RankInfo::local(2);
   LogCapture log;
   // Rank 0 waits for rank 2; meanwhile someone claiming rank 1 tries its luck.
@@ -425,7 +425,7 @@ TEST_CASE("auth: a replayed or garbage proof is refused and the acceptor goes on
 TEST_CASE("auth: the dialer refuses an acceptor that cannot prove the key", "[auth][tcp]") {
   Fd listener = listen_tcp(loopback(), "fake acceptor");
   SockAddr fake = local_address(listener.get());
-  TcpTransport dialer(tcp_options(1, 2, CommId::random(), AuthKey("key"), 2000ms));
+  TcpRank dialer(tcp_options(1, 2, CommId::random(), AuthKey("key"), 2000ms));
   RankInfo info0 = RankInfo::local(0);
   LogCapture log;
   SECTION("one that accepts without a challenge") {

@@ -8,7 +8,7 @@
 #include "braid/types.hpp"
 #include "core/socket.hpp"
 #include "transport/tcp/handshake.hpp"
-#include "transport/tcp/tcp_transport.hpp"
+#include "tests/unit/tcp_rank.hpp"
 #include "loopback_fixtures.hpp"
 
 using namespace braid;
@@ -108,7 +108,7 @@ TEST_CASE("check_auth_mode: both sides must agree whether there is a key") {
 TEST_CASE("replies decode, and garbage replies are refused") {
   for (auto status :
        {HelloStatus::accepted, HelloStatus::wrong_rank, HelloStatus::challenge, HelloStatus::auth_failed,
-        HelloStatus::tls_required}) {
+        HelloStatus::tls_required, HelloStatus::finalized, HelloStatus::gave_up}) {
     HelloReply back = decode_reply(encode_reply(status));
     CHECK(back.status == status);
     CHECK(back.version == kTcpProtocolVersion);
@@ -116,8 +116,8 @@ TEST_CASE("replies decode, and garbage replies are refused") {
   auto reply = encode_reply(HelloStatus::accepted);
   reply[6] = std::byte{0x7f};  // status out of range
   CHECK_THROWS_AS(decode_reply(reply), ProtocolMismatch);
-  reply = encode_reply(HelloStatus::tls_required);
-  reply[6] = std::byte{static_cast<std::uint8_t>(HelloStatus::tls_required) + 1};  // one past the last status
+  reply = encode_reply(HelloStatus::gave_up);
+  reply[6] = std::byte{static_cast<std::uint8_t>(HelloStatus::gave_up) + 1};  // one past the last status
   CHECK_THROWS_WITH(decode_reply(reply), Catch::Contains("unknown status"));
   reply[0] = std::byte{0};
   CHECK_THROWS_AS(decode_reply(reply), ProtocolMismatch);
@@ -153,8 +153,8 @@ TEST_CASE("an authentication proof has exactly its size") {
 
 TEST_CASE("two transports connect, and a stranger in between is refused") {
   CommId id = CommId::random();
-  TcpTransport low(loopback_tcp_options(0, 2, id));
-  TcpTransport high(loopback_tcp_options(1, 2, id));
+  TcpRank low(loopback_tcp_options(0, 2, id));
+  TcpRank high(loopback_tcp_options(1, 2, id));
   RankInfo info0 = RankInfo::local(0), info1 = RankInfo::local(1);
 
   // A stranger connects to rank 0 first and sends an HTTP request.
@@ -177,8 +177,8 @@ TEST_CASE("two transports connect, and a stranger in between is refused") {
 }
 
 TEST_CASE("a rank of another communicator is refused on both sides") {
-  TcpTransport low(loopback_tcp_options(0, 2, CommId::random(), Millis(1500)));
-  TcpTransport other(loopback_tcp_options(1, 2, CommId::random(), Millis(1500)));
+  TcpRank low(loopback_tcp_options(0, 2, CommId::random(), Millis(1500)));
+  TcpRank other(loopback_tcp_options(1, 2, CommId::random(), Millis(1500)));
   RankInfo info0 = RankInfo::local(0), info1 = RankInfo::local(1);
   auto dialer = std::async(std::launch::async, [&] {
     auto addr = low.local_address();
@@ -190,7 +190,7 @@ TEST_CASE("a rank of another communicator is refused on both sides") {
 }
 
 TEST_CASE("a peer that never dials times out naming it") {
-  TcpTransport low(loopback_tcp_options(0, 3, CommId::random(), Millis(300)));
+  TcpRank low(loopback_tcp_options(0, 3, CommId::random(), Millis(300)));
   RankInfo info2 = RankInfo::local(2);
   std::string fake = "127.0.0.1:1";
   auto start = Clock::now();

@@ -32,7 +32,7 @@
 #include "core/text.hpp"
 #include "core/tls.hpp"
 #include "transport/tcp/tcp_link.hpp"
-#include "transport/tcp/tcp_transport.hpp"
+#include "tests/unit/tcp_rank.hpp"
 #include "loopback_fixtures.hpp"
 
 using namespace braid;
@@ -79,7 +79,7 @@ struct LinkPair {
 };
 
 // Connects two transports (rank 1 dials rank 0).
-LinkPair connect_pair(TcpTransport& low, TcpTransport& high, Millis timeout = Millis(3000)) {
+LinkPair connect_pair(TcpRank& low, TcpRank& high, Millis timeout = Millis(3000)) {
   RankInfo info0 = RankInfo::local(0), info1 = RankInfo::local(1);
   auto dialer = std::async(std::launch::async, [&] {
     return high.connect(info0, low.local_address(), Deadline::after(timeout));
@@ -109,7 +109,7 @@ struct Refusal {
   std::string dialer, acceptor;
   double seconds;
 };
-Refusal refuse_pair(TcpTransport& low, TcpTransport& high, Millis timeout = 1500ms) {
+Refusal refuse_pair(TcpRank& low, TcpRank& high, Millis timeout = 1500ms) {
   RankInfo info0 = RankInfo::local(0), info1 = RankInfo::local(1);
   auto t0 = Clock::now();
   auto acceptor = std::async(std::launch::async, [&] {
@@ -220,7 +220,7 @@ TEST_CASE("tls: transports connect and move data both ways, striped, with recv_r
   // Small socket buffers: OpenSSL must say "would block" on both reads and writes.
   o0.buffer_bytes = o1.buffer_bytes = 64 * 1024;
   o0.auth_key = o1.auth_key = AuthKey("inside TLS too");
-  TcpTransport low(o0), high(o1);
+  TcpRank low(o0), high(o1);
   LogCapture log;
   LinkPair links = connect_pair(low, high);
   REQUIRE(links.low->peer() == 1);
@@ -311,26 +311,29 @@ TEST_CASE("tls: a certificate from another CA is refused on both sides", "[tls][
   CommId id = CommId::random();
   LogCapture log;
   SECTION("the dialing rank holds the foreign certificate") {
-    TcpTransport low(tcp_options(0, id, certs.context("rank0"), 1500ms));
-    TcpTransport high(tcp_options(1, id, certs.context("impostor"), 1500ms));
+    TcpRank low(tcp_options(0, id, certs.context("rank0"), 1500ms));
+    TcpRank high(tcp_options(1, id, certs.context("impostor"), 1500ms));
     Refusal r = refuse_pair(low, high);
     CHECK(r.seconds < 6);
     CHECK_THAT(r.dialer, Contains("rank 1: connecting to rank 0") && Contains(low.listening().to_string()) &&
                              Contains("refused this process's certificate"));
     CHECK_THAT(r.acceptor, Contains("rank 1 did not connect") && Contains("impostor") && Contains("is not trusted"));
-    CHECK_THAT(log.text(), Contains("rank 0: refused a connection from 127.0.0.1:") && Contains("is not trusted"));
+    // Before a hello the listener knows no rank: it names itself.
+    CHECK_THAT(log.text(), Contains("TCP listener " + low.listening().to_string() +
+                                    ": refused a connection from 127.0.0.1:") &&
+                               Contains("is not trusted"));
   }
   SECTION("the accepting rank holds the foreign certificate") {
-    TcpTransport low(tcp_options(0, id, certs.context("impostor"), 1500ms));
-    TcpTransport high(tcp_options(1, id, certs.context("rank1"), 1500ms));
+    TcpRank low(tcp_options(0, id, certs.context("impostor"), 1500ms));
+    TcpRank high(tcp_options(1, id, certs.context("rank1"), 1500ms));
     Refusal r = refuse_pair(low, high);
     CHECK(r.seconds < 6);
     CHECK_THAT(r.dialer, Contains("rank 1: connecting to rank 0") && Contains("impostor") && Contains("is not trusted"));
     CHECK_THAT(r.acceptor, Contains("rank 1 did not connect") && Contains("refused this process's certificate"));
   }
   SECTION("both trust only their own CA") {
-    TcpTransport low(tcp_options(0, id, certs.context("rank0"), 1500ms));
-    TcpTransport high(tcp_options(1, id, certs.context("impostor", "other-ca"), 1500ms));
+    TcpRank low(tcp_options(0, id, certs.context("rank0"), 1500ms));
+    TcpRank high(tcp_options(1, id, certs.context("impostor", "other-ca"), 1500ms));
     Refusal r = refuse_pair(low, high);
     CHECK_THAT(r.dialer, Contains("is not trusted") && Contains("braid rank 0"));
     CHECK_THAT(r.acceptor, Contains("rank 1 did not connect") && Contains("refused"));
@@ -342,8 +345,8 @@ TEST_CASE("tls: TLS on one side only is refused clearly on both sides", "[tls][t
   CommId id = CommId::random();
   LogCapture log;
   SECTION("the accepting rank runs TLS, the dialing rank does not") {
-    TcpTransport low(tcp_options(0, id, certs.context("rank0"), 1500ms));
-    TcpTransport high(tcp_options(1, id, TlsContext{}, 1500ms));
+    TcpRank low(tcp_options(0, id, certs.context("rank0"), 1500ms));
+    TcpRank high(tcp_options(1, id, TlsContext{}, 1500ms));
     Refusal r = refuse_pair(low, high);
     CHECK(r.seconds < 6);
     CHECK_THAT(r.dialer, Contains("rank 1: connecting to rank 0") && Contains("TLS required"));
@@ -352,8 +355,8 @@ TEST_CASE("tls: TLS on one side only is refused clearly on both sides", "[tls][t
     CHECK_THAT(log.text(), Contains("claiming rank 1: TLS required"));
   }
   SECTION("the dialing rank runs TLS, the accepting rank does not") {
-    TcpTransport low(tcp_options(0, id, TlsContext{}, 1500ms));
-    TcpTransport high(tcp_options(1, id, certs.context("rank1"), 1500ms));
+    TcpRank low(tcp_options(0, id, TlsContext{}, 1500ms));
+    TcpRank high(tcp_options(1, id, certs.context("rank1"), 1500ms));
     Refusal r = refuse_pair(low, high);
     CHECK(r.seconds < 6);
     CHECK_THAT(r.dialer, Contains("rank 1: connecting to rank 0") && Contains("BRAID_TLS=1"));
@@ -365,7 +368,7 @@ TEST_CASE("tls: TLS on one side only is refused clearly on both sides", "[tls][t
 TEST_CASE("tls: an abort notice crosses TLS", "[tls][tcp]") {
   const Certs& certs = Certs::get();
   CommId id = CommId::random();
-  TcpTransport low(tcp_options(0, id, certs.context("rank0"))), high(tcp_options(1, id, certs.context("rank1")));
+  TcpRank low(tcp_options(0, id, certs.context("rank0"))), high(tcp_options(1, id, certs.context("rank1")));
   LinkPair links = connect_pair(low, high);
   std::vector<std::byte> in(100);
   auto pending = links.low->recv(MemView{in.data(), in.size()}, make_tag(3, 0));

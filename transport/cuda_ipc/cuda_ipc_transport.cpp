@@ -42,6 +42,8 @@ class CudaIpcLink final : public Link {
   bool accepts(MemKind) const override { return true; }
   bool can_reduce() const override { return true; }
   void attach(Poller& poller) override { shm_->attach(poller); }
+  void detach(Poller& poller) override { shm_->detach(poller); }
+  void goodbye() override { shm_->goodbye(); }
   void abort(std::string_view reason) override { shm_->abort(reason); }
   std::optional<std::string> departed() override { return shm_->departed(); }
   std::optional<Tag> waiting_tag() override { return shm_->waiting_tag(); }
@@ -321,17 +323,15 @@ class CudaIpcLink final : public Link {
 
 }  // namespace
 
-CudaIpcTransport::CudaIpcTransport(int rank, const CommId& comm_id) : shm_(rank, comm_id) {}
-
-std::vector<std::unique_ptr<Link>> CudaIpcTransport::connect_all(std::span<const PeerRef> peers, Deadline deadline,
-                                                                 const PeerWatch& watch) {
-  std::vector<std::unique_ptr<Link>> links = shm_.connect_all(peers, deadline, watch);
+std::vector<std::unique_ptr<Link>> CudaIpcTransport::connect(const LinkOwner& owner, std::span<const PeerRef> peers,
+                                                             Deadline deadline, const PeerWatch& watch) {
+  std::vector<std::unique_ptr<Link>> links = shm_.connect(owner, peers, deadline, watch);
   for (auto& link : links) link = std::make_unique<CudaIpcLink>(std::move(link));
   return links;
 }
 
-std::string CudaIpcTransport::describe() const {
-  return cat("cuda_ipc (device buffers mapped GPU to GPU; host buffers over ", shm_.describe(), ")");
+std::string CudaIpcTransport::describe(const LinkOwner& owner) const {
+  return cat("cuda_ipc (device buffers mapped GPU to GPU; host buffers over ", shm_.describe(owner), ")");
 }
 
 }  // namespace braid

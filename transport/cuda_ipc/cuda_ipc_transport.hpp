@@ -25,33 +25,30 @@
 #include <string>
 #include <vector>
 
-#include "transport/shm/shm_transport.hpp"
+#include "transport/shm/shm_context.hpp"
 #include "transport/transport.hpp"
 
 namespace braid {
 
-class CudaIpcTransport final : public Transport {
+/// The process's cuda_ipc context: the shm context of its own whose links it
+/// wraps (their segments and doorbell apart from plain shm's).
+class CudaIpcTransport final : public TransportContext {
  public:
-  CudaIpcTransport(int rank, const CommId& comm_id);
+  CudaIpcTransport() = default;
 
   std::string_view name() const override { return "cuda_ipc"; }
-  std::vector<std::byte> local_address() const override { return shm_.local_address(); }
-  std::vector<std::unique_ptr<Link>> connect_all(std::span<const PeerRef> peers, Deadline deadline,
-                                                 const PeerWatch& watch) override;
-  void set_identity(int rank, int world_size, const CommId& comm_id) override {
-    shm_.set_identity(rank, world_size, comm_id);
+  std::vector<std::byte> local_address(const SockAddr& advertise) const override {
+    return shm_.local_address(advertise);
   }
-  std::string describe() const override;
-  void stop_accepting() override { shm_.stop_accepting(); }
-  bool progress() override { return shm_.progress(); }
-  bool wakes_poller() const override { return shm_.wakes_poller(); }
+  std::vector<std::unique_ptr<Link>> connect(const LinkOwner& owner, std::span<const PeerRef> peers,
+                                             Deadline deadline, const PeerWatch& watch) override;
+  std::string describe(const LinkOwner& owner) const override;
+  int wait_fd() const override { return shm_.wait_fd(); }
   bool arm() override { return shm_.arm(); }
   void disarm() override { shm_.disarm(); }
-  void wait(std::chrono::microseconds timeout) override { shm_.wait(timeout); }
-  void wake() override { shm_.wake(); }
 
  private:
-  ShmTransport shm_;  // the pair's control messages and host-memory messages
+  ShmContext shm_;  // the pair's control messages and host-memory messages
 };
 
 }  // namespace braid

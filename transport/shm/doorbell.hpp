@@ -35,6 +35,13 @@
 // One DoorbellWord per waiting process is the intended use: every ring whose
 // consumer (or producer, waiting for space) is that process rings the same
 // word, so one sleeping engine thread covers all its shared-memory links.
+//
+// A process's engine sleeps in one epoll over every transport
+// (docs/architecture.md), which cannot wait on a futex: its doorbell comes
+// with a pipe whose read end is in that epoll, and peers ring it by writing
+// a byte into the pipe (wake_through) instead of FUTEX_WAKE. The argument
+// above holds unchanged: a write before the sleep leaves the pipe readable,
+// so epoll returns at once, as FUTEX_WAIT does after a bump of seq.
 #pragma once
 
 #include <chrono>
@@ -54,6 +61,9 @@ class Doorbell {
  public:
   Doorbell() = default;
   explicit Doorbell(DoorbellWord* word) : word_(word) {}
+  /// ring() writes a byte into `fd` (the write end of the owner's pipe)
+  /// instead of FUTEX_WAKE; -1: back to the futex.
+  void wake_through(int fd) { wake_fd_ = fd; }
 
   /// Step 1 of sleeping: returns the ticket for wait(). The caller must look
   /// for work after arm() and either disarm() or wait().
@@ -67,13 +77,14 @@ class Doorbell {
   /// if it armed; costs a fence and a load otherwise.
   void ring();
 
-  /// How many times ring() called FUTEX_WAKE (for tests and benchmarks).
+  /// How many times ring() woke the owner (for tests and benchmarks).
   std::uint64_t wake_calls() const { return wake_calls_; }
 
   DoorbellWord* word() const { return word_; }
 
  private:
   DoorbellWord* word_ = nullptr;
+  int wake_fd_ = -1;
   std::uint64_t wake_calls_ = 0;
 };
 

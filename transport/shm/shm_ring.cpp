@@ -173,6 +173,8 @@ bool ShmRingSender::has_space() {
   return head_ - cached_tail_ < geometry_.slot_count;
 }
 
+bool ShmRingSender::drained() const { return atomic(control_->tail).load(std::memory_order_seq_cst) == head_; }
+
 bool ShmRingSender::try_push(OutgoingMessage& m) {
   if (peer_closed()) throw PeerLost(cat(description_, ": the receiving side closed the ring"));
   while (!m.done() && has_space()) {

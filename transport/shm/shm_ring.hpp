@@ -132,6 +132,9 @@ class ShmRing {
   bool peer_closed() const;
   /// The doorbell this side sleeps on (to share with other rings).
   Doorbell& own_bell() { return own_bell_; }
+  /// Rings the peer by writing into `fd` (its doorbell's pipe) instead of
+  /// FUTEX_WAKE (doorbell.hpp); -1 for none: a peer that exited sleeps no more.
+  void wake_peer_through(int fd) { peer_bell_.wake_through(fd); }
   /// FUTEX_WAKE calls this side made (tests, benchmarks).
   std::uint64_t wakes_sent() const { return peer_bell_.wake_calls(); }
 
@@ -181,6 +184,8 @@ class ShmRingSender : public ShmRing {
   bool push_small(ConstMemView src, const Tag& tag);
   /// True if a slot is free.
   bool has_space();
+  /// True once the consumer took everything published.
+  bool drained() const;
   /// Sleep protocol (doorbell.hpp): false if a slot freed meanwhile or the
   /// peer closed (do not wait then); true means wait() may sleep.
   bool arm();

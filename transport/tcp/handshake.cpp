@@ -41,6 +41,9 @@ std::string_view describe(HelloStatus status) {
     case HelloStatus::tls_required:
       return "TLS required: the accepting rank runs with BRAID_TLS=1 and the dialing rank connected without TLS "
              "(BRAID_TLS is set on some ranks only)";
+    case HelloStatus::finalized:
+      return "the accepting rank has finalized this communicator (it ran fewer operations than the dialing rank)";
+    case HelloStatus::gave_up: return "the accepting rank gave up on this communicator (it aborted or failed)";
   }
   return "unknown refusal";
 }
@@ -119,7 +122,7 @@ HelloReply decode_reply(std::span<const std::byte> bytes) {
   HelloReply reply;
   reply.version = r.u16();
   auto status = r.u16();
-  if (status > static_cast<std::uint16_t>(HelloStatus::tls_required))
+  if (status > static_cast<std::uint16_t>(HelloStatus::gave_up))
     throw ProtocolMismatch(cat("braid TCP hello reply has unknown status ", status));
   reply.status = static_cast<HelloStatus>(status);
   if (reply.version != kTcpProtocolVersion && reply.status != HelloStatus::wrong_version)

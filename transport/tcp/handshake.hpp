@@ -50,9 +50,9 @@
 namespace braid {
 
 inline constexpr std::uint32_t kTcpMagic = 0x54445242;  // "BRDT"
-inline constexpr std::uint16_t kTcpProtocolVersion = 2;
+inline constexpr std::uint16_t kTcpProtocolVersion = 3;
 /// Names the protocol inside the authentication transcript.
-inline constexpr std::string_view kTcpAuthProtocol = "braid-tcp/2";
+inline constexpr std::string_view kTcpAuthProtocol = "braid-tcp/3";
 inline constexpr std::size_t kHelloBytes = 44;
 inline constexpr std::size_t kHelloReplyBytes = 8;
 inline constexpr std::size_t kAuthProofBytes = kNonceBytes + kDigestBytes;
@@ -81,6 +81,8 @@ enum class HelloStatus : std::uint16_t {
   challenge = 8,        // followed by the acceptor's nonce
   auth_failed = 9,      // the dialer's proof is wrong: another key, or a replay
   tls_required = 10,    // the acceptor runs TLS (BRAID_TLS=1), the dialer sent its hello in clear
+  finalized = 11,       // the acceptor's rank finalized that communicator in order
+  gave_up = 12,         // the acceptor's rank gave up on that communicator (aborted or failed)
 };
 std::string_view describe(HelloStatus status);
 

@@ -1,31 +1,44 @@
-// TcpAcceptor: the accepting side of the TCP transport's connection set-up.
+// TcpAcceptor: the accepting side of the TCP transport, on the process's
+// service thread (core/event_loop.hpp). It owns the process's one listening
+// socket and serves it at any moment, whatever the ranks' engines are doing,
+// so a rank that dials never waits on its peer's progress: only on this
+// loop, which answers within a round trip.
 //
-// It owns the listening socket. While its rank waits for a peer to connect
-// (accept_from), it takes every pending connection at once and serves them
-// side by side: a connection is looked at only when its first bytes are there
-// (the hello, or the first byte of a TLS handshake), so a stranger that
-// connects and says nothing costs nobody any time; it is closed after
-// kHelloWait. Once a connection has spoken, the rest of its handshake (TLS,
-// the key's challenge-response) is a few quick round trips bounded by
-// kHandshakeStep. Garbage is refused on its first bytes. Refusals are logged
-// with the sender's address through a rate limit. A connection that closes
-// before sending anything is a liveness probe (or a port scan) and is dropped
-// without a word.
+// Every connection is a small state machine driven by readiness, never a
+// blocking call: its first bytes say what it is (a TLS ClientHello, braid's
+// hello 'BRDT', the store's frame magic 0xB7 when this listener also serves
+// the store this process hosts, or garbage, refused on its first bytes);
+// then, with TLS, the TLS handshake one step per event; then the hello, with
+// a key the challenge and the client's proof; then the reply. A connection
+// that says nothing for kHelloWait, or stalls in its handshake for
+// kHandshakeStep, is closed, so strangers cost nobody any time. Refusals
+// are logged through a rate limit; one that names a rank is remembered for
+// that rank's timeout message.
 //
-// Connections filed for a rank nobody asked for yet are kept until asked for.
-// A refusal that names a rank is remembered for that rank's timeout message.
+// The hello names its communicator. One this process enrolled (TcpContext)
+// is checked (ranks, world size, streams) and, accepted, filed under
+// (communicator, dialing rank, stream) for the communicator to take; one
+// enrolled before its rank is known (a split child whose members are still
+// being counted) is accepted and checked when taken; one that finalized or
+// gave up here is refused saying so; an unknown one is refused as another
+// communicator's.
 #pragma once
 
+#include <sys/epoll.h>
+
+#include <array>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
+#include "core/event_loop.hpp"
 #include "core/log.hpp"
 #include "core/socket.hpp"
 #include "core/tls.hpp"
 #include "transport/tcp/handshake.hpp"
-#include "transport/tcp/tcp_options.hpp"
+#include "transport/tcp/tcp_registry.hpp"
 
 namespace braid {
 
@@ -35,61 +48,79 @@ class TcpAcceptor {
   static constexpr Millis kHelloWait{5000};
   /// The bound on the rest of a handshake once its first bytes came.
   static constexpr Millis kHandshakeStep{2000};
-  /// Connections waiting to speak beyond this many: the oldest is closed.
+  /// Connections in their handshake beyond this many: the oldest is closed.
   static constexpr std::size_t kMaxPending = 1024;
 
-  /// Listens on options.listen_address (port 0: the kernel picks one). The
-  /// options are read at each accept, so set_identity() of the transport
-  /// applies.
-  explicit TcpAcceptor(const TcpOptions& options);
+  /// Hands a connection whose first bytes are the store's to the store this
+  /// process hosts on the same port (its first bytes still unread).
+  using StoreAdopter = std::function<void(Fd fd, SockAddr from, std::unique_ptr<TlsSession> tls)>;
+
+  struct Options {
+    AuthKey auth_key;  // none: connections are not authenticated
+    TlsContext tls;    // off: connections run in clear
+  };
+
+  /// Serves `listener` (non-blocking, listening) on `loop`; files accepted
+  /// connections in `registry`, which it reads for the communicators.
+  TcpAcceptor(EventLoop& loop, Fd listener, Options options, TcpRegistry& registry);
+  ~TcpAcceptor();
+  TcpAcceptor(const TcpAcceptor&) = delete;
+  TcpAcceptor& operator=(const TcpAcceptor&) = delete;
 
   SockAddr address() const { return address_; }
-  /// Waits until `peer` opened every stream (options.streams) and passed
-  /// the handshake, serving every other connection meanwhile. Timeout at the
-  /// deadline naming the last refusal of that rank, if any. Blocking waits
-  /// call this thread's InterruptScope.
-  /// `from` (if given) receives the address the first stream came from.
-  std::vector<Socket> accept_from(int peer, Deadline deadline, SockAddr* from = nullptr);
-  /// Stops listening: a rank that dials now is refused by the kernel at once.
-  void close();
+  /// From now on, connections that open with the store's bytes go to `adopt`.
+  void serve_store(StoreAdopter adopt);
 
  private:
-  struct Pending {
+  enum class Phase { first_bytes, tls, hello, proof, reply };
+  struct Incoming {
     Fd fd;
     SockAddr from;
     Clock::time_point since;
+    Clock::time_point deadline;
+    Phase phase = Phase::first_bytes;
+    std::unique_ptr<TlsSession> tls;
+    std::array<std::byte, kAuthProofBytes> in{};  // the hello (44 bytes) or the proof (64)
+    std::size_t got = 0;
+    std::vector<std::byte> out;
+    std::size_t sent = 0;
+    std::array<std::byte, kHelloBytes> hello_bytes{};
+    Hello hello;
+    Nonce server_nonce{};
+    HelloStatus status = HelloStatus::accepted;  // what the reply being sent says
+    EventLoop::Id watch = 0;
+    std::uint32_t events = 0;
   };
-  // Takes every connection the kernel holds.
+
   void accept_new();
-  // Looks at one pending connection; true when it is finished with (filed,
-  // refused or dropped), false while it has not spoken yet.
-  bool serve(Pending& p);
-  // The handshake of a connection whose first bytes are there.
-  void handshake(Fd fd, const SockAddr& from);
-  // The acceptor's side of the challenge-response: accepted or auth_failed,
-  // and the server proof to send with an acceptance.
-  HelloStatus authenticate(Socket& socket, std::span<const std::byte> hello_bytes, Deadline deadline,
-                           Digest& server_proof);
-  // With TLS on: answers a dialer that sent its hello in clear with
-  // tls_required.
-  void refuse_clear_hello(Fd fd, const SockAddr& from, Deadline deadline);
-  void note_refusal(const Hello& hello, const SockAddr& from, std::string_view why);
+  // One step of `id`'s machine; false when it is finished with (filed, refused, dropped).
+  bool serve(std::uint64_t id, Incoming& c);
+  bool first_bytes(std::uint64_t id, Incoming& c);
+  bool read_in(Incoming& c, std::size_t wanted);  // false: not all there yet
+  void on_hello(Incoming& c);
+  void on_proof(Incoming& c);
+  void decide(Incoming& c);
+  bool flush(Incoming& c);  // true once `out` is out
+  void want(std::uint64_t id, Incoming& c, std::uint32_t events);
+  void close(std::uint64_t id);
+  std::optional<Clock::time_point> tick();
+  void refuse(Incoming& c, HelloStatus status);
+  void note_refusal(const Incoming& c, std::string_view why);
   template <typename... Parts>
   void warn_limited(const Parts&... parts) {
     if (auto note = refusal_log_.pass()) log_warn(parts..., *note);
   }
 
-  const TcpOptions& options_;
+  EventLoop& loop_;
   Fd listener_;
   SockAddr address_;
-  std::vector<Pending> pending_;
-  struct Accepted {
-    Socket socket;
-    SockAddr from;
-  };
-  std::map<std::pair<int, int>, Accepted> accepted_;  // (rank, stream) -> connection
-  std::map<int, std::string> refused_;              // claimed rank -> the last refusal, for a timeout's message
-  std::string refused_unnamed_;                     // the last refusal before a rank was named
+  Options options_;
+  TcpRegistry& registry_;
+  StoreAdopter store_;  // loop thread only, like everything below
+  EventLoop::Id listener_watch_ = 0;
+  EventLoop::Id ticker_ = 0;
+  std::map<std::uint64_t, Incoming> pending_;
+  std::uint64_t next_id_ = 1;
   LogRateLimit refusal_log_;
 };
 

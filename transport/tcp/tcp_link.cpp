@@ -50,6 +50,24 @@ void TcpLink::attach(Poller& poller) {
   for (auto& s : streams_) poller.add(s.fd());
 }
 
+void TcpLink::detach(Poller& poller) {
+  for (auto& s : streams_) poller.remove(s.fd());
+}
+
+void TcpLink::goodbye() {
+  if (broken_) return;
+  // On every stream, so that whichever the peer reads next tells it. The
+  // frame is tiny and the streams idle: it fits the socket at once, except
+  // where the peer stopped reading, which the grace bounds.
+  FrameHeader header{kGoodbyeTag, 0, {}};
+  for (auto& s : streams_) {
+    try {
+      s.socket.send_all(&header, kHeaderBytes, Deadline::after(kAbortGrace), "goodbye");
+    } catch (const Error&) {
+    }
+  }
+}
+
 bool TcpLink::busy() const {
   for (const auto& s : streams_)
     if (!s.sends.empty() || !s.recvs.empty()) return true;
@@ -351,11 +369,13 @@ void TcpLink::abort(std::string_view reason) {
 std::optional<std::string> TcpLink::departed() {
   if (busy() || broken_) return std::nullopt;
   for (auto& s : streams_) {
+    if (s.socket.tls() != nullptr) continue;
+    FrameHeader header{};
+    const ssize_t n = ::recv(s.fd(), &header, kHeaderBytes, MSG_PEEK | MSG_DONTWAIT);
+    if (n == static_cast<ssize_t>(kHeaderBytes) && header.tag == kGoodbyeTag) continue;  // it finalized: no failure
     std::string why = peer_notice(s);
     if (!why.empty()) return cat(describe_peer(), ": ", why);
-    char byte = 0;
-    if (s.socket.tls() == nullptr && ::recv(s.fd(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0)
-      return cat(describe_peer(), ": it closed the connection (it exited or failed)");
+    if (n == 0) return cat(describe_peer(), ": it closed the connection without a goodbye (its process exited or failed)");
   }
   return std::nullopt;
 }
@@ -367,7 +387,7 @@ std::optional<Tag> TcpLink::waiting_tag() {
     if (s.socket.tls() != nullptr) return std::nullopt;
     FrameHeader header{};
     if (::recv(s.fd(), &header, kHeaderBytes, MSG_PEEK | MSG_DONTWAIT) == static_cast<ssize_t>(kHeaderBytes) &&
-        header.tag != kAbortTag)
+        header.tag != kAbortTag && header.tag != kGoodbyeTag)
       return header.as_tag();
   }
   return std::nullopt;
@@ -472,6 +492,10 @@ bool TcpLink::progress_recvs(Stream& s) {
       if (to_header > 0 && part.header_got == kHeaderBytes) {
         if (part.header.tag == kAbortTag)
           read_abort_notice(s, part, std::span(static_cast<const std::byte*>(iov[count - 1].iov_base), got - to_header));
+        if (part.header.tag == kGoodbyeTag)
+          throw PeerLost(cat(where("was told by", part.tag), " that it finalized the communicator, while this rank "
+                             "still waits for this message from it: the ranks ran different operations (it stopped "
+                             "earlier)"));
         check_match(part.header, part.tag, part.bytes, [&] { return where("received from", part.tag); });
       }
       if (got > to_header && staged) {

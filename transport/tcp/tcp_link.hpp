@@ -10,7 +10,10 @@
 //
 // A rank that gives up sends, where no frame is half-written, an abort
 // notice: a frame whose tag is kAbortTag and whose payload is the reason. The
-// peer turns it into PeerLost carrying that reason instead of a bare EOF.
+// peer turns it into PeerLost carrying that reason instead of a bare EOF. A
+// rank that finalizes in order sends a goodbye (kGoodbyeTag, no payload)
+// before it closes: the peer's departed() does not count that as a failure,
+// and a receive posted after it fails saying the peer finalized.
 //
 // recv_reduce never lands the incoming bytes in the destination: they arrive
 // in a small per-socket bounce buffer that stays in cache and are combined
@@ -72,6 +75,8 @@ class TcpLink final : public Link {
   bool progress() override;
   bool busy() const override;
   void attach(Poller& poller) override;
+  void detach(Poller& poller) override;
+  void goodbye() override;
   void abort(std::string_view reason) override;
   std::optional<std::string> departed() override;
   std::optional<Tag> waiting_tag() override;

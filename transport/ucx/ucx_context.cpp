@@ -183,6 +183,10 @@ ucs_status_t UcxContext::on_message(void* arg, const void* header, std::size_t h
     inbox->greeted = true;
     return UCS_OK;
   }
+  if (h.message.tag == kGoodbyeTag) {
+    inbox->said_goodbye = true;
+    return UCS_OK;
+  }
   if (h.message.tag == kAbortTag) {
     // A notice is small and travels eagerly; its text is copied at once.
     if (!rendezvous && data != nullptr) inbox->notice.assign(static_cast<const char*>(data), std::min(length, kMaxAbortReason));

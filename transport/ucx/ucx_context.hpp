@@ -62,6 +62,7 @@ struct UcxInbox {
   std::map<std::uint64_t, Arrival> arrivals;  // by sequence number
   std::string notice;       // the peer's abort reason
   bool noticed = false;
+  bool said_goodbye = false;  // the peer finalized in order (Link::goodbye)
   bool greeted = false;     // the peer's hello came (its endpoint to this rank exists)
   ucs_status_t endpoint_status = UCS_OK;  // set by the endpoint's error handler
 };
@@ -116,9 +117,12 @@ class UcxContext {
 
   /// The sleep protocol (mutex held for arm): false when news is waiting.
   bool arm_locked();
-  /// Sleeps on the worker's event fd and the wake-up fd, at most `timeout`.
+  /// Sleeps on the worker's event fd and the wake-up fd, at most `timeout`
+  /// (a closing endpoint's wait; the engine sleeps on efd() in its epoll).
   void wait(std::chrono::microseconds timeout);
   void wake();
+  /// The worker's event fd.
+  int efd() const { return efd_; }
 
  private:
   UcxContext();

@@ -15,6 +15,8 @@
 #include "core/text.hpp"
 #include "core/wire.hpp"
 #include "core/process.hpp"
+#include "core/settings.hpp"
+#include "transport/registry.hpp"
 
 namespace braid {
 namespace {
@@ -97,8 +99,7 @@ struct UcxTransport::LinkSet {
 class UcxLink final : public Link {
  public:
   UcxLink(int self, const CommId& comm_id, const RankInfo& peer, const UcxAddress& address, bool watch_pid,
-          std::chrono::milliseconds timeout, std::shared_ptr<UcxContext> context,
-          std::shared_ptr<UcxTransport::LinkSet> set)
+          Millis timeout, std::shared_ptr<UcxContext> context, std::shared_ptr<UcxTransport::LinkSet> set)
       : context_(std::move(context)), set_(std::move(set)), self_(self), peer_(peer.rank), comm_id_(comm_id.bytes),
         timeout_(timeout), peer_name_(cat("rank ", peer.rank, " (", peer.hostname, ", ucx pid ", address.pid, ")")) {
     if (watch_pid) pidfd_ = open_pidfd(address.pid);
@@ -207,11 +208,18 @@ class UcxLink final : public Link {
     fail(std::make_exception_ptr(Aborted(cat("rank ", self_, ": link to ", peer_name_, " closed: ", reason))));
   }
 
+  void goodbye() override {
+    std::lock_guard lock(context_->mutex());
+    if (broken_ || inbox_->endpoint_status != UCS_OK) return;
+    post_control(kGoodbyeTag, "", kDrain);
+  }
+
   std::optional<std::string> departed() override {
     std::lock_guard lock(context_->mutex());
     if (busy() || broken_) return std::nullopt;
     context_->progress_locked();
     if (inbox_->noticed) return cat(peer_name_, ": it gave up: ", inbox_->notice);
+    if (inbox_->said_goodbye) return std::nullopt;  // it finalized: no failure
     if (inbox_->endpoint_status != UCS_OK)
       return cat(peer_name_, ": UCX reports its endpoint failed (", ucs_status_string(inbox_->endpoint_status),
                  "): it exited or failed");
@@ -415,6 +423,9 @@ class UcxLink final : public Link {
     context_->progress_locked();
     if (inbox_->noticed)
       throw PeerLost(cat("rank ", self_, ": was told by ", peer_name_, " that it gave up: ", inbox_->notice));
+    if (inbox_->said_goodbye)
+      throw PeerLost(cat("rank ", self_, ": ", peer_name_, " finalized the communicator while this rank still "
+                         "expects ", describe_tag(tag), " from it: the ranks ran different operations"));
     throw PeerLost(cat("rank ", self_, ": lost the connection to ", peer_name_, " (", describe_tag(tag),
                        "): UCX reports ", ucs_status_string(status), " (it exited, failed or closed its side)"));
   }
@@ -554,13 +565,12 @@ class UcxLink final : public Link {
 
 // ---- the transport -----------------------------------------------------------------
 
-UcxTransport::UcxTransport(int rank, const CommId& comm_id, std::chrono::milliseconds timeout, bool active)
-    : rank_(rank), comm_id_(comm_id), timeout_(timeout), context_(active ? UcxContext::get() : nullptr),
-      links_(std::make_shared<LinkSet>()) {}
+UcxTransport::UcxTransport(bool active)
+    : context_(active ? UcxContext::get() : nullptr), links_(std::make_shared<LinkSet>()) {}
 
 UcxTransport::~UcxTransport() = default;
 
-std::vector<std::byte> UcxTransport::local_address() const {
+std::vector<std::byte> UcxTransport::local_address(const SockAddr&) const {
   if (!context_) return {};
   static const std::uint64_t kernel_id = RankInfo::local(0).kernel_id;
   WireWriter w;
@@ -573,48 +583,63 @@ std::vector<std::byte> UcxTransport::local_address() const {
   return w.take();
 }
 
-std::string UcxTransport::describe() const {
+bool UcxTransport::serves(const ContextSetup& setup) const {
+  // An idle context (no RDMA here) cannot serve a communicator that names ucx.
+  return context_ != nullptr || setup.settings->transport.empty();
+}
+
+std::string UcxTransport::describe(const LinkOwner&) const {
   return context_ ? cat("ucx (", context_->transports(), ")") : std::string("ucx (idle: no RDMA device)");
 }
 
-std::vector<std::unique_ptr<Link>> UcxTransport::connect_all(std::span<const PeerRef> peers, Deadline deadline,
-                                                             const PeerWatch& watch) {
+int UcxTransport::wait_fd() const { return context_ ? context_->efd() : -1; }
+
+void UcxTransport::withdraw(const LinkOwner& owner, bool) {
+  std::lock_guard lock(greeting_mutex_);
+  std::erase_if(greeting_, [&](const auto& g) {
+    return std::get<0>(g.first) == owner.comm_id && std::get<1>(g.first) == owner.rank;
+  });
+}
+
+std::vector<std::unique_ptr<Link>> UcxTransport::connect(const LinkOwner& owner, std::span<const PeerRef> peers,
+                                                         Deadline deadline, const PeerWatch& watch) {
   if (!context_)
-    throw InvalidArgument(cat("rank ", rank_, ": ucx was asked to connect ", peers.size(), " peer(s) but has no "
+    throw InvalidArgument(cat("rank ", owner.rank, ": ucx was asked to connect ", peers.size(), " peer(s) but has no "
                               "UCX context (no RDMA device here and BRAID_TRANSPORT does not name ucx)"));
   static const std::uint64_t kernel_id = RankInfo::local(0).kernel_id;
   const std::string own_ns = pid_namespace();
   std::vector<std::unique_ptr<Link>> links;
-  try {
-    std::vector<UcxLink*> waiting;
-    for (const PeerRef& p : peers) {
+  std::lock_guard lock(greeting_mutex_);
+  for (const PeerRef& p : peers) {
+    const auto key = std::make_tuple(owner.comm_id, owner.rank, p.info->rank);
+    auto it = greeting_.find(key);
+    if (it == greeting_.end()) {
       const UcxAddress a = parse_address(p.address, cat("rank ", p.info->rank, " (", p.info->hostname, ")"));
       const bool same_process_table = a.kernel_id == kernel_id && a.pid_namespace == own_ns && a.pid != ::getpid();
-      auto link = std::make_unique<UcxLink>(rank_, comm_id_, *p.info, a, same_process_table, timeout_, context_, links_);
+      auto link = std::make_unique<UcxLink>(owner.rank, owner.comm_id, *p.info, a, same_process_table, owner.timeout,
+                                            context_, links_);
       link->greet();
-      waiting.push_back(link.get());
-      links.push_back(std::move(link));
+      it = greeting_.emplace(key, std::move(link)).first;
     }
-    // Each side's hello proves its endpoint exists, so a peer that leaves
-    // at once (a communicator made and destroyed) has let this side connect.
-    Clock::time_point next_watch{};
-    while (!waiting.empty()) {
-      std::erase_if(waiting, [](UcxLink* link) { return link->greeted(); });
-      if (waiting.empty()) break;
+    try {
+      // Each side's hello proves its endpoint exists, so a peer that leaves
+      // at once (a communicator made and destroyed) has let this side connect.
+      if (it->second->greeted()) {
+        links.push_back(std::move(it->second));
+        greeting_.erase(it);
+        continue;
+      }
       if (deadline.expired())
-        throw Timeout(cat("rank ", rank_, ": ucx: ", waiting.front()->describe_peer(), " did not answer within the "
+        throw Timeout(cat("rank ", owner.rank, ": ucx: ", it->second->describe_peer(), " did not answer within the "
                           "timeout while connecting (it did not reach its side, or UCX cannot carry messages "
                           "between the two)"));
-      auto now = Clock::now();
-      if (watch && now >= next_watch) {
-        next_watch = now + std::chrono::milliseconds(10);
-        watch(waiting.front()->peer(), false);
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      if (watch) watch(p.info->rank, false);
+    } catch (const std::exception& e) {
+      it->second->abort(cat("rank ", owner.rank, " gave up: ", e.what()));
+      greeting_.erase(it);
+      for (auto& link : links) link->abort(cat("rank ", owner.rank, " gave up: ", e.what()));
+      throw;
     }
-  } catch (const std::exception& e) {
-    for (auto& link : links) link->abort(cat("rank ", rank_, " gave up: ", e.what()));
-    throw;
   }
   return links;
 }
@@ -640,14 +665,6 @@ bool UcxTransport::arm() {
   // Keep the engine polling while a transfer moves (see kRendezvousPoll).
   if (transferring && Clock::now() - context_->last_activity() < kRendezvousPoll) return false;
   return context_->arm_locked();
-}
-
-void UcxTransport::wait(std::chrono::microseconds timeout) {
-  if (context_) context_->wait(std::min<std::chrono::microseconds>(timeout, kLongestWait));
-}
-
-void UcxTransport::wake() {
-  if (context_) context_->wake();
 }
 
 }  // namespace braid

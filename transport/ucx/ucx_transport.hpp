@@ -3,8 +3,9 @@
 // elsewhere. It is chosen between hosts whose UCX sees an RDMA device, and
 // anywhere when BRAID_TRANSPORT names it (registry.cpp).
 //
-// Per process: one UCP context and worker (ucx_context.hpp); its address is
-// this rank's address in the store, with the process id and PID namespace.
+// Per process: one UCP context and worker (ucx_context.hpp) and this
+// transport context over it; its address is this process's address in the
+// store of every communicator, with the process id and PID namespace.
 // Per pair of ranks: one UCP endpoint to the peer's worker, with an error
 // handler, so a peer that dies fails the link instead of leaving UCX
 // retrying. A peer on another kernel gets UCP_ERR_HANDLING_MODE_PEER (UCX's
@@ -20,13 +21,21 @@
 // lets a rendezvous one land in place. Links move bytes only (can_reduce()
 // is false): the executor receives into scratch and reduces there.
 //
-// Sleeping: the transport does not wake the engine's Poller; arm() arms the
-// worker (ucp_worker_arm) and wait() polls its event fd with an eventfd for
-// wake(), at most kLongestWait at a time so a dead peer is looked at again.
-// While a transfer moves, arm() declines the sleep (kRendezvousPoll).
+// Connecting: each side makes its endpoint and sends a hello; the link is
+// ready once the peer's hello came (its endpoint exists, so a peer that
+// leaves at once has let this side connect). connect() returns it then, on
+// a later call, and never waits for it.
+//
+// Sleeping: the worker's event fd is in the engine's epoll; arm() arms the
+// worker (ucp_worker_arm). While a transfer moves, arm() declines the sleep
+// (kRendezvousPoll). A rank that finalizes sends a goodbye before it closes
+// its endpoint: the peer does not count that as a failure.
 #pragma once
 
 #include <chrono>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,7 +48,7 @@ namespace braid {
 
 class UcxLink;
 
-class UcxTransport final : public Transport {
+class UcxTransport final : public TransportContext {
  public:
   static constexpr std::chrono::milliseconds kLivenessEvery{10};
   static constexpr std::chrono::milliseconds kLongestWait{20};
@@ -87,37 +96,33 @@ class UcxTransport final : public Transport {
   /// beaten 32 KiB eager ones 2-3x over posix,cma at 1 MiB.)
   static constexpr std::size_t kSliceFloor = 512 * 1024;
 
-  /// `timeout`: the longest a closing link waits for its last messages to
-  /// leave. Not `active`, it makes no UCX context, publishes an empty address
+  /// Not `active`, it makes no UCX context, publishes an empty address
   /// and connects nobody (the registry chose it for no pair).
-  UcxTransport(int rank, const CommId& comm_id, std::chrono::milliseconds timeout, bool active = true);
+  explicit UcxTransport(bool active);
   ~UcxTransport() override;
 
   std::string_view name() const override { return "ucx"; }
-  std::vector<std::byte> local_address() const override;
-  std::vector<std::unique_ptr<Link>> connect_all(std::span<const PeerRef> peers, Deadline deadline,
-                                                 const PeerWatch& watch) override;
-  void set_identity(int rank, int, const CommId& comm_id) override {
-    rank_ = rank;
-    comm_id_ = comm_id;
-  }
-  std::string describe() const override;
+  std::vector<std::byte> local_address(const SockAddr& advertise) const override;
+  bool serves(const ContextSetup& setup) const override;
+  std::vector<std::unique_ptr<Link>> connect(const LinkOwner& owner, std::span<const PeerRef> peers,
+                                             Deadline deadline, const PeerWatch& watch) override;
+  void withdraw(const LinkOwner& owner, bool failed) override;
+  std::string describe(const LinkOwner& owner) const override;
   bool progress() override;
   std::size_t min_slice_bytes() const override { return kSliceFloor; }
-
-  bool wakes_poller() const override { return false; }
+  int wait_fd() const override;
   bool arm() override;
-  void wait(std::chrono::microseconds timeout) override;
-  void wake() override;
 
   struct LinkSet;
 
  private:
-  int rank_;
-  CommId comm_id_;
-  std::chrono::milliseconds timeout_;
   std::shared_ptr<UcxContext> context_;
   std::shared_ptr<LinkSet> links_;
+  // Links whose hello went out and whose peer's has not come yet, by
+  // communicator, this rank and the peer (connect() runs on the engine and
+  // on threads making communicators).
+  std::mutex greeting_mutex_;
+  std::map<std::tuple<CommId, int, int>, std::unique_ptr<UcxLink>> greeting_;
 };
 
 }  // namespace braid
