@@ -90,13 +90,11 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupBraid::allgather(std::vector<std::v
                std::to_string(outputs.size()));
   TensorList& list = outputs[0];
   check_list(list, in, static_cast<std::size_t>(size_), true, "all_gather", "tensor_list");
-  at::Tensor flat = scratch_bytes(bytes_of(in) * static_cast<std::size_t>(size_), in.device());
   auto work = make_work(rank_, ::c10d::OpType::ALLGATHER, "all_gather", list, in.device(), timeout_);
   work->keep(in);
-  work->keep(flat);
-  work->on_success([flat, list] { unpack(flat, list); });
+  void* gathered = work->write_into(list, in.device());
   return issue(mutex_, work, [&](WorkBraid& w) {
-    w.track(comm_.all_gather_async(in.data_ptr(), flat.data_ptr(), bytes_of(in), DataType::u8));
+    w.track(comm_.all_gather_async(in.data_ptr(), gathered, bytes_of(in), DataType::u8));
   });
 }
 
@@ -123,26 +121,20 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupBraid::gather(std::vector<std::vect
   at::Tensor& in = single(inputs, "gather", "tensor");
   const int root = checked_root(opts.rootRank, size_, "gather", "dst");
   TensorList list;
-  at::Tensor flat;
   if (rank_ == root) {
     if (outputs.size() != 1)
       fail_value(argument("gather", "gather_list") + ": the destination rank must pass one list, got " +
                  std::to_string(outputs.size()));
     list = outputs[0];
     check_list(list, in, static_cast<std::size_t>(size_), true, "gather", "gather_list");
-    flat = scratch_bytes(bytes_of(in) * static_cast<std::size_t>(size_), in.device());
   } else if (!outputs.empty() && !outputs[0].empty()) {
     fail_value(argument("gather", "gather_list") + " must be None on a rank other than dst");
   }
   auto work = make_work(rank_, ::c10d::OpType::GATHER, "gather", list, in.device(), timeout_);
   work->keep(in);
-  if (flat.defined()) {
-    work->keep(flat);
-    work->on_success([flat, list] { unpack(flat, list); });
-  }
+  void* gathered = rank_ == root ? work->write_into(list, in.device()) : nullptr;
   return issue(mutex_, work, [&](WorkBraid& w) {
-    w.track(comm_.gather_async(in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, bytes_of(in), DataType::u8,
-                               root));
+    w.track(comm_.gather_async(in.data_ptr(), gathered, bytes_of(in), DataType::u8, root));
   });
 }
 
@@ -151,21 +143,18 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupBraid::scatter(std::vector<at::Tens
                                                             const ::c10d::ScatterOptions& opts) {
   at::Tensor& out = single(outputs, "scatter", "tensor");
   const int root = checked_root(opts.rootRank, size_, "scatter", "src");
-  at::Tensor flat;
   if (rank_ == root) {
     if (inputs.size() != 1)
       fail_value(argument("scatter", "scatter_list") + ": the source rank must pass one list, got " +
                  std::to_string(inputs.size()));
     check_list(inputs[0], out, static_cast<std::size_t>(size_), true, "scatter", "scatter_list");
-    flat = pack(inputs[0]);
   } else if (!inputs.empty() && !inputs[0].empty()) {
     fail_value(argument("scatter", "scatter_list") + " must be None on a rank other than src");
   }
   auto work = make_work(rank_, ::c10d::OpType::SCATTER, "scatter", {out}, out.device(), timeout_);
-  if (flat.defined()) work->keep(flat);
+  const void* source = rank_ == root ? work->read_from(inputs[0]) : nullptr;
   return issue(mutex_, work, [&](WorkBraid& w) {
-    w.track(comm_.scatter_async(flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(), bytes_of(out), DataType::u8,
-                                root));
+    w.track(comm_.scatter_async(source, out.data_ptr(), bytes_of(out), DataType::u8, root));
   });
 }
 
@@ -187,14 +176,13 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupBraid::reduce_scatter(std::vector<a
                " elements but input_list[" + std::to_string(rank_) + "] (this rank's block) has " +
                std::to_string(counts[static_cast<std::size_t>(rank_)]));
   const bool even = std::all_of(counts.begin(), counts.end(), [&](std::size_t c) { return c == counts[0]; });
-  at::Tensor flat = pack(list);
   auto work = make_work(rank_, ::c10d::OpType::REDUCE_SCATTER, "reduce_scatter", {out}, out.device(), timeout_);
-  work->keep(flat);
+  const void* source = work->read_from(list);
   return issue(mutex_, work, [&](WorkBraid& w) {
     if (even)
-      w.track(comm_.reduce_scatter_async(flat.data_ptr(), out.data_ptr(), count_of(out), type, op));
+      w.track(comm_.reduce_scatter_async(source, out.data_ptr(), count_of(out), type, op));
     else
-      w.track(comm_.reduce_scatterv_async(flat.data_ptr(), out.data_ptr(), counts, type, op));
+      w.track(comm_.reduce_scatterv_async(source, out.data_ptr(), counts, type, op));
   });
 }
 
@@ -251,14 +239,17 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupBraid::alltoall(std::vector<at::Ten
     send[p] = bytes_of(inputs[p]);
     recv[p] = bytes_of(outputs[p]);
   }
-  at::Tensor flat_in = pack(inputs);
-  at::Tensor flat_out = scratch_bytes(std::accumulate(recv.begin(), recv.end(), std::size_t{0}), inputs[0].device());
   auto work = make_work(rank_, ::c10d::OpType::ALLTOALL, "all_to_all", outputs, inputs[0].device(), timeout_);
-  work->keep(flat_in);
-  work->keep(flat_out);
-  work->on_success([flat_out, list = outputs] { unpack(flat_out, list); });
+  // braid's all_to_allv is not in place: lists in overlapping memory send from a copy.
+  const auto* in_start = static_cast<const std::byte*>(inputs[0].data_ptr());
+  const auto* out_start = static_cast<const std::byte*>(outputs[0].data_ptr());
+  const bool shared = back_to_back(inputs) && back_to_back(outputs) &&
+                      in_start < out_start + std::accumulate(recv.begin(), recv.end(), std::size_t{0}) &&
+                      out_start < in_start + std::accumulate(send.begin(), send.end(), std::size_t{0});
+  const void* source = shared ? work->read_from(TensorList{pack(inputs)}) : work->read_from(inputs);
+  void* target = work->write_into(outputs, inputs[0].device());
   return issue(mutex_, work, [&](WorkBraid& w) {
-    w.track(comm_.all_to_allv_async(flat_in.data_ptr(), send, {}, flat_out.data_ptr(), recv, {}, DataType::u8));
+    w.track(comm_.all_to_allv_async(source, send, {}, target, recv, {}, DataType::u8));
   });
 }
 

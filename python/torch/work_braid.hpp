@@ -69,6 +69,19 @@ inline void unpack(const at::Tensor& flat, const TensorList& list) {
   }
 }
 
+/// Whether `list`'s tensors lie back to back in memory, in order (views of
+/// one buffer, as list(t.chunk(n)) makes), so that braid can read or write
+/// them as one buffer in place.
+inline bool back_to_back(const TensorList& list) {
+  const std::byte* next = nullptr;
+  for (const auto& t : list) {
+    const auto* start = static_cast<const std::byte*>(t.data_ptr());
+    if (start == nullptr || (next != nullptr && start != next)) return false;
+    next = start + bytes_of(t);
+  }
+  return !list.empty();
+}
+
 /// One torch.distributed call: one or more braid operations, the tensors
 /// they use, and what to do when all are done. Completion runs on braid's
 /// progress thread (Work::then): the success step (copies out of scratch),
@@ -92,6 +105,28 @@ class WorkBraid final : public ::c10d::Work {
   void keep(at::Tensor t) { kept_.push_back(std::move(t)); }
   /// Runs once every part succeeded, before the work completes.
   void on_success(std::function<void()> step) { on_success_ = std::move(step); }
+  /// The buffer braid reads `list` from, one tensor after another: the
+  /// list's own memory when back to back, else a packed copy.
+  void* read_from(const TensorList& list) {
+    for (const auto& t : list) keep(t);
+    if (back_to_back(list)) return list[0].data_ptr();
+    at::Tensor flat = pack(list);
+    keep(flat);
+    return flat.data_ptr();
+  }
+  /// The buffer braid writes what belongs in `list` into: the list's own
+  /// memory when back to back, else scratch on `device` that is copied out
+  /// into the list when the work succeeds.
+  void* write_into(const TensorList& list, const c10::Device& device) {
+    for (const auto& t : list) keep(t);
+    if (back_to_back(list)) return list[0].data_ptr();
+    std::size_t total = 0;
+    for (const auto& t : list) total += bytes_of(t);
+    at::Tensor flat = scratch_bytes(total, device);
+    keep(flat);
+    on_success([flat, list] { unpack(flat, list); });
+    return flat.data_ptr();
+  }
   /// Adds a started braid operation to the ones this work waits for.
   void track(braid::Work part) {
     pending_.fetch_add(1, std::memory_order_relaxed);

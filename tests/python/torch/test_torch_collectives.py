@@ -150,6 +150,40 @@ def test_all_to_all_lists(world, device):
         assert torch.equal(outputs[p].cpu(), torch.full((rank + 1,), float(10 * p + rank)))
 
 
+def test_lists_of_views_of_one_buffer(world, device):
+    """Lists made by chunk() lie back to back in memory: braid reads and
+    writes them in place, the input of all_gather and all_to_all included."""
+    rank, size, _ = world
+    out = torch.zeros(size * 3, device=device)
+    dist.all_gather(list(out.chunk(size)), torch.full((3,), float(rank), device=device))
+    assert torch.equal(out.cpu(), torch.arange(size, dtype=torch.float32).repeat_interleave(3))
+    out = torch.zeros(size * 3, device=device)
+    mine = out.chunk(size)[rank]
+    mine.fill_(rank + 0.5)
+    dist.all_gather(list(out.chunk(size)), mine)
+    assert torch.equal(out.cpu(), (torch.arange(size, dtype=torch.float32) + 0.5).repeat_interleave(3))
+    inp = (torch.arange(size * 2, dtype=torch.float32) + rank).to(device)
+    block = torch.zeros(2, device=device)
+    dist.reduce_scatter(block, list(inp.chunk(size)))
+    expected = sum(torch.arange(size * 2, dtype=torch.float32) + r for r in range(size))[rank * 2:rank * 2 + 2]
+    assert torch.equal(block.cpu(), expected)
+    # Input and output the same views: block p goes to rank p, block p comes from rank p.
+    buf = torch.tensor([100 * rank + p for p in range(size)], dtype=torch.float32).to(device)
+    views = list(buf.chunk(size))
+    dist.all_to_all(views, views)
+    assert torch.equal(buf.cpu(), torch.tensor([100 * p + rank for p in range(size)], dtype=torch.float32))
+    root = size - 1
+    gathered = torch.zeros(size * 2, device=device)
+    dist.gather(torch.full((2,), float(rank), device=device),
+                gather_list=list(gathered.chunk(size)) if rank == root else None, dst=root)
+    if rank == root:
+        assert torch.equal(gathered.cpu(), torch.arange(size, dtype=torch.float32).repeat_interleave(2))
+    source = torch.arange(size * 2, dtype=torch.float32).to(device)
+    part = torch.zeros(2, device=device)
+    dist.scatter(part, scatter_list=list(source.chunk(size)) if rank == 0 else None, src=0)
+    assert torch.equal(part.cpu(), torch.arange(rank * 2, rank * 2 + 2, dtype=torch.float32))
+
+
 def test_send_recv_ring(world, device):
     rank, size, _ = world
     if size < 2:
