@@ -22,8 +22,8 @@ plain models of every backend must hold the same weights (to float
 tolerance), or the run fails.
 
 Part 2, collectives. all_reduce (sum, float32), broadcast (root 0) and
-all_gather (all_gather_into_tensor) from --min-bytes to --max-bytes, each
-size times --factor; the size is the whole buffer (all_gather: the output,
+all_gather (into the chunks of one buffer) from --min-bytes to --max-bytes,
+each size times --factor, and --max-bytes itself; the size is the whole buffer (all_gather: the output,
 each rank sending size / ranks), as nccl-tests counts it. At each size,
 --rounds rounds of every backend in turn: a barrier, then ITERS calls (more
 for small sizes, the same on every rank), the mean time per call, the
@@ -247,6 +247,8 @@ def bench_collectives(args, groups, gloo, rank, n):
     while size <= args.max_bytes:
         sizes.append(size)
         size *= args.factor
+    if sizes[-1] < args.max_bytes:
+        sizes.append(args.max_bytes)
     rows, failures = [], []
     for name, collective in COLLECTIVES.items():
         for size in sizes:
