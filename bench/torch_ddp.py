@@ -322,8 +322,9 @@ def main():
     parser.add_argument("--skip-collectives", action="store_true")
     parser.add_argument("--json", help="write every figure to this file (rank 0)")
     args = parser.parse_args()
-    if args.factor < 2 or args.min_bytes < 1 or args.steps < 1 or args.rounds < 1:
-        parser.error("--factor must be at least 2, --min-bytes, --steps and --rounds at least 1")
+    if args.factor < 2 or not 1 <= args.min_bytes <= args.max_bytes or args.steps < 1 or args.rounds < 1:
+        parser.error("--factor must be at least 2, --min-bytes at least 1 and at most --max-bytes, --steps and "
+                     "--rounds at least 1")
 
     timeout = datetime.timedelta(seconds=300)
     braid.torch.init_process_group(timeout=timeout)
