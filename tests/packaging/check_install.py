@@ -35,13 +35,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-SKIP = 77
+from checked_command import SKIP, Failure, exit_with, run
+
 OWNER_PREFIXES = ("typeinfo for ", "typeinfo name for ", "vtable for ")
 # Internal classes that must never be exported (a sample, on top of the rule).
 INTERNAL = ("braid::CommImpl", "braid::TcpTransport", "braid::ShmTransport", "braid::Operation", "braid::Executor",
@@ -50,10 +50,6 @@ REQUIRED = ("braid_all_reduce", "braid_comm_init_env", "braid_get_version", "bra
             "braid::Comm::all_reduce(void const*, void*, unsigned long, braid::DataType, braid::ReduceOp)",
             "braid::Comm::from_env(braid::CommOptions const&)", "typeinfo for braid::Error",
             "typeinfo for braid::InvalidArgument", "typeinfo for braid::Timeout", "vtable for braid::Error")
-
-
-class Failure(Exception):
-    pass
 
 
 IMPORT_CHECK = """
@@ -100,13 +96,6 @@ def check_python_package(python, meson, build, dest):
                       f"outside the install:\n{out}")
     where = installed_site if reads_prefix else f"{installed_site} (not read by {python}: PYTHONPATH must name it)"
     return f"the Python package{' with braid.torch' if torch_built else ''} in {where} imports"
-
-
-def run(cmd, timeout=120, **kwargs):
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kwargs)
-    if proc.returncode != 0:
-        raise Failure(f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}")
-    return proc.stdout
 
 
 def public_declarations(include_dir):
@@ -239,8 +228,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (Failure, subprocess.TimeoutExpired) as e:
-        print(f"FAIL: {e}", file=sys.stderr)
-        sys.exit(1)
+    exit_with(main)

@@ -24,18 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-SKIP = 77
+from checked_command import SKIP, Failure, exit_with, run
 
-
-class Failure(Exception):
-    pass
-
-
-def run(cmd, timeout=300):
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise Failure(f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}")
-    return proc.stdout
 
 
 def main():
@@ -51,7 +41,7 @@ def main():
         tmp = Path(tmp)
         native = tmp / "native.ini"
         native.write_text(f"[binaries]\npython = '{python}'\n")
-        run([meson, "setup", tmp / "build", source, "--native-file", native] + setup_args)
+        run([meson, "setup", tmp / "build", source, "--native-file", native] + setup_args, timeout=300)
         plan = json.loads(run([meson, "introspect", "--install-plan", tmp / "build"]))
     destinations = [entry["destination"] for group in plan.values() for entry in group.values()]
     outside = [d for d in destinations if not d.startswith(("{py_platlib}/", "{py_purelib}/"))]
@@ -69,8 +59,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (Failure, subprocess.TimeoutExpired) as e:
-        print(f"FAIL: {e}", file=sys.stderr)
-        sys.exit(1)
+    exit_with(main)
