@@ -12,11 +12,14 @@ init_method), so braid hosts no store of its own, and run all_reduce,
 broadcast, reduce, all_gather (and _all_gather_base), gather, scatter,
 reduce_scatter (and _reduce_scatter_base), all_to_all and all_to_all_single
 (with split sizes), send/recv, batch_isend_irecv and barrier on dense,
-contiguous CPU tensors, each returning a Work with a Future (what DDP's
-communication hooks chain on). A tensor braid cannot read (not on the CPU,
-not contiguous, sparse) or a dtype it cannot reduce fails at the call with a
-ValueError or TypeError naming the argument. Every wait is bounded by the
-group's timeout (init_process_group's ``timeout``).
+contiguous tensors, each returning a Work with a Future (what DDP's
+communication hooks chain on). Tensors may be CUDA tensors where braid was
+built with CUDA: braid moves them itself, after the work queued on the
+caller's current stream is done, and the Work completes once the result is
+in place. A tensor braid cannot read (on another device, not contiguous,
+sparse, the tensors of one call on two devices) or a dtype it cannot reduce
+fails at the call with a ValueError or TypeError naming the argument. Every
+wait is bounded by the group's timeout (init_process_group's ``timeout``).
 
 Under braid-run, ``braid.torch.init_process_group()`` takes the rank, the
 world size and the store address from braid-run's environment (torch's store

@@ -11,15 +11,18 @@
 // on (getFuture), and wakes wait(). The WorkBraid keeps every tensor it
 // touches alive until then.
 //
-// Tensors must be dense CPU tensors, contiguous, one per rank (torch's
+// Tensors must be dense and contiguous, one per rank (torch's
 // multi-tensor-per-process lists are gone with multi-GPU single-process
-// training); anything else fails at the call with a ValueError or TypeError
+// training), all of a call on one device: the CPU or, where libbraid was
+// built with CUDA, a CUDA device (work_braid.hpp: how streams are kept in
+// order); anything else fails at the call with a ValueError or TypeError
 // naming the torch.distributed argument. Data movement (broadcast, gathers,
 // scatters, all-to-all, send/recv) works on any dtype as bytes; reductions
 // need a dtype braid reduces (float16/32/64, bfloat16, int8/32/64, uint8)
 // and SUM, AVG, PRODUCT, MIN or MAX.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -81,6 +84,9 @@ class ProcessGroupBraid final : public ::c10d::ProcessGroup {
  private:
   std::chrono::milliseconds timeout_;
   std::mutex mutex_;  // braid::Comm takes one calling thread at a time
+  // Between startCoalescing and endCoalescing (batch_isend_irecv), which
+  // torch calls on one thread with the sends and receives between them.
+  std::atomic<bool> coalescing_{false};
   braid::Comm comm_;
 };
 

@@ -1,5 +1,6 @@
 // The arguments of ProcessGroupBraid's calls: what braid can take (dense,
-// contiguous CPU tensors, one per rank), the braid type and operator of a
+// contiguous tensors on the CPU or, where libbraid was built with CUDA, on a
+// CUDA device, one per rank, all of one call on one device), the braid type and operator of a
 // reduction, roots and all-to-all split sizes. Every refusal is a
 // c10::ValueError or c10::TypeError (Python's ValueError and TypeError) that
 // names the call and the argument as torch.distributed's Python functions
@@ -26,14 +27,27 @@ inline std::string argument(std::string_view op, std::string_view name) {
   return "braid " + std::string(op) + ": argument '" + std::string(name) + "'";
 }
 
-/// A tensor braid can read and write in place: dense, on the CPU, contiguous.
+/// Whether libbraid takes CUDA device pointers (meson: BRAID_TORCH_CUDA,
+/// libbraid built with CUDA). It tells device memory from host memory
+/// itself, so a CUDA tensor's data pointer goes to it as it is.
+#if BRAID_TORCH_CUDA
+inline constexpr bool kCudaTensors = true;
+#else
+inline constexpr bool kCudaTensors = false;
+#endif
+
+/// A tensor braid can read and write in place: dense, on the CPU (or a CUDA
+/// device), contiguous.
 inline void check_tensor(const at::Tensor& t, std::string_view op, std::string_view name) {
   if (!t.defined()) fail_value(argument(op, name) + " is an undefined tensor");
   if (t.layout() != c10::kStrided)
     fail_type(argument(op, name) + " is a " + c10::str(t.layout()) + " tensor; braid takes dense (strided) tensors");
-  if (!t.device().is_cpu())
+  if (t.device().is_cuda() && !kCudaTensors)
     fail_value(argument(op, name) + " is on device '" + t.device().str() +
-               "'; the braid backend reads CPU tensors only");
+               "', but this braid was built without CUDA (it takes CPU tensors; build braid where nvcc is found)");
+  if (!t.device().is_cpu() && !t.device().is_cuda())
+    fail_value(argument(op, name) + " is on device '" + t.device().str() + "'; the braid backend reads CPU" +
+               (kCudaTensors ? " and CUDA tensors" : " tensors only"));
   if (!t.is_contiguous())
     fail_value(argument(op, name) + " is not contiguous (sizes " + c10::str(t.sizes()) + ", strides " +
                c10::str(t.strides()) + "); pass tensor.contiguous()");
@@ -60,22 +74,28 @@ inline void check_list(const TensorList& list, const at::Tensor& like, std::size
     if (list[i].scalar_type() != like.scalar_type())
       fail_type(argument(op, item) + " has dtype " + c10::toString(list[i].scalar_type()) + " but the tensor has " +
                 c10::toString(like.scalar_type()));
+    if (list[i].device() != like.device())
+      fail_value(argument(op, item) + " is on device '" + list[i].device().str() + "' but the tensor is on '" +
+                 like.device().str() + "'");
     if (same_numel && list[i].numel() != like.numel())
       fail_value(argument(op, item) + " has " + std::to_string(list[i].numel()) + " elements but the tensor has " +
                  std::to_string(like.numel()));
   }
 }
 
-inline void check_same_dtype(const at::Tensor& a, const at::Tensor& b, std::string_view op, std::string_view a_name,
-                             std::string_view b_name) {
+/// a and b (an output and an input) of one dtype, on one device.
+inline void check_alike(const at::Tensor& a, const at::Tensor& b, std::string_view op, std::string_view a_name,
+                        std::string_view b_name) {
   if (a.scalar_type() != b.scalar_type())
     fail_type(argument(op, a_name) + " has dtype " + c10::toString(a.scalar_type()) + " but '" + std::string(b_name) +
               "' has " + c10::toString(b.scalar_type()));
+  if (a.device() != b.device())
+    fail_value(argument(op, a_name) + " is on device '" + a.device().str() + "' but '" + std::string(b_name) +
+               "' is on '" + b.device().str() + "'");
 }
 
 inline std::size_t bytes_of(const at::Tensor& t) { return static_cast<std::size_t>(t.numel()) * t.element_size(); }
 inline std::size_t count_of(const at::Tensor& t) { return static_cast<std::size_t>(t.numel()); }
-inline std::byte* data_of(const at::Tensor& t) { return static_cast<std::byte*>(t.data_ptr()); }
 
 /// The braid type a reduction of `t` runs in. Data movement needs none:
 /// it moves bytes (DataType::u8), whatever the dtype.

@@ -1,10 +1,22 @@
 // WorkBraid: the c10d Work of one ProcessGroupBraid call, and issue(), which
 // starts its braid operations. Lists of tensors travel through one packed
 // scratch tensor (pack, unpack), since braid's collectives take one buffer.
+//
+// CUDA tensors: braid reads and writes device memory on a CUDA stream of its
+// own and returns only when that work is done, so the stream order that
+// torch keeps is bridged on the host. Before braid starts, the caller's
+// current stream on the device is synchronised (the kernels that wrote the
+// inputs are done); the copies out of scratch at completion run on the
+// completing thread's current stream, which is synchronised before the
+// Work completes. The Future then holds the device, so that torch makes the
+// streams of code chained on it wait as it does for NCCL's. All through
+// c10's device-generic stream API: the extension needs no CUDA headers and
+// builds against a CPU-only torch.
 #pragma once
 
 #include <atomic>
-#include <cstring>
+#include <c10/core/Stream.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -18,30 +30,56 @@ namespace braid::torch_backend {
 
 using Millis = std::chrono::milliseconds;
 
-/// Packs `list` one after another into a new contiguous byte tensor.
+/// Waits until the work queued on this thread's current stream of `device`
+/// is done; nothing for the CPU.
+inline void finish_queued_work(const c10::Device& device) {
+  if (device.is_cpu()) return;
+  c10::impl::VirtualGuardImpl guard(device.type());
+  guard.getStream(device).synchronize();
+}
+
+/// `t`'s bytes as a flat byte tensor sharing its memory.
+inline at::Tensor bytes_view(const at::Tensor& t) { return t.reshape({-1}).view(at::kByte); }
+
+inline at::Tensor scratch_bytes(std::size_t bytes, const c10::Device& device) {
+  return at::empty({static_cast<int64_t>(bytes)}, at::TensorOptions().dtype(at::kByte).device(device));
+}
+
+/// Packs `list` one after another into a new contiguous byte tensor on their device.
 inline at::Tensor pack(const TensorList& list) {
   std::size_t total = 0;
   for (const auto& t : list) total += bytes_of(t);
-  at::Tensor flat = at::empty({static_cast<int64_t>(total)}, at::TensorOptions().dtype(at::kByte));
-  std::byte* cursor = data_of(flat);
+  at::Tensor flat = scratch_bytes(total, list.empty() ? c10::Device(c10::kCPU) : list[0].device());
+  int64_t offset = 0;
   for (const auto& t : list) {
-    if (bytes_of(t)) std::memcpy(cursor, t.data_ptr(), bytes_of(t));
-    cursor += bytes_of(t);
+    const auto n = static_cast<int64_t>(bytes_of(t));
+    if (n) flat.narrow(0, offset, n).copy_(bytes_view(t));
+    offset += n;
   }
   return flat;
 }
 
 /// Copies consecutive bytes of `flat` out into `list` (the inverse of pack).
 inline void unpack(const at::Tensor& flat, const TensorList& list) {
-  const std::byte* cursor = data_of(flat);
+  int64_t offset = 0;
   for (const auto& t : list) {
-    if (bytes_of(t)) std::memcpy(t.data_ptr(), cursor, bytes_of(t));
-    cursor += bytes_of(t);
+    const auto n = static_cast<int64_t>(bytes_of(t));
+    if (n) bytes_view(t).copy_(flat.narrow(0, offset, n));
+    offset += n;
   }
 }
 
-inline at::Tensor scratch_bytes(std::size_t bytes) {
-  return at::empty({static_cast<int64_t>(bytes)}, at::TensorOptions().dtype(at::kByte));
+/// Whether `list`'s tensors lie back to back in memory, in order (views of
+/// one buffer, as list(t.chunk(n)) makes), so that braid can read or write
+/// them as one buffer in place.
+inline bool back_to_back(const TensorList& list) {
+  const std::byte* next = nullptr;
+  for (const auto& t : list) {
+    const auto* start = static_cast<const std::byte*>(t.data_ptr());
+    if (start == nullptr || (next != nullptr && start != next)) return false;
+    next = start + bytes_of(t);
+  }
+  return !list.empty();
 }
 
 /// One torch.distributed call: one or more braid operations, the tensors
@@ -50,17 +88,45 @@ inline at::Tensor scratch_bytes(std::size_t bytes) {
 /// then the Future (DDP chains its hooks on it), then wait()'s wake-up.
 class WorkBraid final : public ::c10d::Work {
  public:
-  WorkBraid(int rank, ::c10d::OpType type, std::string op, TensorList outputs, Millis timeout)
+  /// `device`: where every tensor of the call lives.
+  WorkBraid(int rank, ::c10d::OpType type, std::string op, TensorList outputs, c10::Device device, Millis timeout)
       : Work(rank, type),
         op_(std::move(op)),
         outputs_(std::move(outputs)),
+        device_(device),
         timeout_(timeout),
-        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+        future_(c10::make_intrusive<c10::ivalue::Future>(
+            c10::ListType::create(c10::TensorType::get()),
+            device.is_cpu() ? std::vector<c10::Device>{} : std::vector<c10::Device>{device})) {}
+
+  const c10::Device& device() const { return device_; }
 
   /// Keeps a tensor braid reads or writes (an input, a scratch buffer) alive until the work is done.
   void keep(at::Tensor t) { kept_.push_back(std::move(t)); }
   /// Runs once every part succeeded, before the work completes.
   void on_success(std::function<void()> step) { on_success_ = std::move(step); }
+  /// The buffer braid reads `list` from, one tensor after another: the
+  /// list's own memory when back to back, else a packed copy.
+  void* read_from(const TensorList& list) {
+    for (const auto& t : list) keep(t);
+    if (back_to_back(list)) return list[0].data_ptr();
+    at::Tensor flat = pack(list);
+    keep(flat);
+    return flat.data_ptr();
+  }
+  /// The buffer braid writes what belongs in `list` into: the list's own
+  /// memory when back to back, else scratch on `device` that is copied out
+  /// into the list when the work succeeds.
+  void* write_into(const TensorList& list, const c10::Device& device) {
+    for (const auto& t : list) keep(t);
+    if (back_to_back(list)) return list[0].data_ptr();
+    std::size_t total = 0;
+    for (const auto& t : list) total += bytes_of(t);
+    at::Tensor flat = scratch_bytes(total, device);
+    keep(flat);
+    on_success([flat, list] { unpack(flat, list); });
+    return flat.data_ptr();
+  }
   /// Adds a started braid operation to the ones this work waits for.
   void track(braid::Work part) {
     pending_.fetch_add(1, std::memory_order_relaxed);
@@ -97,6 +163,7 @@ class WorkBraid final : public ::c10d::Work {
     if (!failed && on_success_) {
       try {
         on_success_();
+        finish_queued_work(device_);
       } catch (...) {
         failed = std::current_exception();
       }
@@ -116,6 +183,7 @@ class WorkBraid final : public ::c10d::Work {
   std::string op_;
   TensorList outputs_;
   TensorList kept_;
+  c10::Device device_;
   Millis timeout_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::function<void()> on_success_;
@@ -125,17 +193,19 @@ class WorkBraid final : public ::c10d::Work {
 };
 
 inline c10::intrusive_ptr<WorkBraid> make_work(int rank, ::c10d::OpType type, std::string op, TensorList outputs,
-                                               Millis timeout) {
-  return c10::make_intrusive<WorkBraid>(rank, type, std::move(op), std::move(outputs), timeout);
+                                               c10::Device device, Millis timeout) {
+  return c10::make_intrusive<WorkBraid>(rank, type, std::move(op), std::move(outputs), device, timeout);
 }
 
 /// Starts `work`'s braid operations with `start(work)` under the group's
-/// lock. braid's own argument errors (a root out of range, counts that do
+/// lock, once the work queued on the caller's stream of the work's device
+/// is done. braid's own argument errors (a root out of range, counts that do
 /// not fit) become ValueError; the work completes once the parts that did
 /// start are done, so their buffers outlive them even then.
 template <typename Start>
 c10::intrusive_ptr<::c10d::Work> issue(std::mutex& mutex, const c10::intrusive_ptr<WorkBraid>& work, Start&& start) {
   std::exception_ptr error;
+  finish_queued_work(work->device());
   {
     std::lock_guard<std::mutex> lock(mutex);
     try {

@@ -16,20 +16,32 @@
    --static for libbraid.a), and with its meson.build.
 4. Each program runs on 2 ranks over loopback under the installed braid-run
    and prints the right sums; the shared ones load the installed libbraid.so.
+5. Where the Python package is built (PYTHON given): it is installed in a
+   folder that the interpreter itself reads for the build's prefix (on its
+   sys.path without PYTHONPATH; Debian, prefix /usr/local:
+   /usr/local/lib/python3.11/dist-packages), so that after a real install
+   `python3 -c "import braid, braid.torch"` works with no environment set.
+   Then, with PYTHONPATH naming that folder inside the destdir and nothing
+   else (no LD_LIBRARY_PATH: the extensions find the destdir's libbraid.so
+   by their $ORIGIN rpath), `import braid` and, where braid.torch is built,
+   `import braid.torch` load the installed files and library.
+
+    check_install.py MESON BUILD_DIR SOURCE_DIR [PYTHON]
 
 Exits 77 (skipped) when pkg-config, nm, make, ninja or a compiler is missing.
 """
 
+import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-SKIP = 77
+from checked_command import SKIP, Failure, exit_with, run
+
 OWNER_PREFIXES = ("typeinfo for ", "typeinfo name for ", "vtable for ")
 # Internal classes that must never be exported (a sample, on top of the rule).
 INTERNAL = ("braid::CommImpl", "braid::TcpTransport", "braid::ShmTransport", "braid::Operation", "braid::Executor",
@@ -40,15 +52,50 @@ REQUIRED = ("braid_all_reduce", "braid_comm_init_env", "braid_get_version", "bra
             "typeinfo for braid::InvalidArgument", "typeinfo for braid::Timeout", "vtable for braid::Error")
 
 
-class Failure(Exception):
-    pass
+IMPORT_CHECK = """
+import braid
+libs = sorted({line.split()[-1] for line in open("/proc/self/maps") if "libbraid" in line})
+print("braid", braid.__file__)
+print("libs", *libs)
+if IMPORT_TORCH:
+    import braid.torch
+    print("braid.torch", braid.torch.__file__, braid.torch._braid_torch.__file__)
+"""
 
 
-def run(cmd, timeout=120, **kwargs):
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kwargs)
-    if proc.returncode != 0:
-        raise Failure(f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}")
-    return proc.stdout
+def check_python_package(python, meson, build, dest):
+    """Step 5: the installed package's folder, and the package imported from
+    the destdir. Returns a line for the summary."""
+    inits = list(dest.rglob("braid/__init__.py"))
+    if len(inits) != 1:
+        raise Failure(f"expected one installed braid/__init__.py under {dest}, found {inits}")
+    package = inits[0].parent
+    site = package.parent
+    installed_site = "/" + str(site.relative_to(dest))
+    torch_built = any((build / "python" / "torch").glob("_braid_torch*.so"))
+    expected = ["__init__.py", "mirrored.py", "_braid*.so"] + (["torch.py", "_braid_torch*.so"] if torch_built else [])
+    for pattern in expected:
+        if not list(package.glob(pattern)):
+            raise Failure(f"{pattern} not installed in {package}")
+    options = json.loads(run([meson, "introspect", "--buildoptions", build]))
+    prefix = next(o["value"] for o in options if o["name"] == "prefix").rstrip("/")
+    # The interpreter's own path: no PYTHONPATH (-E), no user site-packages (-s).
+    own_path = json.loads(run([python, "-E", "-s", "-c", "import json, sys; print(json.dumps(sys.path))"]))
+    reads_prefix = [p for p in own_path
+                    if p.startswith(prefix + "/") and ("dist-packages" in p or "site-packages" in p)]
+    if reads_prefix and installed_site not in own_path:
+        raise Failure(f"the package is installed in {installed_site}, which {python} does not read "
+                      f"(its folders under {prefix}: {', '.join(reads_prefix)})")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(site), "PYTHONDONTWRITEBYTECODE": "1"}
+    out = run([python, "-c", IMPORT_CHECK.replace("IMPORT_TORCH", str(torch_built))], env=env, timeout=120)
+    lines = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.strip()}
+    loaded = lines.get("braid", []) + lines.get("libs", []) + lines.get("braid.torch", [])
+    outside = [f for f in loaded if not f.startswith(str(dest))]
+    if outside or not lines.get("libs"):
+        raise Failure(f"import braid{', braid.torch' if torch_built else ''} with PYTHONPATH={site} loaded files "
+                      f"outside the install:\n{out}")
+    where = installed_site if reads_prefix else f"{installed_site} (not read by {python}: PYTHONPATH must name it)"
+    return f"the Python package{' with braid.torch' if torch_built else ''} in {where} imports"
 
 
 def public_declarations(include_dir):
@@ -109,6 +156,7 @@ def check_exports(library, include_dir):
 
 def main():
     meson, build, source = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+    python = sys.argv[4] if len(sys.argv) > 4 else ""
     for tool in ("pkg-config", "nm", "make", "ninja", "cc", "c++", "ldd"):
         if not shutil.which(tool):
             print(f"skipped: {tool} not found (scripts/install-deps.sh installs it)")
@@ -170,15 +218,14 @@ def main():
             if len(good) != 2:
                 raise Failure(f"{program} on 2 ranks:\n{out}")
         done = time.monotonic()
+        python_result = check_python_package(python, meson, build, dest) if python else "no Python package built"
+        imported = time.monotonic()
     print(f"installed in {installed - started:.1f} s; libbraid.so exports {exported} symbols, all public "
           f"(checked in {checked - installed:.1f} s); examples/external built in {built - checked:.1f} s; "
-          f"{len(programs)} programs ran on 2 ranks in {done - built:.1f} s")
+          f"{len(programs)} programs ran on 2 ranks in {done - built:.1f} s; {python_result} "
+          f"({imported - done:.1f} s)")
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (Failure, subprocess.TimeoutExpired) as e:
-        print(f"FAIL: {e}", file=sys.stderr)
-        sys.exit(1)
+    exit_with(main)

@@ -50,6 +50,18 @@ def test_device_braid_cannot_read(world):
     still_works(size)
 
 
+def test_tensors_on_two_devices(world):
+    rank, size, _ = world
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device (torch.cuda.is_available() is False)")
+    on_gpu = torch.device("cuda", rank % torch.cuda.device_count())
+    with pytest.raises(ValueError, match=r"all_gather: argument 'tensor_list\[0\]' is on device 'cuda"):
+        dist.all_gather([torch.zeros(2, device=on_gpu) for _ in range(size)], torch.ones(2))
+    with pytest.raises(ValueError, match=r"all_gather_into_tensor: argument 'output_tensor' is on device 'cpu'"):
+        dist.all_gather_into_tensor(torch.zeros(2 * size), torch.ones(2, device=on_gpu))
+    still_works(size)
+
+
 def test_wrong_sizes(world):
     rank, size, _ = world
     with pytest.raises(ValueError, match=r"all_gather: argument 'tensor_list' has 1 tensors"):
