@@ -46,6 +46,8 @@ std::unique_ptr<CommImpl> join_at_store(std::string_view store_addr, int rank, i
 
 }  // namespace
 
+void shutdown() { Runtime::shutdown(); }
+
 Comm::Comm() noexcept = default;
 Comm::Comm(std::unique_ptr<CommImpl> impl) : impl_(std::move(impl)) {}
 Comm::Comm(Comm&&) noexcept = default;

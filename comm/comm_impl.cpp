@@ -38,29 +38,7 @@ CommImpl::~CommImpl() {
   } catch (const Error& e) {
     log_warn("rank ", rank_, ": while finishing queued operations at destruction: ", e.what());
   }
-  linger_with_store();
   runtime_.remove(*this);
-}
-
-void CommImpl::linger_with_store() {
-  // After a failure, the other ranks may still read why peers left from the
-  // store this rank hosts: keep it up until each has published its own
-  // failure (a cascade takes milliseconds), or kStoreLinger at most.
-  bool failed = false;
-  {
-    std::lock_guard lock(engine_.mutex());
-    failed = !broken_.empty();
-  }
-  if (!store_server_ || !store_ || !failed || size_ == 1) return;
-  std::vector<std::string> keys;
-  for (int r = 0; r < size_; ++r)
-    if (r != rank_) keys.push_back(failure_key(r));
-  const Deadline until = Deadline::after(kStoreLinger);
-  try {
-    while (!until.expired() && !store_->check(keys)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  } catch (const Error& e) {
-    log_info("rank ", rank_, ": ", e.what());
-  }
 }
 
 std::unique_ptr<CommImpl> CommImpl::create(Rendezvous rendezvous, int rank, int size, Settings settings) {
@@ -183,6 +161,7 @@ void CommImpl::join(Rendezvous rendezvous) {
   const Deadline deadline = Deadline::after(settings_.timeout);
   store_server_ = rendezvous.server;
   store_name_ = rendezvous.store_name;
+  root_ = true;
   comm_id_ = rendezvous.comm_id;
   advertise_ = rendezvous.advertise;
   store_ = rendezvous.store;
@@ -235,7 +214,14 @@ void CommImpl::join(Rendezvous rendezvous) {
   // Whoever reaches this store now (a second job, a restarted rank, the next
   // communicator of a loop that re-creates one at this address) is told the
   // communicator formed already, instead of joining.
-  if (store_server_) store_server_->seal();
+  // A member whose connection to the store drops (a late reply) reconnects
+  // past the seal with the communicator's id, which only members know.
+  const Bytes member(comm_id_.bytes.begin(), comm_id_.bytes.end());
+  if (store_server_) {
+    store_server_->seal(member);
+    hosted_ = std::make_shared<StoreHost>(runtime_, store_server_, scope_, comm_id_, rank_, size_, settings_.linger);
+  }
+  set_store_member(store, member);
   start(std::move(infos), std::move(addresses), std::move(planned));
 }
 
@@ -430,7 +416,7 @@ void CommImpl::check_peer_failure(int peer) {
                        std::string_view(reinterpret_cast<const char*>(why->data()), why->size())));
 }
 
-std::string CommImpl::failure_key(int rank) const { return cat(scope_, "comm:", comm_id_.to_hex(), "/failed/", rank); }
+std::string CommImpl::failure_key(int rank) const { return StoreHost::failure_key(scope_, comm_id_, rank); }
 
 int CommImpl::kind_between(int a, int b) const {
   std::string_view kind = plan_.transport_between(infos_[a], infos_[b]);
@@ -783,6 +769,7 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
     for (std::size_t kind = 0; kind < kinds_.size(); ++kind) addresses[kind].push_back(addresses_[kind][members[i]]);
   }
   child->store_ = store_;
+  child->hosted_ = hosted_;
   child->scope_ = scope_;
   for (std::size_t i = 0; i < members.size(); ++i)
     if (members[i] == store_host_) child->store_host_ = static_cast<int>(i);

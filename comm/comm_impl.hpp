@@ -41,6 +41,7 @@
 #include "rendezvous.hpp"
 #include "topology/plan.hpp"
 #include "comm/runtime.hpp"
+#include "comm/store_host.hpp"
 #include "transport/registry.hpp"
 
 namespace braid {
@@ -241,10 +242,6 @@ class CommImpl {
   /// Publishes this rank's failure for the peers it has no link to, and
   /// withdraws from the contexts, so a rank that dials learns at once.
   void announce_failure(const std::string& why);
-  /// On the rank hosting the store, after a failure: keeps the store up a
-  /// moment at destruction, so the others can still read why ranks left.
-  void linger_with_store();
-  static constexpr Millis kStoreLinger{1000};
   static constexpr Millis kJoinPoll{200};
   // How often a rank waiting for the others at start-up says so at INFO.
   static constexpr std::chrono::seconds kJoinProgress{5};
@@ -397,7 +394,9 @@ class CommImpl {
   int local_rank_ = 0;          // among the ranks of this host (host_id), in rank order
   int local_size_ = 1;
   static constexpr std::chrono::microseconds kOversubscribedYield{1000};
-  std::shared_ptr<TcpStoreServer> store_server_;  // on the rank that hosts the store
+  std::shared_ptr<TcpStoreServer> store_server_;  // on the rank that hosts the store, while it joins
+  std::shared_ptr<StoreHost> hosted_;             // that store, shared with split children (store_host.hpp)
+  bool root_ = false;                             // joined through the store (not split): says "left" there
   std::shared_ptr<Store> store_;                  // kept for failure notices (shared with split children)
   std::string scope_;                             // the job's key prefix
   int store_host_ = -1;                           // the rank whose process hosts the store, if one does

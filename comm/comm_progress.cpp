@@ -398,6 +398,12 @@ void CommImpl::finalize() {
     contexts_[static_cast<std::size_t>(link_kind_[p])]->retire(std::move(links_[p]), settings_.linger);
   }
   for (TransportContext* context : contexts_) context->withdraw(owner_, failed);
+  // The rank hosting the store keeps it until every rank left (store_host.hpp).
+  if (root_ && !failed && store_ && !store_lost_ && size_ > 1) {
+    const std::string left = StoreHost::left_key(scope_, comm_id_, rank_);
+    if (!store_->try_set(left, std::as_bytes(std::span("1", 1)), kFailureLook))
+      log_info("rank ", rank_, ": could not say in the braid store at ", store_name_, " that it left");
+  }
   if (error) std::rethrow_exception(error);
 }
 

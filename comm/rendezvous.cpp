@@ -140,24 +140,30 @@ Rendezvous rendezvous_at_store(const std::string& requested, int rank, int size,
                               ", braid-run --master, MASTER_ADDR), or map its host name to that address in "
                               "/etc/hosts here"));
   if (rank == 0) {
-    // The store listens on every interface, so that a store address that is
-    // loopback here (a host name /etc/hosts maps to 127.0.1.1) still serves
-    // the ranks of other hosts, which resolve the name to a routable address.
-    SockAddr any = addrs.front();
-    any.set_port(0);
-    if (any.family() == AF_INET) reinterpret_cast<sockaddr_in*>(&any.storage)->sin_addr.s_addr = htonl(INADDR_ANY);
-    else reinterpret_cast<sockaddr_in6*>(&any.storage)->sin6_addr = in6addr_any;
-    any.set_port(hp.port);
+    // A literal loopback address (127.0.0.1, ::1, localhost) is a job on this
+    // host: the store listens there only. Any other address listens on every
+    // interface, so that a host name that is loopback here (one /etc/hosts
+    // maps to 127.0.1.1) still serves the ranks of other hosts, which
+    // resolve the name to a routable address.
+    const bool local_only = addrs.front().is_loopback() && (hp.host == "localhost" || hp.host == "::1" ||
+                                                            hp.host.rfind("127.", 0) == 0);
+    SockAddr bind = addrs.front();
+    if (!local_only) {
+      if (bind.family() == AF_INET) reinterpret_cast<sockaddr_in*>(&bind.storage)->sin_addr.s_addr = htonl(INADDR_ANY);
+      else reinterpret_cast<sockaddr_in6*>(&bind.storage)->sin6_addr = in6addr_any;
+    }
+    bind.set_port(hp.port);
     if (hp.port != 0 && settings.port_range && !settings.port_range->contains(hp.port))
       log_warn("rank 0: the store's port ", hp.port, " is outside BRAID_PORT_RANGE=", settings.port_range->to_string(),
                "; a firewall must open it too");
     try {
-      server = TcpStoreServer::start(Runtime::get().service(), any, settings.auth_key, settings.tls, settings.job_id, settings.port_range);
+      // On the process's TCP listener when it can: one port for both.
+      server = Runtime::get().host_store(bind, settings, settings.job_id);
     } catch (const Error& e) {
       throw Error(e.code(), cat("rank 0: cannot host the braid store at ", where, ": ", e.what()));
     }
-    log_info("rank 0: hosting the braid store on every interface, port ", server->address().port(), " (", where,
-             ")");
+    log_info("rank 0: hosting the braid store ", local_only ? "on loopback only" : "on every interface", ", port ",
+             server->address().port(), " (", where, ")");
     if (hp.port == 0) where = cat(hp.host.find(':') != std::string::npos ? cat("[", hp.host, "]") : hp.host, ":",
                                   server->address().port());
   }
@@ -172,8 +178,7 @@ std::vector<std::byte> create_unique_id_bytes(const Settings& settings) {
   // host has no other).
   SockAddr bind_to = chosen_address(settings, -1, true, "");
   const CommId id = CommId::random();
-  std::shared_ptr<TcpStoreServer> server =
-      TcpStoreServer::start(Runtime::get().service(), bind_to, settings.auth_key, settings.tls, id.to_hex(), settings.port_range);
+  std::shared_ptr<TcpStoreServer> server = Runtime::get().host_store(bind_to, settings, id.to_hex());
   std::string where = server->address().to_string();
   auto bytes = encode_unique_id(UniqueIdContents{id, where});
   {

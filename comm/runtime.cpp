@@ -59,7 +59,7 @@ std::shared_ptr<TcpStoreServer> Runtime::host_store(const SockAddr& address, con
       }
     // The first TCP context of the process listens where the store must: one
     // port for both. One made already elsewhere keeps its port.
-    if (listener == nullptr && !any && address.port() != 0) {
+    if (listener == nullptr && !any) {
       ContextSetup setup{.service = &service_, .wake_engine = [this] { engine_.wake(); }, .settings = &settings,
                          .bind = address};
       auto context = tcp->make(setup);
@@ -146,10 +146,46 @@ void Runtime::throw_unusable() {
   }
 }
 
+namespace {
+// How often what lingers is looked at.
+constexpr Millis kLingerLook{5};
+}  // namespace
+
 void Runtime::linger(std::string what, Clock::time_point until, std::function<bool()> done,
                      std::function<void()> finish) {
-  std::lock_guard lock(mutex_);
-  lingering_.push_back(Lingering{std::move(what), until, std::move(done), std::move(finish)});
+  service_.run_sync([&] {
+    lingering_.push_back(Lingering{std::move(what), until, std::move(done), std::move(finish)});
+    if (lingering_ticker_ == 0) lingering_ticker_ = service_.add_ticker([this] { return look_at_lingering(); });
+  });
+  service_.wake();
+}
+
+std::optional<Clock::time_point> Runtime::look_at_lingering() {
+  const auto now = Clock::now();
+  for (std::size_t i = 0; i < lingering_.size();) {
+    Lingering& l = lingering_[i];
+    bool over = now >= l.until;
+    try {
+      over = over || l.done();
+    } catch (const std::exception& e) {
+      log_info(l.what, ": ", e.what());
+      over = true;
+    }
+    if (!over) {
+      ++i;
+      continue;
+    }
+    log_info(l.what, now >= l.until ? ": its linger ran out" : ": nobody needs it any more");
+    Lingering gone = std::move(l);
+    lingering_.erase(lingering_.begin() + static_cast<std::ptrdiff_t>(i));
+    try {
+      gone.finish();
+    } catch (const std::exception& e) {
+      log_info(gone.what, ": ", e.what());
+    }
+  }
+  if (lingering_.empty()) return std::nullopt;
+  return now + kLingerLook;
 }
 
 void Runtime::shutdown() {
@@ -178,18 +214,16 @@ void Runtime::stop() {
       log_info("at exit, a communicator finalized with an error: ", e.what());
     }
   }
-  std::vector<Lingering> lingering;
-  {
-    std::lock_guard lock(mutex_);
-    lingering.swap(lingering_);
-  }
-  for (Lingering& l : lingering) {
-    try {
-      while (Clock::now() < l.until && !l.done()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      l.finish();
-    } catch (const std::exception& e) {
-      log_info("at exit, ", l.what, ": ", e.what());
-    }
+  // What lingers for slower peers gets its time (the service thread ends
+  // each as it is done, or at its deadline).
+  while (true) {
+    bool any = false;
+    service_.run_sync([&] {
+      look_at_lingering();
+      any = !lingering_.empty();
+    });
+    if (!any) break;
+    std::this_thread::sleep_for(kLingerLook);
   }
   engine_.stop();
   {

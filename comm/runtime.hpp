@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,11 +74,12 @@ class Runtime {
       throw_unusable();
   }
 
-  /// Work that must finish before the process exits, up to a deadline (a
-  /// store lingering for its clients): shutdown() calls each `done` until it
-  /// holds or its deadline passes. Thread-safe.
-  void linger(std::string what, Clock::time_point until, std::function<bool()> done,
-              std::function<void()> finish);
+  /// Something kept for slower peers after its communicators went (a store
+  /// the others may still read): on the service thread, `done` is asked every
+  /// few milliseconds, and once it holds or `until` passes, `finish` runs
+  /// (and lets it go). shutdown() waits for what lingers (bounded by each
+  /// `until`). Thread-safe.
+  void linger(std::string what, Clock::time_point until, std::function<bool()> done, std::function<void()> finish);
 
  private:
   enum class State { none, running, forked, shut_down };
@@ -87,6 +89,8 @@ class Runtime {
   void stop();
   static void on_fork_child();
 
+  /// The service thread's pass over what lingers; when it wants to look again.
+  std::optional<Clock::time_point> look_at_lingering();
   struct Lingering {
     std::string what;
     Clock::time_point until;
@@ -99,7 +103,8 @@ class Runtime {
   EventLoop service_;
   Engine engine_;
   std::mutex mutex_;
-  std::vector<Lingering> lingering_;
+  std::vector<Lingering> lingering_;  // the service thread's
+  EventLoop::Id lingering_ticker_ = 0;
   struct MadeContext {
     const TransportKind* kind;
     std::unique_ptr<TransportContext> context;

@@ -285,6 +285,15 @@ One thread at a time may call a communicator (abort() from any).)");
           py::arg("color"), py::arg("key") = 0,
           "Collective: ranks passing the same color form a new Comm, ordered by key then rank; color None joins none "
           "(returns None).")
+      .def(
+          "finalize",
+          [](PyComm& c) {
+            Comm& self = c.get();
+            py::gil_scoped_release release;
+            self.finalize();
+          },
+          "Ends this rank's part in order: finishes what was started, tells every peer, lets the links go (a slower "
+          "peer is never made to fail); later calls raise braid.InvalidArgument.")
       .def("close", &PyComm::close, "Finishes queued operations and releases the communicator.")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyComm& c, py::args) { c.close(); })

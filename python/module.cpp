@@ -3,6 +3,7 @@
 // python/braid/__init__.py for the Python-side API.
 #include <pybind11/pybind11.h>
 
+#include "braid/braid.hpp"
 #include "comm_binding.hpp"
 #include "errors.hpp"
 #include "mirrored_binding.hpp"
@@ -12,6 +13,12 @@ PYBIND11_MODULE(_braid, m) {
   m.attr("__version__") = BRAID_PYTHON_VERSION;
   braid::python::bind_errors(m);
   braid::python::bind_comm(m);
+  // braid/__init__.py registers it with atexit: braid's threads stop, with the
+  // GIL released, before the interpreter finalizes (which would unwind a
+  // thread that waits for the GIL through braid's frames).
+  m.def(
+      "_shutdown", [] { braid::shutdown(); }, pybind11::call_guard<pybind11::gil_scoped_release>(),
+      "Finalizes every communicator of this process and stops braid's threads (braid.shutdown).");
   auto mirrored = m.def_submodule("mirrored", "TensorFlow-style distribution strategies (braid::mirrored).");
   braid::python::bind_mirrored(mirrored);
 }

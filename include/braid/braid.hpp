@@ -105,6 +105,16 @@ class Work {
   std::shared_ptr<Operation> op_;
 };
 
+/// Ends braid in this process: finalizes every live communicator (as
+/// Comm::finalize, errors logged), lets what lingers for slower peers finish
+/// (bounded by BRAID_LINGER), and stops braid's threads. It runs by itself at
+/// exit (before static objects made earlier are destroyed) and, in Python,
+/// from an atexit hook before the interpreter finalizes; call it yourself to
+/// end braid earlier, for example before a fork. Afterwards every call on a
+/// communicator, and making a new one, fails with InvalidArgument saying so.
+/// Idempotent; from one thread, while no other thread is in a braid call.
+void shutdown();
+
 /// Groups, as NCCL's ncclGroupStart/ncclGroupEnd: between the calling
 /// thread's outermost group_start() and its group_end(), calls on any
 /// communicator return at once without running. At the end, each

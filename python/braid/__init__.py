@@ -17,7 +17,13 @@ TimeoutError), braid.PeerLost (also a ConnectionError), braid.Aborted, ...
 braid.mirrored holds the strategies (MultiWorkerMirrored, Mirrored,
 CentralStorage, ParameterServer). braid.torch (where built) is PyTorch's
 process-group backend; it is not imported here.
+
+braid.shutdown() finalizes every communicator of the process and stops
+braid's threads; it runs by itself at interpreter exit (atexit), before the
+interpreter finalizes.
 """
+
+import atexit as _atexit
 
 from ._braid import (  # noqa: F401
     Aborted,
@@ -37,8 +43,11 @@ from ._braid import (  # noqa: F401
     __version__,
 )
 from . import mirrored  # noqa: F401,E402
+from ._braid import _shutdown as shutdown  # noqa: E402
+
+_atexit.register(shutdown)
 
 __all__ = [
     "Aborted", "Comm", "DataType", "Error", "InternalError", "InvalidArgument", "PeerLost", "ProtocolMismatch",
-    "ReduceOp", "SystemError", "Timeout", "UniqueId", "Unsupported", "Work", "mirrored",
+    "ReduceOp", "SystemError", "Timeout", "UniqueId", "Unsupported", "Work", "mirrored", "shutdown",
 ]

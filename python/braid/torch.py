@@ -27,6 +27,7 @@ listens at BRAID_STORE_ADDR, which braid-run picked free); under torchrun
 from RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT.
 """
 
+import atexit
 import datetime
 import os
 
@@ -41,6 +42,13 @@ BACKEND = "braid"
 
 if not hasattr(_dist.Backend, BACKEND.upper()):
     _dist.Backend.register_backend(BACKEND, _braid_torch.create_process_group)
+
+# Finalizes the communicators of live process groups and stops braid's
+# threads, with the GIL released, before the interpreter finalizes: a group
+# that was never destroyed, or one destroyed while its work completes, then
+# ends in order instead of with a braid thread unwound by the finalizing
+# interpreter (SIGABRT).
+atexit.register(_braid_torch._shutdown)
 
 
 def describe(group=None):

@@ -305,6 +305,12 @@ namespace py = pybind11;
 PYBIND11_MODULE(_braid_torch, m) {
   using braid::torch_backend::ProcessGroupBraid;
   m.doc() = "braid's torch.distributed backend (ProcessGroupBraid); import braid.torch to register it";
+  // braid/torch.py registers it with atexit (in a wheel this extension holds
+  // its own copy of braid, whose threads must stop before the interpreter
+  // finalizes too).
+  m.def(
+      "_shutdown", [] { braid::shutdown(); }, py::call_guard<py::gil_scoped_release>(),
+      "Finalizes every braid communicator of this process and stops braid's threads.");
   m.def(
       "create_process_group",
       [](const c10::intrusive_ptr<::c10d::Store>& store, int rank, int world_size,

@@ -57,8 +57,12 @@ class TcpStoreServer {
   /// The address clients connect to (with the port actually bound).
   virtual SockAddr address() const = 0;
   /// The communicator has formed: clients that connect from now on are
-  /// refused as too late (those connected already go on). Thread-safe.
-  virtual void seal() = 0;
+  /// refused as too late (those connected already go on), but for a member
+  /// reconnecting with `token` (set_store_member). Thread-safe.
+  virtual void seal(Bytes token = {}) = 0;
+  /// Whether every one of `keys` is set (the host's own look, without a
+  /// client). Thread-safe.
+  virtual bool holds(const std::vector<std::string>& keys) = 0;
   /// Serves a connection another listener accepted. Its first bytes (the
   /// store's hello) must still be unread in the socket, or in `tls`, the
   /// session whose handshake that listener ran. Thread-safe.
@@ -76,6 +80,11 @@ class TcpStoreServer {
 /// of another job refuses at once (ProtocolMismatch saying two jobs share the
 /// address); a sealed store (its communicator formed) is retried until the
 /// deadline, since a new store may take over the address once the old one goes.
+/// From now on, when `store` (a TCP store's client; other stores ignore it)
+/// has to reconnect, it passes the seal of its communicator's store with
+/// `token`: the member's right to reconnect.
+void set_store_member(Store& store, const Bytes& token);
+
 std::unique_ptr<Store> connect_tcp_store(const HostPort& where, Deadline connect_deadline, AuthKey key = {},
                                          TlsContext tls = {}, std::string job = {}, int rank = -1);
 

@@ -1,10 +1,12 @@
 #include "bootstrap/store_handshake.hpp"
 
+#include "core/auth.hpp"
 #include "core/text.hpp"
 
 namespace braid::store_protocol {
 
-Reply ServerHandshake::answer(const Request& r, std::span<const std::byte> frame, bool sealed) {
+Reply ServerHandshake::answer(const Request& r, std::span<const std::byte> frame, bool sealed,
+                              std::span<const std::byte> seal) {
   if (phase_ == Phase::done)
     throw ProtocolMismatch(cat("a ", name_of(r.op), " request to a handshake that is already done"));
   if (phase_ == Phase::hello) {
@@ -17,7 +19,8 @@ Reply ServerHandshake::answer(const Request& r, std::span<const std::byte> frame
       throw OtherJob(cat("this store serves another job than the client's (job id '", r.job.empty() ? "(none)" : r.job,
                          "'): two jobs share the store address. Give each job its own store address (port), "
                          "or start every rank of one job with the same BRAID_JOB_ID"));
-    if (sealed)
+    const bool member = !seal.empty() && r.member.size() == seal.size() && same_digest(r.member, seal);
+    if (sealed && !member)
       throw Sealed("the communicator this store serves has already formed, so no rank can join it any more: a "
                    "previous run's store is still up at this address, or this rank was restarted (a braid "
                    "communicator cannot be rejoined; restart the whole job)");

@@ -3,7 +3,8 @@
 // request at a time, so it can be tested and fuzzed without sockets.
 //
 //   hello     another job id than the store's: OtherJob
-//             the store is sealed (its communicator formed): Sealed
+//             the store is sealed (its communicator formed): Sealed, unless
+//             the hello carries the seal's token (a member reconnecting)
 //             no key on either side: answered ok, done
 //             a key on both: answered with a challenge (a fresh server nonce)
 //             a key on one side only: AuthRefused
@@ -51,8 +52,10 @@ class ServerHandshake {
   Op expected_op() const { return phase_ == Phase::hello ? Op::hello : Op::auth; }
   /// The reply to `request`, decoded from `frame` (whose bytes a hello
   /// contributes to the transcript). Throws as the table above says.
-  /// `sealed`: the store's communicator has formed.
-  Reply answer(const Request& request, std::span<const std::byte> frame, bool sealed = false);
+  /// `sealed`: the store's communicator has formed; a hello whose member
+  /// token equals `seal` (not empty) still passes.
+  Reply answer(const Request& request, std::span<const std::byte> frame, bool sealed = false,
+               std::span<const std::byte> seal = {});
   /// What the client's hello claimed, once it came: its rank (-1: none) and
   /// whether its job id is the store's.
   int claimed_rank() const { return claimed_rank_; }

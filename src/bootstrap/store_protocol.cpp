@@ -257,6 +257,10 @@ Bytes encode(const Request& r) {
       w.u8(r.auth ? 1 : 0);
       w.bytes(std::as_bytes(std::span(r.job.data(), r.job.size())));
       w.u32(r.rank < 0 ? kNoRank : static_cast<std::uint32_t>(r.rank));
+      if (r.member.size() > kMaxMemberBytes)
+        throw InvalidArgument(cat("a member token of ", r.member.size(), " bytes exceeds the limit of ",
+                                  kMaxMemberBytes));
+      w.bytes(r.member);
       break;
     case Op::auth: w.raw(r.nonce); w.raw(r.proof); break;
   }
@@ -327,6 +331,9 @@ std::optional<Decoded<Request>> decode_request(std::span<const std::byte> bytes)
       std::uint32_t rank = in.u32("claimed rank");
       if (rank != kNoRank && rank > kMaxClaimedRank) in.fail(cat("claimed rank ", rank, " is out of range"));
       r.rank = rank == kNoRank ? -1 : static_cast<int>(rank);
+      std::string member = in.text(kMaxMemberBytes, "member token");
+      r.member.assign(reinterpret_cast<const std::byte*>(member.data()),
+                      reinterpret_cast<const std::byte*>(member.data()) + member.size());
       break;
     }
     case Op::auth:

@@ -91,6 +91,7 @@ struct Identity {
   AuthKey key;
   std::string job;
   int rank = -1;
+  Bytes member;  // the seal's token, once this client's communicator formed
 };
 
 // The store refused this client as arriving after its communicator formed.
@@ -117,7 +118,8 @@ void handshake(Socket& socket, const Identity& id, const std::string& address, D
                  wire::name_of(reply.status), ")"));
   };
   try {
-    Bytes hello = wire::encode(wire::Request{.op = wire::Op::hello, .auth = key.enabled(), .job = id.job, .rank = id.rank});
+    Bytes hello = wire::encode(
+        wire::Request{.op = wire::Op::hello, .auth = key.enabled(), .job = id.job, .rank = id.rank, .member = id.member});
     wire::Reply challenge = exchange(socket, hello, deadline);
     check(challenge, wire::Op::hello);
     if (!challenge.challenge) {
@@ -158,6 +160,12 @@ class Client final : public Store {
         id_(std::move(id)),
         tls_(std::move(tls)),
         socket_(std::move(socket)) {}
+
+  /// Reconnects pass the store's seal with `token` from now on.
+  void set_member(const Bytes& token) {
+    std::lock_guard lock(mutex_);
+    id_.member = token;
+  }
 
   void set(std::string_view key, std::span<const std::byte> value) override {
     wire::Request r{.op = wire::Op::set, .keys = {std::string(key)}, .value = Bytes(value.begin(), value.end())};
@@ -290,6 +298,10 @@ std::string host_port_text(const HostPort& where) {
 }
 
 }  // namespace
+
+void set_store_member(Store& store, const Bytes& token) {
+  if (auto* client = dynamic_cast<Client*>(&store)) client->set_member(token);
+}
 
 std::unique_ptr<Store> connect_tcp_store(const HostPort& where, Deadline connect_deadline, AuthKey key,
                                          TlsContext tls, std::string job, int rank) {

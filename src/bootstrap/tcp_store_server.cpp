@@ -127,8 +127,16 @@ class Server final : public TcpStoreServer {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
   SockAddr address() const override { return address_; }
-  void seal() override { sealed_.store(true); }
+  void seal(Bytes token) override {
+    loop_.run_sync([&] { seal_token_ = std::move(token); });
+    sealed_.store(true);
+  }
   void adopt(Fd fd, SockAddr from, std::unique_ptr<TlsSession> tls) override;
+  bool holds(const std::vector<std::string>& keys) override {
+    bool all = false;
+    loop_.run_sync([&] { all = missing_keys(keys).empty(); });
+    return all;
+  }
 
  private:
   void refuse(std::uint64_t id, Connection& c, wire::Status status, const std::string& why);
@@ -174,6 +182,7 @@ class Server final : public TcpStoreServer {
   EventLoop::Id listener_watch_ = 0;
   EventLoop::Id ticker_ = 0;
   std::atomic<bool> sealed_{false};
+  Bytes seal_token_;  // the loop's
   LogRateLimit refusal_log_;
   std::int64_t refusals_ = 0;
 
@@ -511,7 +520,7 @@ void Server::process(std::uint64_t id, Connection& c) {
       handle(id, c, std::move(decoded->message));
       continue;
     }
-    reply(c, c.handshake.answer(decoded->message, pending.first(decoded->consumed), sealed_.load()));
+    reply(c, c.handshake.answer(decoded->message, pending.first(decoded->consumed), sealed_.load(), seal_token_));
     if (c.handshake.done()) {
       handshakes_.erase({c.handshake_deadline, id});
       log_trace(name_, ": client ", c.peer, " completed the handshake");

@@ -386,6 +386,23 @@ TEST_CASE("store handshake: the server's state machine", "[store][protocol]") {
     CHECK(h.done());
     CHECK_THROWS_AS(h.answer(hello, hello_frame), ProtocolMismatch);
   }
+  SECTION("a sealed store: a member's token passes, another or none is too late") {
+    const Bytes seal{std::byte{7}, std::byte{8}, std::byte{9}};
+    wire::Request member = hello;
+    member.member = seal;
+    wire::ServerHandshake passes{AuthKey()};
+    passes.answer(member, wire::encode(member), true, seal);
+    CHECK(passes.done());
+    wire::Request other = member;
+    other.member[2] = std::byte{0};
+    wire::ServerHandshake wrong{AuthKey()};
+    CHECK_THAT(thrown<wire::Sealed>([&] { wrong.answer(other, wire::encode(other), true, seal); }),
+               Contains("already formed"));
+    wire::ServerHandshake none{AuthKey()};
+    CHECK_THROWS_AS(none.answer(hello, hello_frame, true, seal), wire::Sealed);
+    wire::ServerHandshake unsealed_token{AuthKey()};
+    CHECK_THROWS_AS(unsealed_token.answer(member, wire::encode(member), true, {}), wire::Sealed);
+  }
   SECTION("no key, and a client with one") {
     wire::ServerHandshake h{AuthKey()};
     CHECK_THROWS_AS(h.answer(keyed_hello, keyed_frame), wire::AuthRefused);
