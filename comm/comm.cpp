@@ -69,7 +69,7 @@ Comm Comm::from_env(const CommOptions& options) {
         "BRAID_RANK is not set, nor the rank of another launcher (RANK, TF_CONFIG, SLURM_PROCID, "
         "OMPI_COMM_WORLD_RANK, PMIX_RANK): start the program with braid-run, torchrun, srun or mpirun (with "
         "BRAID_STORE_ADDR), set BRAID_RANK, BRAID_WORLD_SIZE and BRAID_STORE_ADDR, or set TensorFlow's TF_CONFIG "
-        "(README: Launch environments)");
+        "(docs/launchers.md)");
   if (id->tf_config) {
     ClusterSpec cluster = ClusterSpec::parse(*Settings::raw("TF_CONFIG"));
     log_info("joining as TF_CONFIG's ", cluster.task_type, " ", cluster.task_index, " (rank ", cluster.rank(),

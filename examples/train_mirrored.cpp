@@ -17,7 +17,7 @@
 // prints the replica hash and verify_replicas()'s verdict. With --per-rank,
 // every rank also prints its own line per epoch (its replica hash, the step
 // time and samples/s), so that two machines each show the same hash: the
-// two-laptop demo (README, Two machines). --hidden N widens the hidden layer
+// two-laptop demo (docs/two-machines.md). --hidden N widens the hidden layer
 // (default 32), so that the gradient, 18 N + 1 floats, loads a network link;
 // --bucket-kib K fuses gradients into buckets of K KiB (default 4: several
 // buckets even for the small model, to show the mechanism).

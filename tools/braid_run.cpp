@@ -200,8 +200,8 @@ Action parse_args(int argc, char** argv, Options& opts) {
   return Action::run;
 }
 
-// The same table as the README's settings section, which a test keeps equal
-// to setting_table().
+// The same table as docs/settings.md, which a test keeps equal to
+// setting_table().
 void print_env_table() {
   auto cell = [](std::string_view text) {
     std::string out;

@@ -14,7 +14,7 @@
  * blocks longer than BRAID_TIMEOUT.
  *
  * Buffers may be host memory or, in a braid built with CUDA, CUDA device
- * memory (told apart by braid; see the README's "GPU buffers"). Calls are
+ * memory (told apart by braid; see docs/gpu.md). Calls are
  * synchronous with respect to the GPU: finish the work that writes a buffer
  * before the call; the result is in place when it returns.
  */

@@ -26,7 +26,7 @@ constexpr std::array kTable = {
                 "Names the job: ranks present it to the store, which refuses a rank of another job at once, and "
                 "it scopes the store's keys. Set by braid-run (one per launch); else torchrun's "
                 "TORCHELASTIC_RUN_ID or Slurm's SLURM_JOB_ID when set. At most 128 bytes."},
-    SettingInfo{"RANK", "(none)", "torchrun's rank; used when BRAID_RANK is not set (see Launch environments)."},
+    SettingInfo{"RANK", "(none)", "torchrun's rank; used when BRAID_RANK is not set (see docs/launchers.md)."},
     SettingInfo{"WORLD_SIZE", "(none)", "torchrun's number of ranks."},
     SettingInfo{"LOCAL_RANK", "(none)", "torchrun's rank on this host."},
     SettingInfo{"LOCAL_WORLD_SIZE", "(none)", "torchrun's number of ranks on this host."},
@@ -41,7 +41,7 @@ constexpr std::array kTable = {
     SettingInfo{"TF_CONFIG", "(none)",
                 "TensorFlow's cluster spec (JSON: chief, worker and ps addresses, and this task). Used when "
                 "neither BRAID_RANK nor RANK is set: ranks are the chief, the workers, then the ps; rank 0 (the chief, else "
-                "worker 0) hosts the store at its address. See Starting from TF_CONFIG."},
+                "worker 0) hosts the store at its address. See docs/launchers.md."},
     SettingInfo{"SLURM_PROCID", "(none)",
                 "Slurm's rank; used when neither BRAID_RANK, RANK nor TF_CONFIG is set. With SLURM_NTASKS (the "
                 "size), SLURM_LOCALID (the rank on this host) and SLURM_NTASKS_PER_NODE."},
@@ -91,7 +91,7 @@ constexpr std::array kTable = {
                 "polls with sched_yield for up to 1 ms, handing the core to the ranks that share it."},
     SettingInfo{"BRAID_ALGO", "(auto)",
                 "Force algorithms: a name (ring) for every collective that has it, or per collective "
-                "(all_reduce:tree,broadcast:binomial). See the algorithm table."},
+                "(all_reduce:tree,broadcast:binomial). See docs/algorithms.md."},
     SettingInfo{"BRAID_TRANSPORT", "(auto)",
                 "Transports to use, in order of preference, as a name or a list (shm,tcp: shared memory between "
                 "ranks of one host, TCP otherwise); each pair of ranks uses the first that reaches it. cuda_ipc "

@@ -1,7 +1,7 @@
 // Settings: the one table of environment variables (name, default, meaning):
 // the BRAID_* settings and TensorFlow's TF_CONFIG. Nothing else in braid
-// calls getenv; the README prints this table and a test checks that the two
-// agree.
+// calls getenv; docs/settings.md prints this table and a test checks that the
+// two agree.
 #pragma once
 
 #include <chrono>
@@ -25,7 +25,7 @@ struct SettingInfo {
   std::string_view meaning;
 };
 
-/// Every setting braid reads, in README order.
+/// Every setting braid reads, in the order docs/settings.md lists them.
 std::span<const SettingInfo> setting_table();
 
 struct Settings {
