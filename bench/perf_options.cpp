@@ -55,6 +55,7 @@ Options take "-x VALUE", "-xVALUE", "--name VALUE" or "--name=VALUE", as in nccl
   --inplace                accepted for old scripts: every row has both placements
   -g 1, -t 1               nccl-tests' GPUs and threads per process: braid has one rank per
                            process, so only 1 is accepted; braid-run -n sets the ranks
+  --version                braid's version
   -h, --help               this text
 
 Each row times the out-of-place and the in-place form (output aliasing input as the API
@@ -130,6 +131,7 @@ ParsedCommandLine parse_options(const std::vector<std::string_view>& args) {
   bool factor_given = false;
   CommandLine cli;
   cli.flag({"-h", "--help"}, [&] { parsed.help = true; })
+      .version("braid-perf")
       .option({"-b", "--minbytes"}, [&](auto name, auto v) { o.min_bytes = parse_size(name, v); })
       .option({"-e", "--maxbytes"}, [&](auto name, auto v) { o.max_bytes = parse_size(name, v); })
       .option({"-f", "--stepfactor"},
