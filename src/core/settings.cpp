@@ -1,14 +1,21 @@
 #include "core/settings.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <cmath>
 #include <charconv>
+#include <cstdint>
 #include <cstdlib>
+#include <mutex>
+#include <set>
 #include <utility>
 
 #include "braid/types.hpp"
+#include "core/log.hpp"
 #include "core/text.hpp"
+
+extern char** environ;
 
 namespace braid {
 namespace {
@@ -140,6 +147,43 @@ constexpr std::array kTable = {
                 "must chain to."},
 };
 
+// Names other libraries give a setting that braid spells differently, which
+// spelling alone would not lead to.
+constexpr std::array<std::pair<std::string_view, std::string_view>, 4> kOtherNames = {{
+    {"BRAID_LOG", "BRAID_DEBUG"},
+    {"BRAID_LOG_LEVEL", "BRAID_DEBUG"},
+    {"BRAID_LOGLEVEL", "BRAID_DEBUG"},
+    {"BRAID_VERBOSE", "BRAID_DEBUG"},
+}};
+
+bool is_setting(std::string_view name) {
+  for (const auto& s : kTable)
+    if (s.name == name) return true;
+  return false;
+}
+
+// A BRAID_* variable that is no setting is most often a typo whose effect
+// the user expects (BRAID_TRANSPORTS=tcp running over shm): say so once per
+// name, at the first communicator (or tool) that reads the settings.
+void warn_of_unknown_settings(LogLevel level) {
+  if (level == LogLevel::none) return;
+  static std::mutex mutex;
+  static std::set<std::string, std::less<>> warned;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    std::string_view text(*entry);
+    std::string_view name = text.substr(0, text.find('='));
+    if (!name.starts_with("BRAID_") || is_setting(name)) continue;
+    {
+      std::lock_guard lock(mutex);
+      if (!warned.emplace(name).second) continue;
+    }
+    std::string_view close = closest_setting(name);
+    log_detail::write(LogLevel::warn, cat(name, " is not a braid setting, so it is ignored",
+                                          close.empty() ? "" : cat(": did you mean ", close, "?"),
+                                          " (braid-run --env-help lists every setting)"));
+  }
+}
+
 std::optional<std::string> getenv_string(std::string_view name) {
   const char* value = std::getenv(std::string(name).c_str());
   if (value == nullptr || *value == '\0') return std::nullopt;
@@ -195,10 +239,36 @@ TlsContext tls_from_env() {
 
 std::span<const SettingInfo> setting_table() { return kTable; }
 
+// The other name a user meant, else the BRAID_ setting whose name holds the
+// unknown one or is held by it ("BRAID_IFNAME" in BRAID_SOCKET_IFNAME), else
+// the one within a few edits (a third of the name, at least 2).
+std::string_view closest_setting(std::string_view name) {
+  for (auto [other, setting] : kOtherNames)
+    if (other == name) return setting;
+  constexpr std::string_view kPrefix = "BRAID_";
+  if (!name.starts_with(kPrefix)) return {};
+  const std::string_view wanted = name.substr(kPrefix.size());
+  const std::size_t most_edits = std::max<std::size_t>(2, wanted.size() / 3);
+  std::string_view best;
+  std::size_t best_score = SIZE_MAX;
+  for (const auto& s : kTable) {
+    if (!s.name.starts_with(kPrefix) || s.name == name) continue;
+    const std::string_view known = s.name.substr(kPrefix.size());
+    std::size_t score = edit_distance(wanted, known);
+    if (score > most_edits) score = SIZE_MAX;
+    const bool holds = std::min(wanted.size(), known.size()) >= 3 &&
+                       (known.find(wanted) != std::string_view::npos || wanted.find(known) != std::string_view::npos);
+    if (holds) score = std::min(score, std::max(wanted.size(), known.size()) - std::min(wanted.size(), known.size()));
+    if (score < best_score) {
+      best = s.name;
+      best_score = score;
+    }
+  }
+  return best;
+}
+
 std::optional<std::string> Settings::raw(std::string_view name) {
-  bool known = false;
-  for (const auto& s : kTable) known = known || s.name == name;
-  if (!known) throw Error(ErrorCode::internal, cat("setting ", name, " is not in the settings table"));
+  if (!is_setting(name)) throw Error(ErrorCode::internal, cat("setting ", name, " is not in the settings table"));
   return getenv_string(name);
 }
 
@@ -304,6 +374,7 @@ Settings Settings::from_env() {
   }
   if (key_file) s.auth_key = AuthKey::from_file(*key_file, "BRAID_AUTH_KEY_FILE");
   s.tls = tls_from_env();
+  warn_of_unknown_settings(s.log_level);
   return s;
 }
 

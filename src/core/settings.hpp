@@ -28,6 +28,11 @@ struct SettingInfo {
 /// Every setting braid reads, in the order docs/settings.md lists them.
 std::span<const SettingInfo> setting_table();
 
+/// The setting that an unknown BRAID_* name most likely meant
+/// ("BRAID_TRANSPORTS": "BRAID_TRANSPORT", "BRAID_LOG": "BRAID_DEBUG"), or
+/// empty when none is close.
+std::string_view closest_setting(std::string_view name);
+
 struct Settings {
   // Identity and rendezvous (set by braid-run or the user's launcher).
   std::optional<int> rank;
@@ -61,7 +66,9 @@ struct Settings {
   TlsContext tls;
 
   /// Reads the environment once; a malformed value throws InvalidArgument
-  /// naming the variable and the value (never the value of a secret).
+  /// naming the variable and the value (never the value of a secret). A
+  /// BRAID_* variable that is not a setting gets a warning (once per
+  /// process) naming the closest one, unless BRAID_DEBUG=NONE.
   static Settings from_env();
   /// Reads one variable through the same table (for tools); nullopt if unset.
   static std::optional<std::string> raw(std::string_view name);

@@ -28,6 +28,22 @@ TEST_CASE("settings reject malformed values naming the variable") {
   CHECK_THROWS_WITH(parse_bytes("4Q", "BRAID_SLICE_BYTES"), Catch::Contains("BRAID_SLICE_BYTES='4Q'"));
 }
 
+TEST_CASE("an unknown BRAID_* name is matched to the setting it most likely meant") {
+  CHECK(closest_setting("BRAID_TRANSPORTS") == "BRAID_TRANSPORT");
+  CHECK(closest_setting("BRAID_TIMOUT") == "BRAID_TIMEOUT");
+  CHECK(closest_setting("BRAID_SLCIE_BYTES") == "BRAID_SLICE_BYTES");
+  CHECK(closest_setting("BRAID_IFNAME") == "BRAID_SOCKET_IFNAME");
+  CHECK(closest_setting("BRAID_ALGORITHM") == "BRAID_ALGO");
+  CHECK(closest_setting("BRAID_TCP_STREAM") == "BRAID_TCP_STREAMS");
+  CHECK(closest_setting("BRAID_LOG") == "BRAID_DEBUG");
+  CHECK(closest_setting("BRAID_XYZZY").empty());
+  CHECK(closest_setting("TRANSPORT").empty());
+  CHECK(edit_distance("BRAID_TIMOUT", "BRAID_TIMEOUT") == 1);
+  CHECK(edit_distance("ab", "ba") == 1);
+  CHECK(edit_distance("", "abc") == 3);
+  CHECK(edit_distance("kitten", "sitting") == 3);
+}
+
 TEST_CASE("durations that are not finite, negative or overflow are refused") {
   for (const char* text : {"nan", "NaN", "inf", "-inf", "infinity", "nanms", "-1", "1e300", "2e9s", "9e18ms"})
     CHECK_THROWS_WITH(parse_duration(text, "BRAID_TIMEOUT"), Catch::Contains(std::string("BRAID_TIMEOUT='") + text));
