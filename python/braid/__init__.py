@@ -26,6 +26,7 @@ from ._braid import (  # noqa: F401
     Error,
     InternalError,
     InvalidArgument,
+    InvalidUsage,
     PeerLost,
     ProtocolMismatch,
     ReduceOp,
@@ -39,6 +40,7 @@ from ._braid import (  # noqa: F401
 from . import mirrored  # noqa: F401,E402
 
 __all__ = [
-    "Aborted", "Comm", "DataType", "Error", "InternalError", "InvalidArgument", "PeerLost", "ProtocolMismatch",
+    "Aborted", "Comm", "DataType", "Error", "InternalError", "InvalidArgument", "InvalidUsage", "PeerLost",
+    "ProtocolMismatch",
     "ReduceOp", "SystemError", "Timeout", "UniqueId", "Unsupported", "Work", "mirrored",
 ]
