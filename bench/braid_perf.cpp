@@ -10,6 +10,8 @@
 // of a row comes from the ranks' average iteration times as -a says (the mean
 // over ranks by default, as nccl-tests). The sizes, busbw factors and output
 // forms are in perf_report.hpp; the command line in perf_options.hpp.
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -137,12 +139,16 @@ void print_header(const Options& o, const braid::Comm& comm, const Placement& wh
   std::printf("# braid-perf %s: %d ranks on %zu host(s) (ranks per host: %s); transports %s (order %s)\n",
               o.collective->name, n, where.ranks_per_host.size(), per_host.c_str(), transports_used(plan, where).c_str(),
               plan.transport_names().c_str());
-  std::printf("# nThread 1 nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: 1 "
+  std::printf("# nThread 1 nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: %d "
               "validation: %d graph: 0\n",
               o.device ? 1 : 0, o.min_bytes, o.max_bytes, o.factor >= 2 ? o.factor : o.step, o.factor >= 2 ? "factor" : "bytes", o.warmup,
-              o.iters, o.check ? 1 : 0);
-  std::printf("# time: %s (-a %d), %s calls\n#\n# Using devices\n", std::string(name_of(o.average)).c_str(),
-              static_cast<int>(o.average), o.blocking ? "blocking" : "asynchronous");
+              o.iters, o.agg_iters, o.check ? 1 : 0);
+  std::printf("# time: %s (-a %d) of the %s per operation, %s calls%s\n#\n# Using devices\n",
+              std::string(name_of(o.average)).c_str(), static_cast<int>(o.average),
+              o.cpu_time ? "process's CPU time" : "elapsed time", o.blocking ? "blocking" : "asynchronous",
+              o.agg_iters == 1 ? ""
+              : o.device        ? ", -m operations one after the other (device buffers are not grouped)"
+                                : ", -m operations grouped");
   for (int r = 0; r < n; ++r)
     std::printf("#  Rank %2d Group  0 Pid %6d on %10s device %s [%s]\n", r, where.pids[r], where.hosts[r].c_str(),
                 o.device ? "gpu" : "cpu", transports_used(plan, where, r).c_str());
@@ -150,12 +156,50 @@ void print_header(const Options& o, const braid::Comm& comm, const Placement& wh
   std::printf("#\n# %s\n", comm.describe().c_str());
 }
 
+// Microseconds on the clock a row's time comes from: the elapsed time, or
+// with -C 1 the CPU time of the whole process (its progress thread too).
+double now_us(bool cpu_time) {
+  if (!cpu_time) return std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count();
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_nsec) / 1e3;
+}
+
+// One timed iteration: -m operations, issued as one group as nccl-tests
+// issues them between ncclGroupStart and ncclGroupEnd. Device buffers cannot
+// be grouped yet, so there they run one after the other.
+template <typename Call>
+void aggregated(const Options& o, const PerfBuffers& buffers, Call&& call) {
+  if (o.agg_iters == 1) {
+    call();
+  } else if (buffers.device()) {
+    for (int k = 0; k < o.agg_iters; ++k) call();
+  } else {
+    braid::group([&] {
+      for (int k = 0; k < o.agg_iters; ++k) call();
+    });
+  }
+}
+
+// -M 1: every rank's peak resident set (getrusage), gathered, on rank 0.
+void report_memory(braid::Comm& comm, std::FILE* out) {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  std::int64_t mine = usage.ru_maxrss;  // KiB on Linux
+  std::vector<std::int64_t> all(static_cast<std::size_t>(comm.size()));
+  comm.all_gather(&mine, all.data(), 1, braid::DataType::i64);
+  if (comm.rank() != 0) return;
+  std::fprintf(out, "# Memory: peak resident set per rank (MiB):");
+  for (std::size_t r = 0; r < all.size(); ++r) std::fprintf(out, " %zu: %.1f", r, static_cast<double>(all[r]) / 1024);
+  std::fprintf(out, "\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
   try {
-    auto parsed = parse_options(std::vector<std::string_view>(argv + 1, argv + argc));
+    auto parsed = parse_options(std::vector<std::string_view>(argv + 1, argv + argc), argv[0]);
     if (parsed.help) {
       std::fputs(usage().c_str(), stdout);
       return 0;
@@ -213,7 +257,8 @@ int main(int argc, char** argv) {
     }
 
     Summary summary;
-    const std::size_t total_rows = o.types.size() * o.ops.size() * roots.size() * sizes.size();
+    const std::size_t total_rows =
+        o.types.size() * o.ops.size() * roots.size() * sizes.size() * static_cast<std::size_t>(std::max(o.cycles, 1));
     std::size_t rows_done = 0;
     const auto sweep_start = Clock::now();
     auto last_progress = sweep_start;
@@ -233,15 +278,15 @@ int main(int argc, char** argv) {
       // In place, every iteration works on the previous result: correct data
       // only matters for the checked run below.
       comm.barrier();
-      const auto start = Clock::now();
+      const double start_us = now_us(o.cpu_time);
       if (o.blocking) {
-        for (int i = 0; i < iters; ++i) one.run_once();
+        for (int i = 0; i < iters; ++i) aggregated(o, buffers, [&] { one.run_once(); });
       } else {
         std::vector<braid::Work> works;
-        for (int i = 0; i < iters; ++i) one.start(works);
+        for (int i = 0; i < iters; ++i) aggregated(o, buffers, [&] { one.start(works); });
         for (auto& w : works) w.wait();
       }
-      double local_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / iters;
+      double local_us = (now_us(o.cpu_time) - start_us) / (static_cast<double>(iters) * o.agg_iters);
       comm.all_gather(&local_us, per_rank.data(), 1, braid::DataType::f64);
       std::optional<long long> wrong;
       if (o.check) {
@@ -254,47 +299,50 @@ int main(int argc, char** argv) {
       return measure(one.size_bytes(), aggregate_time(per_rank, o.average), kind, n, wrong);
     };
 
-    for (auto type : o.types)
-      for (auto op : o.ops)
-        for (int root : roots) {
-          std::size_t previous_size = SIZE_MAX;
-          for (std::size_t bytes : sizes) {
-            ++rows_done;
-            const CaseSpec out_of_place{o.collective, type, op, root, false};
-            const CaseSpec in_place{o.collective, type, op, root, true};
-            Case probe(out_of_place, comm, buffers, bytes);
-            if (probe.size_bytes() == previous_size) continue;  // sizes below one element per rank
-            previous_size = probe.size_bytes();
-            Row row;
-            row.collective = o.collective->name;
-            row.algorithm = algorithm_at(out_of_place, plan, probe.count_bytes(), n);
-            row.transport = transports_used(plan, where);
-            row.ranks = n;
-            row.hosts = static_cast<int>(where.ranks_per_host.size());
-            row.size = probe.size_bytes();
-            row.count = row.size / braid::size_of(type);
-            row.type = braid::name_of(type);
-            row.redop = o.collective->reduces ? std::string(braid::name_of(op)) : "none";
-            row.root = o.collective->rooted ? root : -1;
-            row.out_of_place = run_placement(out_of_place, bytes);
-            row.in_place = run_placement(in_place, bytes);
-            for (const auto& m : {row.out_of_place, row.in_place})
-              if (m) summary.add(*m);
-            if (rank != 0) continue;
-            switch (o.output) {
-              case Output::table: std::fputs(table_row(row).c_str(), stdout); break;
-              case Output::csv: std::fputs(csv_lines(row).c_str(), stdout); break;
-              case Output::json: std::fputs(json_lines(row).c_str(), stdout); break;
-            }
-            std::fflush(stdout);
-            const auto now = Clock::now();
-            if (o.progress && now - last_progress >= std::chrono::seconds(2) && rows_done < total_rows) {
-              std::fprintf(stderr, "braid-perf: %zu of %zu rows done (%zu B), %.0f s\n", rows_done, total_rows, row.size,
-                           std::chrono::duration<double>(now - sweep_start).count());
-              last_progress = now;
+    for (int cycle = 0; o.cycles == 0 || cycle < o.cycles; ++cycle) {
+      for (auto type : o.types)
+        for (auto op : o.ops)
+          for (int root : roots) {
+            std::size_t previous_size = SIZE_MAX;
+            for (std::size_t bytes : sizes) {
+              ++rows_done;
+              const CaseSpec out_of_place{o.collective, type, op, root, false};
+              const CaseSpec in_place{o.collective, type, op, root, true};
+              Case probe(out_of_place, comm, buffers, bytes);
+              if (probe.size_bytes() == previous_size) continue;  // sizes below one element per rank
+              previous_size = probe.size_bytes();
+              Row row;
+              row.collective = o.collective->name;
+              row.algorithm = algorithm_at(out_of_place, plan, probe.count_bytes(), n);
+              row.transport = transports_used(plan, where);
+              row.ranks = n;
+              row.hosts = static_cast<int>(where.ranks_per_host.size());
+              row.size = probe.size_bytes();
+              row.count = row.size / braid::size_of(type);
+              row.type = braid::name_of(type);
+              row.redop = o.collective->reduces ? std::string(braid::name_of(op)) : "none";
+              row.root = o.collective->rooted ? root : -1;
+              row.out_of_place = run_placement(out_of_place, bytes);
+              row.in_place = run_placement(in_place, bytes);
+              for (const auto& m : {row.out_of_place, row.in_place})
+                if (m) summary.add(*m);
+              if (rank != 0) continue;
+              switch (o.output) {
+                case Output::table: std::fputs(table_row(row).c_str(), stdout); break;
+                case Output::csv: std::fputs(csv_lines(row).c_str(), stdout); break;
+                case Output::json: std::fputs(json_lines(row).c_str(), stdout); break;
+              }
+              std::fflush(stdout);
+              const auto now = Clock::now();
+              if (o.progress && now - last_progress >= std::chrono::seconds(2) && rows_done < total_rows) {
+                std::fprintf(stderr, "braid-perf: %zu of %zu rows done (%zu B), %.0f s\n", rows_done, total_rows, row.size,
+                             std::chrono::duration<double>(now - sweep_start).count());
+                last_progress = now;
+              }
             }
           }
-        }
+    }
+    if (o.memory_report) report_memory(comm, o.output == Output::table ? stdout : stderr);
     if (rank == 0 && o.output == Output::table) std::fputs(table_footer(summary).c_str(), stdout);
     return summary.wrong() == 0 ? 0 : 1;
   } catch (const braid::Error& e) {

@@ -150,6 +150,10 @@ def main():
         for tool in ("braid-run", "braid-perf", "braid-topo"):
             if not (bin_dir / tool).exists():
                 raise Failure(f"{tool} not installed in {bin_dir}")
+        # nccl-tests' names, links to braid-perf, which takes the collective from them.
+        for alias in ("all_reduce_perf", "all_gather_perf", "alltoall_perf", "sendrecv_perf"):
+            if not (bin_dir / alias).is_symlink() or os.readlink(bin_dir / alias) != "braid-perf":
+                raise Failure(f"{alias} is not installed in {bin_dir} as a link to braid-perf")
         include_dir = next(dest.rglob("include/braid"))
         if not (include_dir / "braid.h").exists() or not (include_dir / "braid.hpp").exists():
             raise Failure(f"public headers not installed in {include_dir}")
