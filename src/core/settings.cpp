@@ -70,7 +70,17 @@ constexpr std::array kTable = {
                 "from BRAID_STORE_ADDR (or MASTER_ADDR and MASTER_PORT)."},
     SettingInfo{"BRAID_TIMEOUT", "300s",
                 "Bound on every wait: rendezvous, connection, each collective (300, 30s, 500ms, 2m)."},
-    SettingInfo{"BRAID_DEBUG", "WARN", "Log level on stderr: NONE, WARN, INFO or TRACE."},
+    SettingInfo{"BRAID_DEBUG", "WARN",
+                "Log level: NONE, WARN, INFO or TRACE. A line starts with the local date and time (to the "
+                "microsecond), [host:pid rank r], the subsystem and the level."},
+    SettingInfo{"BRAID_DEBUG_SUBSYS", "ALL",
+                "Subsystems whose INFO and TRACE lines show, as NCCL_DEBUG_SUBSYS: a list of INIT, BOOTSTRAP, NET, "
+                "SHM, P2P, GRAPH, TUNING, COLL, ENV (INIT,NET), or ALL; ^ in front shows all but the list (^SHM,COLL). "
+                "WARN lines always show."},
+    SettingInfo{"BRAID_DEBUG_FILE", "(stderr)",
+                "Write the log to this file instead of stderr, as NCCL_DEBUG_FILE: %h becomes the host name and %p "
+                "the process id (braid.%h.%p.log). Appended to; one that cannot be opened leaves the log on stderr, "
+                "with a warning."},
     SettingInfo{"BRAID_SOCKET_IFNAME", "(auto)",
                 "Interfaces whose address this rank advertises to its peers, as NCCL_SOCKET_IFNAME: name "
                 "prefixes (eth,en), ^ to exclude (^docker,lo), = for exact names (=eth0). Default: the one through "
@@ -178,9 +188,8 @@ void warn_of_unknown_settings(LogLevel level) {
       if (!warned.emplace(name).second) continue;
     }
     std::string_view close = closest_setting(name);
-    log_detail::write(LogLevel::warn, cat(name, " is not a braid setting, so it is ignored",
-                                          close.empty() ? "" : cat(": did you mean ", close, "?"),
-                                          " (braid-run --env-help lists every setting)"));
+    log_warn(name, " is not a braid setting, so it is ignored", close.empty() ? "" : cat(": did you mean ", close, "?"),
+             " (braid-run --env-help lists every setting)");
   }
 }
 
@@ -329,6 +338,8 @@ Settings Settings::from_env() {
     else if (level == "TRACE") s.log_level = LogLevel::trace;
     else throw InvalidArgument(cat("BRAID_DEBUG='", *v, "' is not one of NONE, WARN, INFO, TRACE"));
   }
+  if (auto v = getenv_string("BRAID_DEBUG_SUBSYS")) s.log_subsystems = parse_log_subsystems(*v);
+  if (auto v = getenv_string("BRAID_DEBUG_FILE")) s.log_file = *v;
   if (auto v = getenv_string("BRAID_SOCKET_IFNAME")) s.socket_ifname = *v;
   if (auto v = getenv_string("BRAID_PORT_RANGE")) s.port_range = PortRange::parse(*v, "BRAID_PORT_RANGE");
   if (auto v = env_integer("BRAID_TCP_STREAMS", 1, 16)) s.tcp_streams = static_cast<int>(*v);
@@ -374,6 +385,7 @@ Settings Settings::from_env() {
   }
   if (key_file) s.auth_key = AuthKey::from_file(*key_file, "BRAID_AUTH_KEY_FILE");
   s.tls = tls_from_env();
+  configure_log(s.log_level, s.log_subsystems, s.log_file);
   warn_of_unknown_settings(s.log_level);
   return s;
 }

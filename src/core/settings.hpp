@@ -44,6 +44,8 @@ struct Settings {
   // Behaviour.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   LogLevel log_level = LogLevel::warn;
+  unsigned log_subsystems = ~0u;  // BRAID_DEBUG_SUBSYS (core/log.hpp's LogSubsystem bits)
+  std::string log_file;           // BRAID_DEBUG_FILE, %h and %p not yet replaced
   std::string socket_ifname;               // BRAID_SOCKET_IFNAME (core/interfaces.hpp's syntax)
   std::optional<PortRange> port_range;     // BRAID_PORT_RANGE: every listening socket's port
   std::string launch_source;               // where rank and size came from (launch_env.hpp), for describe()
@@ -65,8 +67,9 @@ struct Settings {
   // TLS for every connection (off unless BRAID_TLS=1); loaded and checked here.
   TlsContext tls;
 
-  /// Reads the environment once; a malformed value throws InvalidArgument
-  /// naming the variable and the value (never the value of a secret). A
+  /// Reads the environment once and sets up the log from it (core/log.hpp);
+  /// a malformed value throws InvalidArgument naming the variable and the
+  /// value (never the value of a secret). A
   /// BRAID_* variable that is not a setting gets a warning (once per
   /// process) naming the closest one, unless BRAID_DEBUG=NONE.
   static Settings from_env();
