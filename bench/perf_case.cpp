@@ -144,7 +144,7 @@ void Case::start_uneven(std::vector<braid::Work>* works) {
       break;
     default: break;
   }
-  if (w) works->push_back(std::move(*w));
+  if (works != nullptr && w) works->push_back(std::move(*w));
 }
 
 // Poisons the output, then writes this rank's input (which in place

@@ -196,7 +196,7 @@ TEST_CASE("checkpoint: everything written reads back", "[checkpoint]") {
   SECTION("entries larger than the write and read buffers, and many small ones") {
     CheckpointContents big;
     big.entries.push_back(entry("big", DataType::f32, {3, (1 << 18) + 1}, 21));  // 3 MiB + 12
-    for (int i = 0; i < 3000; ++i) big.entries.push_back(entry("v" + std::to_string(i), DataType::u8, {i % 50}, 100 + i));
+    for (int i = 0; i < 3000; ++i) big.entries.push_back(entry(std::string("v").append(std::to_string(i)), DataType::u8, {i % 50}, 100 + i));
     big.entries.push_back(entry("after", DataType::f64, {70000}, 22));
     write_checkpoint_file(path, big);
     require_equal(read_checkpoint_file(path), big);
