@@ -122,6 +122,15 @@ DataType parse_type(std::string_view text) {
   }
 }
 
+// nccl-tests' options for what braid has none of: 0, their "off", is
+// accepted; another value up to `most` is refused saying `why`.
+auto only_zero(int most, std::string_view why) {
+  return [most, why](std::string_view name, std::string_view value) {
+    if (parse_choice(name, value, 0, most) != 0)
+      throw UsageError(std::string(name) + " " + std::string(value) + " " + std::string(why));
+  };
+}
+
 }  // namespace
 
 std::string usage() {
@@ -132,9 +141,8 @@ std::string usage() {
     for (auto a : algorithms_of(c.name)) algorithms.append(" ").append(a);
     algorithms.append("\n");
   }
-  std::string text(kUsage);
-  text.replace(text.find("%s"), 2, algorithms);
-  return text;
+  const std::size_t at = kUsage.find("%s");
+  return std::string(kUsage.substr(0, at)).append(algorithms).append(kUsage.substr(at + 2));
 }
 
 ParsedCommandLine parse_options(const std::vector<std::string_view>& args, std::string_view program) {
@@ -201,26 +209,17 @@ ParsedCommandLine parse_options(const std::vector<std::string_view>& args, std::
       .option({"-M", "--memory_report"},
               [&](auto name, auto v) { o.memory_report = parse_choice(name, v, 0, 1) == 1; })
       .option({"-p", "--parallel_init"},
-              [&](auto name, auto v) {
-                if (parse_choice(name, v, 0, 1) != 0)
-                  throw UsageError(std::string(name) + " 1 initializes the communicators of a process's GPUs from "
-                                   "threads; braid runs one rank per process (braid-run -n sets the ranks), so "
-                                   "there is nothing to initialize in parallel: use -p 0");
-              })
+              only_zero(1, "initializes the communicators of a process's GPUs from threads; braid runs one rank "
+                           "per process (braid-run -n sets the ranks), so there is nothing to initialize in "
+                           "parallel: use -p 0"))
       .option({"-G", "--cudagraph"},
-              [&](auto name, auto v) {
-                if (parse_count(name, v, 0) != 0)
-                  throw UsageError(std::string(name) + " N captures the iterations in a CUDA graph and launches it N "
-                                   "times; braid's calls are synchronous with the GPU and queue nothing on a "
-                                   "stream, so there is nothing to capture: use -G 0");
-              })
+              only_zero(1000000000, "captures the iterations in a CUDA graph and launches it that many times; "
+                                    "braid's calls are synchronous with the GPU and queue nothing on a stream, so "
+                                    "there is nothing to capture: use -G 0"))
       .option({"-R", "--local_register"},
-              [&](auto name, auto v) {
-                if (parse_choice(name, v, 0, 2) != 0)
-                  throw UsageError(std::string(name) + " registers the buffers with NCCL (1: locally, 2: "
-                                   "symmetric memory); braid has no buffer registration (its transports copy "
-                                   "through staging memory of their own), so use -R 0");
-              })
+              only_zero(2, "registers the buffers with NCCL (1: locally, 2: symmetric memory); braid has no "
+                           "buffer registration (its transports copy through staging memory of their own): use "
+                           "-R 0"))
       .option({"--algo"}, [&](auto, auto v) { o.algo = v; })
       .option({"--transport"}, [&](auto, auto v) { o.transport = v; })
       .option({"--tune"}, [&](auto, auto v) { o.tune = v; })
@@ -267,7 +266,7 @@ ParsedCommandLine parse_options(const std::vector<std::string_view>& args, std::
 void apply_to_environment(const Options& o) {
   if (!o.algo.empty()) {
     std::string spec = Settings::raw("BRAID_ALGO").value_or("");
-    spec += (spec.empty() ? "" : ",") + std::string(o.collective->name) + ":" + o.algo;
+    spec.append(spec.empty() ? "" : ",").append(o.collective->name).append(":").append(o.algo);
     if (setenv("BRAID_ALGO", spec.c_str(), 1) != 0) throw UsageError("cannot set BRAID_ALGO");
   }
   if (!o.transport.empty() && setenv("BRAID_TRANSPORT", o.transport.c_str(), 1) != 0)

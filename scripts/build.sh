@@ -18,5 +18,24 @@ if [ ! -f "$build/build.ninja" ]; then
     exit 1
   fi
 fi
-echo "== building $build/ ${*:-(everything but the tests)}"
-NINJA_STATUS="[%f/%t %es] " ninja -C "$build" "$@"
+if [ $# -eq 0 ]; then
+  # Meson 1.0's default target builds the test programs too (its `all`
+  # includes meson-test-prereq), whatever build_by_default says: name the
+  # targets that are built by default instead, from Meson's record of them,
+  # once build.ninja is up to date with meson.build.
+  ninja -C "$build" build.ninja >/dev/null
+  mapfile -t targets < <(/usr/bin/python3 - "$build" <<'PY'
+import json, os, sys
+build = sys.argv[1]
+for target in json.load(open(os.path.join(build, "meson-info", "intro-targets.json"))):
+    if target["build_by_default"]:
+        for output in target["filename"]:
+            print(os.path.relpath(output, build))
+PY
+  )
+  echo "== building $build/ (everything but the tests)"
+else
+  targets=("$@")
+  echo "== building $build/ ${targets[*]}"
+fi
+NINJA_STATUS="[%f/%t %es] " ninja -C "$build" "${targets[@]}"

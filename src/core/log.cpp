@@ -105,7 +105,7 @@ std::string_view hostname() {
 }
 
 LogSubsystem log_subsystem_of(std::string_view source_file) {
-  const std::string path = "/" + std::string(source_file);  // "../comm/x.cpp" and "comm/x.cpp" alike
+  const std::string path = std::string("/").append(source_file);  // "../comm/x.cpp" and "comm/x.cpp" alike
   LogSubsystem best = kLogInit;
   std::size_t best_end = 0;
   for (const auto& area : kSourceAreas) {
@@ -144,7 +144,7 @@ unsigned parse_log_subsystems(std::string_view text) {
     const std::string name = upper(text.substr(0, comma));
     text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
     if (name.empty()) continue;
-    unsigned bit = name == "ALL" ? kLogAll : 0;
+    unsigned bit = name == "ALL" ? unsigned{kLogAll} : 0u;
     for (LogSubsystem s : kSubsystems)
       if (name == name_of(s)) bit = s;
     if (bit == 0) {

@@ -11,7 +11,6 @@
 #include <concepts>
 #include <mutex>
 #include <optional>
-#include <source_location>
 #include <string>
 #include <string_view>
 
@@ -61,11 +60,12 @@ void write(LogLevel level, const char* source_file, std::string_view message);
 
 // The first part of a message, and where the call is: every message starts
 // with text, so the call site's file rides on its conversion.
+// __builtin_FILE() as a default argument is the caller's file in GCC and in
+// clang (whose 14 has no std::source_location with libstdc++ 12).
 struct FirstPart {
   template <typename T>
     requires std::convertible_to<const T&, std::string_view>
-  FirstPart(const T& part, std::source_location where = std::source_location::current())
-      : text(part), file(where.file_name()) {}
+  FirstPart(const T& part, const char* caller_file = __builtin_FILE()) : text(part), file(caller_file) {}
   std::string_view text;
   const char* file;
 };
