@@ -10,6 +10,8 @@
 // of a row comes from the ranks' average iteration times as -a says (the mean
 // over ranks by default, as nccl-tests). The sizes, busbw factors and output
 // forms are in perf_report.hpp; the command line in perf_options.hpp.
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,8 +31,8 @@
 #include "core/device.hpp"
 #include "core/rank_info.hpp"
 #include "core/settings.hpp"
-#include "expected_values.hpp"
 #include "tools/job_ranks.hpp"
+#include "perf_case.hpp"
 #include "perf_options.hpp"
 #include "perf_report.hpp"
 #include "perf_tune.hpp"
@@ -41,263 +43,6 @@ namespace {
 
 using namespace braid::perf;
 using Clock = std::chrono::steady_clock;
-
-// What one row of the sweep runs, besides the size.
-struct CaseSpec {
-  const CollectiveInfo* collective;
-  braid::DataType type;
-  braid::ReduceOp op;
-  int root;
-  bool in_place;
-};
-
-// The count argument of the call for a row of `bytes`: whole elements, at
-// least one (per rank where there are blocks) unless the row is empty.
-std::size_t count_for(const CaseSpec& s, int n, std::size_t bytes) {
-  const std::size_t blocks = s.collective->blocked ? static_cast<std::size_t>(n) : 1;
-  return bytes == 0 ? 0 : std::max<std::size_t>(1, bytes / braid::size_of(s.type) / blocks);
-}
-
-// The send and receive buffers: host vectors, and with --device their
-// copies in GPU memory, which the calls use; patterns are written and checked
-// in the host vectors and copied across.
-struct PerfBuffers {
-  std::vector<std::byte> send, recv;
-  braid::device::Memory device_send, device_recv;
-
-  PerfBuffers(std::size_t bytes, bool device, int local_rank) : send(bytes), recv(bytes) {
-    if (!device) return;
-    if (braid::device::count() == 0)
-      throw braid::Error(braid::ErrorCode::unsupported, "--device: " + braid::device::status());
-    const int id = local_rank % braid::device::count();
-    device_send = braid::device::Memory(bytes, id);
-    device_recv = braid::device::Memory(bytes, id);
-  }
-  bool device() const { return device_send.data() != nullptr; }
-  // Where the calls read and write `p`, a pointer into send or recv.
-  std::byte* target(std::byte* p) {
-    if (!device()) return p;
-    if (p >= send.data() && p <= send.data() + send.size()) return device_send.data() + (p - send.data());
-    return device_recv.data() + (p - recv.data());
-  }
-  // The first `bytes` of both buffers, where a row's regions all lie.
-  void to_device(std::size_t bytes) {
-    if (!device()) return;
-    braid::device::copy_on(device_send.id(), device_send.data(), send.data(), bytes);
-    braid::device::copy_on(device_recv.id(), device_recv.data(), recv.data(), bytes);
-  }
-  void to_host(std::size_t bytes) {
-    if (!device()) return;
-    braid::device::copy_on(device_send.id(), send.data(), device_send.data(), bytes);
-    braid::device::copy_on(device_recv.id(), recv.data(), device_recv.data(), bytes);
-  }
-};
-
-// One size of one collective on this rank: the element counts, the buffers
-// the call reads and writes, and how to fill and check them.
-class Case {
- public:
-  Case(const CaseSpec& o, braid::Comm& comm, PerfBuffers& buffers, std::size_t bytes)
-      : o_(o), comm_(comm), buffers_(buffers), kind_(even_form(o.collective->kind)), call_(o.collective->kind),
-        rank_(comm.rank()), n_(comm.size()), element_(braid::size_of(o.type)) {
-    std::vector<std::byte>& send = buffers.send;
-    std::vector<std::byte>& recv = buffers.recv;
-    const std::size_t blocks = o.collective->blocked ? static_cast<std::size_t>(n_) : 1;
-    count_ = count_for(o, n_, bytes);
-    total_ = count_ * blocks;
-    const std::size_t block_bytes = count_ * element_;
-    const std::size_t mine = block_bytes * static_cast<std::size_t>(rank_);
-    in_ = send.data();
-    out_ = o.in_place ? send.data() : recv.data();
-    switch (kind_) {
-      case Kind::all_gather:
-      case Kind::gather:
-        out_ = recv.data();
-        in_ = o.in_place ? recv.data() + mine : send.data();
-        out_elements_ = total_;
-        break;
-      case Kind::reduce_scatter:
-      case Kind::scatter:
-        out_ = o.in_place ? send.data() + mine : recv.data();
-        out_elements_ = count_;
-        break;
-      case Kind::all_to_all: out_elements_ = total_; break;
-      default: out_elements_ = count_; break;
-    }
-    call_in_ = buffers.target(in_);
-    call_out_ = buffers.target(out_);
-    counts_.assign(static_cast<std::size_t>(n_), count_);
-  }
-
-  std::size_t size_bytes() const { return total_ * element_; }
-  std::size_t count_bytes() const { return count_ * element_; }
-
-  void run_once() {
-    const auto t = o_.type;
-    const auto op = o_.op;
-    const int root = o_.root;
-    if (call_ != kind_) {
-      start_uneven(nullptr);
-      return;
-    }
-    switch (kind_) {
-      case Kind::all_reduce: comm_.all_reduce(call_in_, call_out_, count_, t, op); break;
-      case Kind::broadcast: comm_.broadcast(call_in_, call_out_, count_, t, root); break;
-      case Kind::reduce: comm_.reduce(call_in_, call_out_, count_, t, op, root); break;
-      case Kind::all_gather: comm_.all_gather(call_in_, call_out_, count_, t); break;
-      case Kind::reduce_scatter: comm_.reduce_scatter(call_in_, call_out_, count_, t, op); break;
-      case Kind::all_to_all: comm_.all_to_all(call_in_, call_out_, count_, t); break;
-      case Kind::gather: comm_.gather(call_in_, call_out_, count_, t, root); break;
-      case Kind::scatter: comm_.scatter(call_in_, call_out_, count_, t, root); break;
-      case Kind::sendrecv:
-        // A communicator runs its operations one at a time in the order they
-        // were started, and a receive posted first holds up a send posted
-        // after it: even ranks send first, odd ranks receive first, so the
-        // ring never waits on itself (for any n >= 2).
-        if (rank_ % 2 == 0) {
-          comm_.send(call_in_, count_, t, next());
-          comm_.recv(call_out_, count_, t, previous());
-        } else {
-          comm_.recv(call_out_, count_, t, previous());
-          comm_.send(call_in_, count_, t, next());
-        }
-        break;
-      default: break;  // the uneven kinds run as their even form
-    }
-  }
-
-  // The same call started in the background (-z 0); the communicator runs
-  // its operations in the order they were started.
-  void start(std::vector<braid::Work>& works) {
-    const auto t = o_.type;
-    const auto op = o_.op;
-    const int root = o_.root;
-    if (call_ != kind_) {
-      start_uneven(&works);
-      return;
-    }
-    switch (kind_) {
-      case Kind::all_reduce: works.push_back(comm_.all_reduce_async(call_in_, call_out_, count_, t, op)); break;
-      case Kind::broadcast: works.push_back(comm_.broadcast_async(call_in_, call_out_, count_, t, root)); break;
-      case Kind::reduce: works.push_back(comm_.reduce_async(call_in_, call_out_, count_, t, op, root)); break;
-      case Kind::all_gather: works.push_back(comm_.all_gather_async(call_in_, call_out_, count_, t)); break;
-      case Kind::reduce_scatter: works.push_back(comm_.reduce_scatter_async(call_in_, call_out_, count_, t, op)); break;
-      case Kind::all_to_all: works.push_back(comm_.all_to_all_async(call_in_, call_out_, count_, t)); break;
-      case Kind::gather: works.push_back(comm_.gather_async(call_in_, call_out_, count_, t, root)); break;
-      case Kind::scatter: works.push_back(comm_.scatter_async(call_in_, call_out_, count_, t, root)); break;
-      case Kind::sendrecv:
-        if (rank_ % 2 == 0) {
-          works.push_back(comm_.send_async(call_in_, count_, t, next()));
-          works.push_back(comm_.recv_async(call_out_, count_, t, previous()));
-        } else {
-          works.push_back(comm_.recv_async(call_out_, count_, t, previous()));
-          works.push_back(comm_.send_async(call_in_, count_, t, next()));
-        }
-        break;
-      default: break;  // the uneven kinds run as their even form
-    }
-  }
-
-  // The uneven call with equal counts (blocks packed in rank order): blocking,
-  // or started into `works`.
-  void start_uneven(std::vector<braid::Work>* works) {
-    const auto t = o_.type;
-    const int root = o_.root;
-    const std::span<const std::size_t> counts = counts_, packed;
-    std::optional<braid::Work> w;
-    switch (call_) {
-      case Kind::all_to_allv:
-        if (works) w = comm_.all_to_allv_async(call_in_, counts, packed, call_out_, counts, packed, t);
-        else comm_.all_to_allv(call_in_, counts, packed, call_out_, counts, packed, t);
-        break;
-      case Kind::all_gatherv:
-        if (works) w = comm_.all_gatherv_async(call_in_, count_, call_out_, counts, packed, t);
-        else comm_.all_gatherv(call_in_, count_, call_out_, counts, packed, t);
-        break;
-      case Kind::reduce_scatterv:
-        if (works) w = comm_.reduce_scatterv_async(call_in_, call_out_, counts, t, o_.op);
-        else comm_.reduce_scatterv(call_in_, call_out_, counts, t, o_.op);
-        break;
-      case Kind::gatherv:
-        if (works) w = comm_.gatherv_async(call_in_, count_, call_out_, counts, packed, t, root);
-        else comm_.gatherv(call_in_, count_, call_out_, counts, packed, t, root);
-        break;
-      case Kind::scatterv:
-        if (works) w = comm_.scatterv_async(call_in_, counts, packed, call_out_, count_, t, root);
-        else comm_.scatterv(call_in_, counts, packed, call_out_, count_, t, root);
-        break;
-      default: break;
-    }
-    if (w) works->push_back(std::move(*w));
-  }
-
-  // Poisons the output, then writes this rank's input (which in place
-  // overlaps the output).
-  void prepare() {
-    namespace check = braid::check;
-    std::memset(out_, 0xcd, out_elements_ * element_);
-    const auto t = o_.type;
-    switch (kind_) {
-      case Kind::all_reduce:
-      case Kind::reduce: check::fill_reduce_input(t, o_.op, rank_, in_, count_); break;
-      case Kind::reduce_scatter: check::fill_reduce_input(t, o_.op, rank_, in_, total_); break;
-      case Kind::broadcast:
-        if (rank_ == o_.root) check::fill_broadcast_input(t, o_.root, in_, count_);
-        break;
-      case Kind::all_gather:
-      case Kind::gather: check::fill_block(t, rank_, rank_, in_, count_); break;
-      case Kind::all_to_all: check::fill_all_to_all_input(t, rank_, n_, in_, count_); break;
-      case Kind::scatter:
-        if (rank_ == o_.root) check::fill_all_to_all_input(t, o_.root, n_, in_, count_);
-        break;
-      case Kind::sendrecv: check::fill_block(t, rank_, next(), in_, count_); break;
-      default: break;  // the uneven kinds run as their even form
-    }
-    buffers_.to_device(size_bytes());
-  }
-
-  // Elements of this rank's output that differ from the expected values
-  // (only the root's output counts for reduce and gather).
-  std::size_t count_wrong() const {
-    namespace check = braid::check;
-    buffers_.to_host(size_bytes());
-    const auto t = o_.type;
-    const bool root = rank_ == o_.root;
-    switch (kind_) {
-      case Kind::all_reduce: return check::count_wrong_reduce(t, o_.op, n_, out_, count_);
-      case Kind::reduce: return root ? check::count_wrong_reduce(t, o_.op, n_, out_, count_) : 0;
-      case Kind::broadcast: return check::count_wrong_broadcast(t, o_.root, out_, count_);
-      case Kind::all_gather: return check::count_wrong_gather(t, n_, out_, count_);
-      case Kind::gather: return root ? check::count_wrong_gather(t, n_, out_, count_) : 0;
-      case Kind::reduce_scatter: return check::count_wrong_reduce_scatter(t, o_.op, rank_, n_, out_, count_);
-      case Kind::all_to_all: return check::count_wrong_all_to_all(t, rank_, n_, out_, count_);
-      case Kind::scatter: return check::count_wrong_block(t, o_.root, rank_, out_, count_);
-      case Kind::sendrecv: return check::count_wrong_block(t, previous(), rank_, out_, count_);
-      default: break;  // the uneven kinds run as their even form
-    }
-    return 0;
-  }
-
- private:
-  int next() const { return (rank_ + 1) % n_; }
-  int previous() const { return (rank_ + n_ - 1) % n_; }
-
-  const CaseSpec o_;
-  braid::Comm& comm_;
-  PerfBuffers& buffers_;
-  Kind kind_;  // the even form: sizes, inputs and expected outputs
-  Kind call_;  // what is called (kind_, or its uneven form)
-  std::vector<std::size_t> counts_;  // count_ for every rank, for the uneven calls
-  int rank_, n_;
-  std::size_t element_;
-  std::size_t count_ = 0;         // the count argument of the call
-  std::size_t total_ = 0;         // elements in the whole buffer (the size column)
-  std::size_t out_elements_ = 0;  // elements this rank's call writes
-  std::byte* in_ = nullptr;   // in the host vectors, for patterns
-  std::byte* out_ = nullptr;
-  std::byte* call_in_ = nullptr;  // what the calls get (in GPU memory with --device)
-  std::byte* call_out_ = nullptr;
-};
 
 // The algorithm a row runs: the plan's choice for its size, as the schedule
 // that the registry builds from it names itself (a builder hands a shape it
@@ -394,12 +139,16 @@ void print_header(const Options& o, const braid::Comm& comm, const Placement& wh
   std::printf("# braid-perf %s: %d ranks on %zu host(s) (ranks per host: %s); transports %s (order %s)\n",
               o.collective->name, n, where.ranks_per_host.size(), per_host.c_str(), transports_used(plan, where).c_str(),
               plan.transport_names().c_str());
-  std::printf("# nThread 1 nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: 1 "
+  std::printf("# nThread 1 nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: %d "
               "validation: %d graph: 0\n",
               o.device ? 1 : 0, o.min_bytes, o.max_bytes, o.factor >= 2 ? o.factor : o.step, o.factor >= 2 ? "factor" : "bytes", o.warmup,
-              o.iters, o.check ? 1 : 0);
-  std::printf("# time: %s (-a %d), %s calls\n#\n# Using devices\n", std::string(name_of(o.average)).c_str(),
-              static_cast<int>(o.average), o.blocking ? "blocking" : "asynchronous");
+              o.iters, o.agg_iters, o.check ? 1 : 0);
+  std::printf("# time: %s (-a %d) of the %s per operation, %s calls%s\n#\n# Using devices\n",
+              std::string(name_of(o.average)).c_str(), static_cast<int>(o.average),
+              o.cpu_time ? "process's CPU time" : "elapsed time", o.blocking ? "blocking" : "asynchronous",
+              o.agg_iters == 1 ? ""
+              : o.device        ? ", -m operations one after the other (device buffers are not grouped)"
+                                : ", -m operations grouped");
   for (int r = 0; r < n; ++r)
     std::printf("#  Rank %2d Group  0 Pid %6d on %10s device %s [%s]\n", r, where.pids[r], where.hosts[r].c_str(),
                 o.device ? "gpu" : "cpu", transports_used(plan, where, r).c_str());
@@ -407,12 +156,50 @@ void print_header(const Options& o, const braid::Comm& comm, const Placement& wh
   std::printf("#\n# %s\n", comm.describe().c_str());
 }
 
+// Microseconds on the clock a row's time comes from: the elapsed time, or
+// with -C 1 the CPU time of the whole process (its progress thread too).
+double now_us(bool cpu_time) {
+  if (!cpu_time) return std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count();
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_nsec) / 1e3;
+}
+
+// One timed iteration: -m operations, issued as one group as nccl-tests
+// issues them between ncclGroupStart and ncclGroupEnd. Device buffers cannot
+// be grouped yet, so there they run one after the other.
+template <typename Call>
+void aggregated(const Options& o, const PerfBuffers& buffers, Call&& call) {
+  if (o.agg_iters == 1) {
+    call();
+  } else if (buffers.device()) {
+    for (int k = 0; k < o.agg_iters; ++k) call();
+  } else {
+    braid::group([&] {
+      for (int k = 0; k < o.agg_iters; ++k) call();
+    });
+  }
+}
+
+// -M 1: every rank's peak resident set (getrusage), gathered, on rank 0.
+void report_memory(braid::Comm& comm, std::FILE* out) {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  std::int64_t mine = usage.ru_maxrss;  // KiB on Linux
+  std::vector<std::int64_t> all(static_cast<std::size_t>(comm.size()));
+  comm.all_gather(&mine, all.data(), 1, braid::DataType::i64);
+  if (comm.rank() != 0) return;
+  std::fprintf(out, "# Memory: peak resident set per rank (MiB):");
+  for (std::size_t r = 0; r < all.size(); ++r) std::fprintf(out, " %zu: %.1f", r, static_cast<double>(all[r]) / 1024);
+  std::fprintf(out, "\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
   try {
-    auto parsed = parse_options(std::vector<std::string_view>(argv + 1, argv + argc));
+    auto parsed = parse_options(std::vector<std::string_view>(argv + 1, argv + argc), argv[0]);
     if (parsed.help) {
       std::fputs(usage().c_str(), stdout);
       return 0;
@@ -470,7 +257,8 @@ int main(int argc, char** argv) {
     }
 
     Summary summary;
-    const std::size_t total_rows = o.types.size() * o.ops.size() * roots.size() * sizes.size();
+    const std::size_t total_rows =
+        o.types.size() * o.ops.size() * roots.size() * sizes.size() * static_cast<std::size_t>(std::max(o.cycles, 1));
     std::size_t rows_done = 0;
     const auto sweep_start = Clock::now();
     auto last_progress = sweep_start;
@@ -490,15 +278,15 @@ int main(int argc, char** argv) {
       // In place, every iteration works on the previous result: correct data
       // only matters for the checked run below.
       comm.barrier();
-      const auto start = Clock::now();
+      const double start_us = now_us(o.cpu_time);
       if (o.blocking) {
-        for (int i = 0; i < iters; ++i) one.run_once();
+        for (int i = 0; i < iters; ++i) aggregated(o, buffers, [&] { one.run_once(); });
       } else {
         std::vector<braid::Work> works;
-        for (int i = 0; i < iters; ++i) one.start(works);
+        for (int i = 0; i < iters; ++i) aggregated(o, buffers, [&] { one.start(works); });
         for (auto& w : works) w.wait();
       }
-      double local_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / iters;
+      double local_us = (now_us(o.cpu_time) - start_us) / (static_cast<double>(iters) * o.agg_iters);
       comm.all_gather(&local_us, per_rank.data(), 1, braid::DataType::f64);
       std::optional<long long> wrong;
       if (o.check) {
@@ -511,47 +299,50 @@ int main(int argc, char** argv) {
       return measure(one.size_bytes(), aggregate_time(per_rank, o.average), kind, n, wrong);
     };
 
-    for (auto type : o.types)
-      for (auto op : o.ops)
-        for (int root : roots) {
-          std::size_t previous_size = SIZE_MAX;
-          for (std::size_t bytes : sizes) {
-            ++rows_done;
-            const CaseSpec out_of_place{o.collective, type, op, root, false};
-            const CaseSpec in_place{o.collective, type, op, root, true};
-            Case probe(out_of_place, comm, buffers, bytes);
-            if (probe.size_bytes() == previous_size) continue;  // sizes below one element per rank
-            previous_size = probe.size_bytes();
-            Row row;
-            row.collective = o.collective->name;
-            row.algorithm = algorithm_at(out_of_place, plan, probe.count_bytes(), n);
-            row.transport = transports_used(plan, where);
-            row.ranks = n;
-            row.hosts = static_cast<int>(where.ranks_per_host.size());
-            row.size = probe.size_bytes();
-            row.count = row.size / braid::size_of(type);
-            row.type = braid::name_of(type);
-            row.redop = o.collective->reduces ? std::string(braid::name_of(op)) : "none";
-            row.root = o.collective->rooted ? root : -1;
-            row.out_of_place = run_placement(out_of_place, bytes);
-            row.in_place = run_placement(in_place, bytes);
-            for (const auto& m : {row.out_of_place, row.in_place})
-              if (m) summary.add(*m);
-            if (rank != 0) continue;
-            switch (o.output) {
-              case Output::table: std::fputs(table_row(row).c_str(), stdout); break;
-              case Output::csv: std::fputs(csv_lines(row).c_str(), stdout); break;
-              case Output::json: std::fputs(json_lines(row).c_str(), stdout); break;
-            }
-            std::fflush(stdout);
-            const auto now = Clock::now();
-            if (o.progress && now - last_progress >= std::chrono::seconds(2) && rows_done < total_rows) {
-              std::fprintf(stderr, "braid-perf: %zu of %zu rows done (%zu B), %.0f s\n", rows_done, total_rows, row.size,
-                           std::chrono::duration<double>(now - sweep_start).count());
-              last_progress = now;
+    for (int cycle = 0; o.cycles == 0 || cycle < o.cycles; ++cycle) {
+      for (auto type : o.types)
+        for (auto op : o.ops)
+          for (int root : roots) {
+            std::size_t previous_size = SIZE_MAX;
+            for (std::size_t bytes : sizes) {
+              ++rows_done;
+              const CaseSpec out_of_place{o.collective, type, op, root, false};
+              const CaseSpec in_place{o.collective, type, op, root, true};
+              Case probe(out_of_place, comm, buffers, bytes);
+              if (probe.size_bytes() == previous_size) continue;  // sizes below one element per rank
+              previous_size = probe.size_bytes();
+              Row row;
+              row.collective = o.collective->name;
+              row.algorithm = algorithm_at(out_of_place, plan, probe.count_bytes(), n);
+              row.transport = transports_used(plan, where);
+              row.ranks = n;
+              row.hosts = static_cast<int>(where.ranks_per_host.size());
+              row.size = probe.size_bytes();
+              row.count = row.size / braid::size_of(type);
+              row.type = braid::name_of(type);
+              row.redop = o.collective->reduces ? std::string(braid::name_of(op)) : "none";
+              row.root = o.collective->rooted ? root : -1;
+              row.out_of_place = run_placement(out_of_place, bytes);
+              row.in_place = run_placement(in_place, bytes);
+              for (const auto& m : {row.out_of_place, row.in_place})
+                if (m) summary.add(*m);
+              if (rank != 0) continue;
+              switch (o.output) {
+                case Output::table: std::fputs(table_row(row).c_str(), stdout); break;
+                case Output::csv: std::fputs(csv_lines(row).c_str(), stdout); break;
+                case Output::json: std::fputs(json_lines(row).c_str(), stdout); break;
+              }
+              std::fflush(stdout);
+              const auto now = Clock::now();
+              if (o.progress && now - last_progress >= std::chrono::seconds(2) && rows_done < total_rows) {
+                std::fprintf(stderr, "braid-perf: %zu of %zu rows done (%zu B), %.0f s\n", rows_done, total_rows, row.size,
+                             std::chrono::duration<double>(now - sweep_start).count());
+                last_progress = now;
+              }
             }
           }
-        }
+    }
+    if (o.memory_report) report_memory(comm, o.output == Output::table ? stdout : stderr);
     if (rank == 0 && o.output == Output::table) std::fputs(table_footer(summary).c_str(), stdout);
     return summary.wrong() == 0 ? 0 : 1;
   } catch (const braid::Error& e) {

@@ -92,6 +92,7 @@ const char* kUsage =
     "  --flops-per-element     backward arithmetic per gradient element (2 per multiply-add);\n"
     "                 overrides --compute-ms-per-layer\n"
     "  --json         one JSON object per mode and one for the comparison, instead of the table\n"
+    "  --version      braid's version\n"
     "Run under braid-run (braid-run -n 2 braid-overlap) or with BRAID_RANK, BRAID_WORLD_SIZE and\n"
     "BRAID_STORE_ADDR set. Exit status 1 when a gradient is wrong or replicas diverged.\n";
 
@@ -122,6 +123,7 @@ Options parse(int argc, char** argv) {
   bool help = false;
   braid::CommandLine cli;
   cli.flag({"-h", "--help"}, [&] { help = true; })
+      .version("braid-overlap")
       .option({"--grad-mib"}, [&](auto name, auto v) { o.grad_mib = parse_number(v, name); })
       .option({"--layers"}, [&](auto name, auto v) { o.layers = parse_count(v, name); })
       .option({"--bucket-mib"}, [&](auto name, auto v) { o.bucket_mib = parse_number(v, name); })

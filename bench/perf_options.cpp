@@ -18,7 +18,9 @@ constexpr std::string_view kUsage =
   COLLECTIVE  all_reduce broadcast reduce all_gather reduce_scatter all_to_all gather scatter
               sendrecv (each rank sends to the next, receives from the previous);
               all_to_allv all_gatherv reduce_scatterv gatherv scatterv (the uneven calls,
-              with equal counts); nccl-tests' names (allreduce, all_reduce_perf, ...) work too
+              with equal counts); nccl-tests' names (allreduce, all_reduce_perf, ...) work too.
+              Run as all_reduce_perf, all_gather_perf, ... (installed beside braid-perf, links
+              to it), braid-perf takes the collective from its name, as nccl-tests' binaries do
 
 Options take "-x VALUE", "-xVALUE", "--name VALUE" or "--name=VALUE", as in nccl-tests:
   -b, --minbytes SIZE      smallest size (8, 1K, 64M, 1G); default 8
@@ -53,8 +55,20 @@ Options take "-x VALUE", "-xVALUE", "--name VALUE" or "--name=VALUE", as in nccl
   --csv                    CSV (a header, then one line per size and placement) instead
   --no-progress            no progress lines on stderr (printed every 2 s in long sweeps)
   --inplace                accepted for old scripts: every row has both placements
+  -m, --agg_iters N        operations per timed iteration, issued as one group (braid::group;
+                           one after the other on device buffers); the time is per operation.
+                           Default 1
+  -N, --run_cycles N       run and print the whole sweep N times; 0: until stopped. Default 1
+  -C, --report_cputime 0|1 1: the time column is the CPU time the process spent per operation
+                           (every thread), not the elapsed time; default 0
+  -T, --timeout SECONDS    bound every wait by SECONDS (BRAID_TIMEOUT for this run): a stuck
+                           operation fails then, naming who it waited for. 0 (default): BRAID_TIMEOUT
+  -M, --memory_report 0|1  1: after the sweep, each rank's peak resident memory; default 0
   -g 1, -t 1               nccl-tests' GPUs and threads per process: braid has one rank per
                            process, so only 1 is accepted; braid-run -n sets the ranks
+  -p 0, -G 0, -R 0         nccl-tests' parallel init, CUDA graph launches and buffer
+                           registration: braid has none of them, so only 0 is accepted
+  --version                braid's version
   -h, --help               this text
 
 Each row times the out-of-place and the in-place form (output aliasing input as the API
@@ -108,6 +122,15 @@ DataType parse_type(std::string_view text) {
   }
 }
 
+// nccl-tests' options for what braid has none of: 0, their "off", is
+// accepted; another value up to `most` is refused saying `why`.
+auto only_zero(int most, std::string_view why) {
+  return [most, why](std::string_view name, std::string_view value) {
+    if (parse_choice(name, value, 0, most) != 0)
+      throw UsageError(std::string(name) + " " + std::string(value) + " " + std::string(why));
+  };
+}
+
 }  // namespace
 
 std::string usage() {
@@ -118,18 +141,23 @@ std::string usage() {
     for (auto a : algorithms_of(c.name)) algorithms.append(" ").append(a);
     algorithms.append("\n");
   }
-  std::string text(kUsage);
-  text.replace(text.find("%s"), 2, algorithms);
-  return text;
+  const std::size_t at = kUsage.find("%s");
+  return std::string(kUsage.substr(0, at)).append(algorithms).append(kUsage.substr(at + 2));
 }
 
-ParsedCommandLine parse_options(const std::vector<std::string_view>& args) {
+ParsedCommandLine parse_options(const std::vector<std::string_view>& args, std::string_view program) {
   ParsedCommandLine parsed;
   Options& o = parsed.options;
   std::string collective;
+  const std::string_view base = program.substr(program.find_last_of('/') + 1);
+  const bool named = base.ends_with("_perf");
+  if (named && find_collective(base) == nullptr)
+    throw UsageError("braid-perf runs as COLLECTIVE_perf (all_reduce_perf, ...), and '" + std::string(base) +
+                     "' names no collective");
   bool factor_given = false;
   CommandLine cli;
   cli.flag({"-h", "--help"}, [&] { parsed.help = true; })
+      .version("braid-perf")
       .option({"-b", "--minbytes"}, [&](auto name, auto v) { o.min_bytes = parse_size(name, v); })
       .option({"-e", "--maxbytes"}, [&](auto name, auto v) { o.max_bytes = parse_size(name, v); })
       .option({"-f", "--stepfactor"},
@@ -174,6 +202,24 @@ ParsedCommandLine parse_options(const std::vector<std::string_view>& args) {
               [&](auto name, auto v) { o.average = static_cast<TimeAggregate>(parse_choice(name, v, 0, 3)); })
       .option({"-z", "--blocking"}, [&](auto name, auto v) { o.blocking = parse_choice(name, v, 0, 1) == 1; })
       .option({"-g", "--ngpus", "-t", "--nthreads"}, [&](auto name, auto v) { parse_choice(name, v, 1, 1); })
+      .option({"-m", "--agg_iters"}, [&](auto name, auto v) { o.agg_iters = parse_count(name, v, 1); })
+      .option({"-N", "--run_cycles"}, [&](auto name, auto v) { o.cycles = parse_count(name, v, 0); })
+      .option({"-C", "--report_cputime"}, [&](auto name, auto v) { o.cpu_time = parse_choice(name, v, 0, 1) == 1; })
+      .option({"-T", "--timeout"}, [&](auto name, auto v) { o.timeout_s = parse_count(name, v, 0); })
+      .option({"-M", "--memory_report"},
+              [&](auto name, auto v) { o.memory_report = parse_choice(name, v, 0, 1) == 1; })
+      .option({"-p", "--parallel_init"},
+              only_zero(1, "initializes the communicators of a process's GPUs from threads; braid runs one rank "
+                           "per process (braid-run -n sets the ranks), so there is nothing to initialize in "
+                           "parallel: use -p 0"))
+      .option({"-G", "--cudagraph"},
+              only_zero(1000000000, "captures the iterations in a CUDA graph and launches it that many times; "
+                                    "braid's calls are synchronous with the GPU and queue nothing on a stream, so "
+                                    "there is nothing to capture: use -G 0"))
+      .option({"-R", "--local_register"},
+              only_zero(2, "registers the buffers with NCCL (1: locally, 2: symmetric memory); braid has no "
+                           "buffer registration (its transports copy through staging memory of their own): use "
+                           "-R 0"))
       .option({"--algo"}, [&](auto, auto v) { o.algo = v; })
       .option({"--transport"}, [&](auto, auto v) { o.transport = v; })
       .option({"--tune"}, [&](auto, auto v) { o.tune = v; })
@@ -183,9 +229,12 @@ ParsedCommandLine parse_options(const std::vector<std::string_view>& args) {
       .flag({"--no-progress"}, [&] { o.progress = false; })
       .flag({"--inplace"}, [] {});
   cli.parse(args, CommandLine::Positionals::interleaved, [&](std::string_view a) {
+    if (named) throw UsageError("unexpected argument '" + std::string(a) + "': " + std::string(base) + " runs " +
+                                find_collective(base)->name);
     if (!collective.empty()) throw UsageError("unexpected argument '" + std::string(a) + "' after the collective");
     collective = a;
   });
+  if (named) collective = base;
   if (parsed.help) return parsed;
   if (!o.tune.empty()) {
     if (!collective.empty() && find_collective(collective) != find_collective("all_reduce"))
@@ -217,11 +266,13 @@ ParsedCommandLine parse_options(const std::vector<std::string_view>& args) {
 void apply_to_environment(const Options& o) {
   if (!o.algo.empty()) {
     std::string spec = Settings::raw("BRAID_ALGO").value_or("");
-    spec += (spec.empty() ? "" : ",") + std::string(o.collective->name) + ":" + o.algo;
+    spec.append(spec.empty() ? "" : ",").append(o.collective->name).append(":").append(o.algo);
     if (setenv("BRAID_ALGO", spec.c_str(), 1) != 0) throw UsageError("cannot set BRAID_ALGO");
   }
   if (!o.transport.empty() && setenv("BRAID_TRANSPORT", o.transport.c_str(), 1) != 0)
     throw UsageError("cannot set BRAID_TRANSPORT");
+  if (o.timeout_s > 0 && setenv("BRAID_TIMEOUT", (std::to_string(o.timeout_s) + "s").c_str(), 1) != 0)
+    throw UsageError("cannot set BRAID_TIMEOUT");
 }
 
 }  // namespace braid::perf

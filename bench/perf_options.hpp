@@ -29,6 +29,11 @@ struct Options {
   bool check = true;  // -c 1, as nccl-tests
   TimeAggregate average = TimeAggregate::mean;
   bool blocking = true;  // -z 1: blocking calls; -z 0: start every iteration, then wait for all
+  int agg_iters = 1;     // -m: operations per timed iteration, issued as one group
+  int cycles = 1;        // -N: run (and print) the sweep this many times; 0: until stopped
+  bool cpu_time = false;      // -C 1: the process's CPU time per operation instead of the elapsed time
+  int timeout_s = 0;          // -T: BRAID_TIMEOUT for this run, in seconds; 0 keeps the setting
+  bool memory_report = false;  // -M 1: each rank's peak resident memory after the sweep
   Output output = Output::table;
   bool progress = true;
   std::string algo;       // --algo: COLLECTIVE:NAME added to BRAID_ALGO
@@ -42,14 +47,18 @@ struct ParsedCommandLine {
   bool help = false;
 };
 
-/// Throws UsageError naming the problem.
-ParsedCommandLine parse_options(const std::vector<std::string_view>& args);
+/// Throws UsageError naming the problem. `program` is argv[0]: run under a
+/// name of nccl-tests' binaries, COLLECTIVE_perf (all_reduce_perf, ...,
+/// installed as links to braid-perf), it names the collective, as
+/// nccl-tests' binaries do.
+ParsedCommandLine parse_options(const std::vector<std::string_view>& args, std::string_view program = "braid-perf");
 /// The usage text, with the algorithms each collective has.
 std::string usage();
 
-/// Adds --algo to BRAID_ALGO and sets BRAID_TRANSPORT from --transport, in
-/// this process's environment, which is where the communicator reads its
-/// settings (entries of BRAID_ALGO for other collectives stay).
+/// Adds --algo to BRAID_ALGO and sets BRAID_TRANSPORT from --transport and
+/// BRAID_TIMEOUT from -T, in this process's environment, which is where the
+/// communicator reads its settings (entries of BRAID_ALGO for other
+/// collectives stay).
 void apply_to_environment(const Options& o);
 
 }  // namespace braid::perf

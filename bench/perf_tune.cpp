@@ -205,9 +205,9 @@ int tune(Comm& comm, const Plan& plan, const std::string& machine, const Options
   double worst = 1;
   for (const auto& m : measured) {
     auto predict = [&](const LinkParams& l) {
-      CostInputs in = m.inputs;
-      in.intra = in.inter = l;
-      return m.cost(in);
+      CostInputs inputs = m.inputs;
+      inputs.intra = inputs.inter = l;
+      return m.cost(inputs);
     };
     const double p = predict(fitted);
     worst = std::max({worst, p / m.sample.measured_us, m.sample.measured_us / p});

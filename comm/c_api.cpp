@@ -713,6 +713,8 @@ const char* braid_get_error_string(braid_result_t result) {
   switch (raw_value(result)) {
     case braid_success: return "success";
     case braid_invalid_argument: return "invalid argument";
+    case braid_invalid_usage: return "invalid usage";
+    case braid_in_progress: return "in progress";
     case braid_timeout: return "timeout";
     case braid_peer_lost: return "peer lost";
     case braid_protocol_error: return "protocol mismatch";

@@ -58,7 +58,7 @@ bool Comm::valid() const noexcept { return impl_ != nullptr; }
 
 CommImpl& Comm::impl() const {
   if (!impl_)
-    throw InvalidArgument("this braid::Comm is empty: it is not a member of any communicator (it was made by "
+    throw InvalidUsage("this braid::Comm is empty: it is not a member of any communicator (it was made by "
                           "split(Comm::kNoColor, ...) or default-constructed) or it was moved from");
   impl_->check_open();
   return *impl_;
@@ -72,7 +72,7 @@ Comm Comm::from_env(const CommOptions& options) {
         "BRAID_RANK is not set, nor the rank of another launcher (RANK, TF_CONFIG, SLURM_PROCID, "
         "OMPI_COMM_WORLD_RANK, PMIX_RANK): start the program with braid-run, torchrun, srun or mpirun (with "
         "BRAID_STORE_ADDR), set BRAID_RANK, BRAID_WORLD_SIZE and BRAID_STORE_ADDR, or set TensorFlow's TF_CONFIG "
-        "(README: Launch environments)");
+        "(docs/launchers.md)");
   if (id->tf_config) {
     ClusterSpec cluster = ClusterSpec::parse(*Settings::raw("TF_CONFIG"));
     log_info("joining as TF_CONFIG's ", cluster.task_type, " ", cluster.task_index, " (rank ", cluster.rank(),
@@ -303,28 +303,28 @@ Work::~Work() = default;
 Work Work::from_operation(std::shared_ptr<Operation> op) { return Work(std::move(op)); }
 
 bool Work::wait(std::optional<std::chrono::milliseconds> timeout) {
-  if (!op_) throw InvalidArgument("Work::wait on an empty Work");
+  if (!op_) throw InvalidUsage("Work::wait on an empty Work");
   if (op_->done.load()) {
     if (op_->error) std::rethrow_exception(op_->error);
     return true;
   }
   CommImpl* comm = op_->comm;
-  if (comm == nullptr) throw InvalidArgument(kInOpenGroup);
+  if (comm == nullptr) throw InvalidUsage(kInOpenGroup);
   Deadline until = timeout ? Deadline::after(*timeout) : Deadline::never();
   return comm->wait(op_, until);
 }
 
 bool Work::test() {
-  if (!op_) throw InvalidArgument("Work::test on an empty Work");
+  if (!op_) throw InvalidUsage("Work::test on an empty Work");
   if (op_->done.load()) {
     if (op_->error) std::rethrow_exception(op_->error);
     return true;
   }
-  if (op_->comm == nullptr) throw InvalidArgument(kInOpenGroup);
+  if (op_->comm == nullptr) throw InvalidUsage(kInOpenGroup);
   return op_->comm->test(op_);
 }
 void Work::then(std::function<void(std::exception_ptr)> callback) {
-  if (!op_) throw InvalidArgument("Work::then on an empty Work");
+  if (!op_) throw InvalidUsage("Work::then on an empty Work");
   if (!callback) throw InvalidArgument("Work::then: the callback is empty");
   op_->add_callback(std::move(callback));
 }

@@ -85,7 +85,7 @@ void group_start() { ++t_group.depth; }
 
 void group_end() {
   if (t_group.depth == 0)
-    throw InvalidArgument("group_end without a matching group_start on this thread (braid_group_start/end pair per "
+    throw InvalidUsage("group_end without a matching group_start on this thread (braid_group_start/end pair per "
                           "thread, as ncclGroupStart/End)");
   if (--t_group.depth > 0) return;
   std::vector<Deferred> comms = std::move(t_group.comms);

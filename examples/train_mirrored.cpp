@@ -17,7 +17,7 @@
 // prints the replica hash and verify_replicas()'s verdict. With --per-rank,
 // every rank also prints its own line per epoch (its replica hash, the step
 // time and samples/s), so that two machines each show the same hash: the
-// two-laptop demo (README, Two machines). --hidden N widens the hidden layer
+// two-laptop demo (docs/two-machines.md). --hidden N widens the hidden layer
 // (default 32), so that the gradient, 18 N + 1 floats, loads a network link;
 // --bucket-kib K fuses gradients into buckets of K KiB (default 4: several
 // buckets even for the small model, to show the mechanism).
@@ -41,6 +41,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -49,6 +50,7 @@
 #include <string>
 #include <vector>
 
+#include "braid/braid.h"
 #include "braid/mirrored.hpp"
 #include "train_recovery.hpp"
 
@@ -239,7 +241,13 @@ Config parse_args(int argc, char** argv) {
       if (i + 1 >= argc) throw braid::InvalidArgument(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--strategy") cfg.strategy = value();
+    if (a == "--version") {
+      int v = 0;
+      braid_get_version(&v);  // the library's, which may be newer than these headers
+      std::printf("braid-train %d.%d.%d\n", v / 10000, v / 100 % 100, v % 100);
+      std::exit(0);
+    }
+    else if (a == "--strategy") cfg.strategy = value();
     else if (a == "--local-replicas") cfg.local_replicas = std::stoi(value());
     else if (a == "--servers") cfg.servers = std::stoi(value());
     else if (a == "--staleness") cfg.staleness = std::stoi(value());

@@ -23,7 +23,9 @@
 #include <system_error>
 #include <type_traits>
 #include <utility>
+#include <variant>
 
+#include "checksum_v1.hpp"
 #include "content_hash.hpp"
 
 namespace braid::mirrored {
@@ -240,8 +242,21 @@ class CheckpointReader {
     if (out.size() > left()) truncated(what);
     get_unchecked(out, what, true);
   }
-  // The magic, hashed; read before the size is known to hold a checksum.
-  void get_magic(std::span<std::byte> out) { get_unchecked(out, "the magic", true); }
+  // The magic and the format version: read before the checksum is known
+  // (the version says which), then hashed by start_checksum. The magic is
+  // read before the size is known to hold a checksum.
+  void get_magic(std::span<std::byte> out) { get_head(out, "the magic"); }
+  std::uint32_t get_version() {
+    std::array<std::byte, sizeof(std::uint32_t)> bytes;
+    if (bytes.size() > left()) truncated("the format version");
+    get_head(bytes, "the format version");
+    return decode<std::uint32_t>(bytes);
+  }
+  void start_checksum(std::uint32_t version) {
+    if (version == 1) hasher_.emplace<ChecksumV1>();
+    else hasher_.emplace<ContentHasher>();
+    std::visit([&](auto& h) { h.update(head_); }, hasher_);
+  }
   // The last bytes of the file, not hashed.
   void get_checksum(std::span<std::byte> out) {
     if (out.size() > size_ - position_) truncated("the checksum");
@@ -260,13 +275,19 @@ class CheckpointReader {
     get({reinterpret_cast<std::byte*>(text.data()), text.size()}, what);
     return text;
   }
-  std::uint64_t digest() const { return hasher_.digest(); }
+  std::uint64_t digest() const {
+    return std::visit([](const auto& h) { return h.digest(); }, hasher_);
+  }
 
  private:
   void get_unchecked(std::span<std::byte> out, const std::string& what, bool hash) {
     fill(out, what);
-    if (hash) hasher_.update(out);
+    if (hash) std::visit([&](auto& h) { h.update(out); }, hasher_);
     position_ += out.size();
+  }
+  void get_head(std::span<std::byte> out, const std::string& what) {
+    get_unchecked(out, what, false);
+    head_.insert(head_.end(), out.begin(), out.end());
   }
   // Copies from the buffer, refilling it, or reads large pieces directly.
   void fill(std::span<std::byte> out, const std::string& what) {
@@ -304,7 +325,8 @@ class CheckpointReader {
   std::vector<std::byte> buffer_;
   std::size_t begin_ = 0;
   std::size_t end_ = 0;
-  ContentHasher hasher_;
+  std::vector<std::byte> head_;  // the magic and the version, hashed once the version is known
+  std::variant<ContentHasher, ChecksumV1> hasher_;
 };
 
 void read_magic_and_version(CheckpointReader& in) {
@@ -317,10 +339,12 @@ void read_magic_and_version(CheckpointReader& in) {
                            "', expected '" + std::string(kCheckpointMagic) + "')");
   if (in.size() == 0) throw ProtocolMismatch(in.prefix() + "not a braid checkpoint (the file is empty)");
   if (have < magic.size()) in.truncated("the magic");
-  const auto version = in.get_int<std::uint32_t>("the format version");
-  if (version != kCheckpointFormatVersion)
+  const auto version = in.get_version();
+  if (version < kOldestCheckpointFormatVersion || version > kCheckpointFormatVersion)
     throw Error(ErrorCode::unsupported, in.prefix() + "format version " + std::to_string(version) +
-                                            ", this build reads " + std::to_string(kCheckpointFormatVersion));
+                                            ", this build reads " + std::to_string(kOldestCheckpointFormatVersion) +
+                                            " to " + std::to_string(kCheckpointFormatVersion));
+  in.start_checksum(version);
 }
 
 CheckpointEntry read_entry(CheckpointReader& in, std::uint64_t index, std::uint64_t count) {

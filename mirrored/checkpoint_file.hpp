@@ -5,9 +5,10 @@
 // a crash leaves either the old file or the new one, never a mix. The reader
 // trusts nothing in the file: every length is checked against the bytes that
 // are left before anything is allocated, every entry's data size must match
-// its shape and type, and a trailing content_hash of all preceding bytes
-// catches any corruption the structure checks let through. A single changed
-// byte anywhere is always detected (see content_hash.hpp for why).
+// its shape and type, and a trailing checksum of all preceding bytes (XXH3,
+// content_hash.hpp) catches any corruption the structure checks let
+// through: a changed byte anywhere, except with probability about 2^-64.
+// The checksum is a standard one: `head -c -8 FILE | xxhsum -H3` prints it.
 //
 // Layout, all integers little-endian:
 //
@@ -25,7 +26,10 @@
 //   1        u8 DataType value
 //   4+8r     u32 rank r, then r i64 dimensions (rank 0: a scalar)
 //   8+d      u64 data length d, then the data
-//   8      u64 checksum: content_hash (seed 0) of every byte before it
+//   8      u64 checksum: content_hash (XXH3 64-bit, seed 0) of every byte before it
+//
+// Format version 1 is the same with the checksum of ChecksumV1
+// (checksum_v1.hpp); the reader still reads it.
 //
 // The data of an entry is its elements' bytes as the caller holds them
 // (little-endian on every machine braid runs on).
@@ -43,7 +47,8 @@
 namespace braid::mirrored {
 
 inline constexpr std::string_view kCheckpointMagic = "BRAIDCKP";
-inline constexpr std::uint32_t kCheckpointFormatVersion = 1;
+inline constexpr std::uint32_t kCheckpointFormatVersion = 2;  // what the writer writes
+inline constexpr std::uint32_t kOldestCheckpointFormatVersion = 1;  // the reader reads from this one up
 
 struct CheckpointEntry {
   std::string name;
@@ -73,8 +78,8 @@ void write_checkpoint_file(const std::string& path, const CheckpointContents& co
 
 // Reads and verifies a file written by write_checkpoint_file. Throws
 // braid::Error naming the path and what is wrong: ErrorCode::system when the
-// file cannot be opened or read, ErrorCode::unsupported for another format
-// version, ErrorCode::protocol for anything else (not a checkpoint,
+// file cannot be opened or read, ErrorCode::unsupported for a format version
+// it does not know (a newer braid's), ErrorCode::protocol for anything else (not a checkpoint,
 // truncated, inconsistent, checksum mismatch).
 CheckpointContents read_checkpoint_file(const std::string& path);
 

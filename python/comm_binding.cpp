@@ -46,7 +46,7 @@ PyComm::~PyComm() {
 }
 
 Comm& PyComm::get() {
-  if (!comm_) throw InvalidArgument("this braid.Comm is closed");
+  if (!comm_) throw InvalidUsage("this braid.Comm is closed");
   if (!comm_->valid()) throw InvalidArgument("this braid.Comm is empty");
   return *comm_;
 }

@@ -5,8 +5,9 @@
 #include "errors.hpp"
 
 #include <algorithm>
-#include <array>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "braid/types.hpp"
 
@@ -16,10 +17,11 @@ namespace py = pybind11;
 
 namespace {
 
-// Indexed by ErrorCode; slot 0 is braid.Error. Owned by the module (one
+// braid.Error, then the class of each ErrorCode. Owned by the module (one
 // reference each, kept for the life of the process, as CPython's own
 // exception types are).
-std::array<PyObject*, 9> classes{};
+PyObject* error_class = nullptr;
+std::vector<std::pair<ErrorCode, PyObject*>> classes;
 
 PyObject* make_class(py::module_& module, const char* name, PyObject* base, PyObject* builtin, const char* doc) {
   const std::string qualified = std::string("braid.") + name;
@@ -31,8 +33,9 @@ PyObject* make_class(py::module_& module, const char* name, PyObject* base, PyOb
 }
 
 void raise(const Error& error) {
-  const auto index = static_cast<std::size_t>(error.code());
-  PyObject* cls = index < classes.size() && classes[index] ? classes[index] : classes[0];
+  PyObject* cls = error_class;
+  for (auto [code, c] : classes)
+    if (code == error.code()) cls = c;
   py::object instance = py::reinterpret_borrow<py::object>(cls)(py::str(error.what()));
   std::string code(name_of(error.code()));  // "peer lost" -> "peer_lost"
   std::replace(code.begin(), code.end(), ' ', '_');
@@ -43,12 +46,18 @@ void raise(const Error& error) {
 }  // namespace
 
 void bind_errors(py::module_& module) {
-  classes[0] = make_class(module, "Error", PyExc_RuntimeError, nullptr,
-                          "Base of every error braid raises; `code` names its kind ('timeout', 'peer_lost', ...).");
-  auto add = [&](ErrorCode code, const char* name, PyObject* builtin, const char* doc) {
-    classes[static_cast<std::size_t>(code)] = make_class(module, name, classes[0], builtin, doc);
+  error_class = make_class(module, "Error", PyExc_RuntimeError, nullptr,
+                           "Base of every error braid raises; `code` names its kind ('timeout', 'peer_lost', ...).");
+  auto add = [&](ErrorCode code, const char* name, PyObject* builtin, const char* doc, PyObject* base = nullptr) {
+    PyObject* cls = make_class(module, name, base ? base : error_class, builtin, doc);
+    classes.emplace_back(code, cls);
+    return cls;
   };
-  add(ErrorCode::invalid_argument, "InvalidArgument", PyExc_ValueError, "The caller passed something wrong.");
+  PyObject* invalid_argument =
+      add(ErrorCode::invalid_argument, "InvalidArgument", PyExc_ValueError, "The caller passed something wrong.");
+  add(ErrorCode::invalid_usage, "InvalidUsage", nullptr,
+      "A call in a state where it cannot be made (an empty communicator, a group not open); an InvalidArgument.",
+      invalid_argument);
   add(ErrorCode::timeout, "Timeout", PyExc_TimeoutError, "A wait passed its deadline (BRAID_TIMEOUT).");
   add(ErrorCode::peer_lost, "PeerLost", PyExc_ConnectionError, "A peer closed, reset or stopped answering.");
   add(ErrorCode::protocol, "ProtocolMismatch", nullptr, "Bytes that are not braid's, or another job's.");

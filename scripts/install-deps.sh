@@ -16,15 +16,19 @@ set -euo pipefail
 # openmpi-bin, libopenmpi-dev, libgloo-dev: the peers of bench/compare.py,
 # whose smoke run is a test (tests/bench).
 # graphviz: `dot`, which renders braid-topo --dot's picture (tests/multiprocess/check_topo.sh).
-# pkg-config, make: the packaging test builds examples/external against an
-# installed braid with them (tests/packaging).
+# pkg-config, make, cmake: the packaging test builds examples/external against
+# an installed braid with them (tests/packaging; cmake for braidConfig.cmake).
 # pybind11-dev, python3-numpy, python3-pytest: the Python package (python/)
 # and its tests (tests/python/); python3-mesonpy: `pip install .` (pyproject.toml).
+# libxxhash-dev: XXH3 for the checkpoint checksum and the replica hashes
+# (mirrored/content_hash.hpp); xxhash: xxhsum, which the checkpoint test
+# checks that checksum with (tests/mirrored).
 # python3-torch, libtorch-dev: braid.torch, the torch.distributed backend
 # (python/torch/, built when found) and its tests (tests/python/torch/,
 # suite python_torch).
-packages=(g++ make meson ninja-build pkg-config catch2 python3 libssl-dev openssl iproute2 libhwloc-dev libibverbs-dev ibverbs-providers libucx-dev
-          openmpi-bin libopenmpi-dev libgloo-dev graphviz pybind11-dev python3-numpy python3-pytest python3-mesonpy python3-torch libtorch-dev)
+packages=(g++ make cmake meson ninja-build pkg-config catch2 python3 libssl-dev openssl iproute2 libhwloc-dev libibverbs-dev ibverbs-providers libucx-dev
+          openmpi-bin libopenmpi-dev libgloo-dev graphviz pybind11-dev python3-numpy python3-pytest python3-mesonpy python3-torch libtorch-dev
+          libxxhash-dev xxhash)
 for arg in "$@"; do
   case "$arg" in
     --bench) packages+=(python3-matplotlib iperf3) ;;

@@ -111,6 +111,7 @@ options:
                    leave placement to the kernel (default: core when the
                    ranks fit those CPUs, else none)
   --env-help       print the settings (BRAID_*, TF_CONFIG) as a Markdown table
+  --version        print braid's version
   -h, --help       print this help
 
 SIGINT, SIGTERM and SIGHUP to braid-run are forwarded to the ranks.
@@ -154,6 +155,7 @@ Action parse_args(int argc, char** argv, Options& opts) {
   CommandLine cli;
   cli.flag({"-h", "--help"}, [&] { action = Action::help; })
       .flag({"--env-help"}, [&] { action = Action::env_help; })
+      .version("braid-run")
       .option({"-n", "--ranks"},
               [&](std::string_view name, std::string_view v) {
                 opts.ranks = parse_int(v, name, 1, kMaxRanks);
@@ -200,8 +202,8 @@ Action parse_args(int argc, char** argv, Options& opts) {
   return Action::run;
 }
 
-// The same table as the README's settings section, which a test keeps equal
-// to setting_table().
+// The same table as docs/settings.md, which a test keeps equal to
+// setting_table().
 void print_env_table() {
   auto cell = [](std::string_view text) {
     std::string out;

@@ -55,6 +55,7 @@ rank 0 prints that plan.
 options:
   --load FILE  plan from this topology file instead of this host or job
   --dot FILE   also write the plan as a Graphviz graph (dot -Tpng FILE)
+  --version    print braid's version
   -h, --help   print this help
 )";
 
@@ -128,6 +129,7 @@ int run(int argc, char** argv) {
   bool help = false;
   braid::CommandLine cli;
   cli.flag({"-h", "--help"}, [&] { help = true; })
+      .version("braid-topo")
       .option({"--dot"}, [&](std::string_view, std::string_view v) { dot = v; })
       .option({"--load"}, [&](std::string_view, std::string_view v) { load = v; });
   cli.parse(argc, argv, braid::CommandLine::Positionals::interleaved,

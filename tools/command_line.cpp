@@ -1,6 +1,8 @@
 #include "command_line.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 
 namespace braid {
@@ -19,6 +21,14 @@ CommandLine& CommandLine::optional_value(std::initializer_list<std::string_view>
                                          ValueHandler on_value) {
   specs_.push_back({{names.begin(), names.end()}, Arity::optional, std::move(implicit), std::move(on_value), {}});
   return *this;
+}
+
+CommandLine& CommandLine::version(std::string_view program) {
+  return flag({"--version"}, [name = std::string(program)] {
+    std::printf("%s %s\n", name.c_str(), BRAID_PROJECT_VERSION);
+    std::fflush(stdout);
+    std::exit(0);
+  });
 }
 
 const CommandLine::Spec* CommandLine::find(std::string_view name) const {

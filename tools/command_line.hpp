@@ -41,6 +41,9 @@ class CommandLine {
   /// A long option whose value is optional and can only be attached
   /// ("--check=0"); alone it gets `implicit`.
   CommandLine& optional_value(std::initializer_list<std::string_view> names, std::string implicit, ValueHandler on_value);
+  /// --version: prints "PROGRAM VERSION" (braid's version, meson.build's)
+  /// on stdout and exits with status 0 while parsing, as GNU tools do.
+  CommandLine& version(std::string_view program);
 
   enum class Positionals {
     interleaved,  // every positional goes to on_positional; options may follow

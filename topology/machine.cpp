@@ -14,6 +14,7 @@
 #include <mutex>
 
 #include "braid/types.hpp"
+#include "core/log.hpp"
 #include "core/text.hpp"
 
 namespace braid {
@@ -112,7 +113,12 @@ std::vector<Gpu> gpus(hwloc_topology_t topo) {
   return out;
 }
 
-// The binding part of a Machine from the CPU set `set` (clipped to the topology's).
+std::string plural(int n, std::string_view one, std::string_view many) { return cat(n, " ", n == 1 ? one : many); }
+
+void fill_private_cache(hwloc_topology_t topo, hwloc_const_bitmap_t binding, Machine& m);
+
+// The binding part of a Machine from the CPU set `set` (clipped to the
+// topology's), and with it the cache that is the process's own.
 void fill_binding(hwloc_topology_t topo, hwloc_bitmap_t set, Machine& m) {
   hwloc_bitmap_and(set, set, hwloc_topology_get_topology_cpuset(topo));
   m.bound_cpus = cpu_list(set);
@@ -124,6 +130,7 @@ void fill_binding(hwloc_topology_t topo, hwloc_bitmap_t set, Machine& m) {
   m.bound_numa.clear();
   for (hwloc_obj_t node = nullptr; (node = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, node)) != nullptr;)
     if (hwloc_bitmap_intersects(node->cpuset, set)) m.bound_numa.push_back(static_cast<int>(node->os_index));
+  fill_private_cache(topo, set, m);
 }
 
 // The binding part of a Machine, read now.
@@ -146,25 +153,62 @@ std::vector<NetworkInterface> recorded_interfaces(hwloc_topology_t topo) {
   return out;
 }
 
-// The largest data (or unified) cache that the first core has to itself:
-// the caches above it whose CPUs are that core's. A cache shared with other
-// cores (the L3 of most machines) is left out: those cores, and on a VM
-// other tenants' cores, take their share of it, and hwloc cannot say how
-// much (this VM's 2 cores see a 260 MiB L3).
-std::uint64_t private_cache_of(hwloc_topology_t topo) {
-  hwloc_obj_t core = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_CORE, nullptr);
-  if (core == nullptr) core = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_PU, nullptr);
-  std::uint64_t bytes = 0;
-  for (hwloc_obj_t p = core ? core->parent : nullptr; p != nullptr; p = p->parent) {
-    if (!hwloc_obj_type_is_cache(p->type)) continue;
-    if (!hwloc_bitmap_isequal(p->cpuset, core->cpuset)) break;
-    if (p->attr->cache.type != HWLOC_OBJ_CACHE_INSTRUCTION) bytes = std::max<std::uint64_t>(bytes, p->attr->cache.size);
+// The most cache per core that braid believes of one cache: shipping CPUs
+// have at most about 12 MiB (AMD's stacked L3: 96 MiB for 8 cores), while
+// hwloc in a VM can give one core its host's whole L3 (508 MiB on one VM
+// here), and pricing buffers up to that size at the cache's rates picks
+// algorithms for a cache that is not there.
+constexpr std::uint64_t kPlausibleCachePerCore = std::uint64_t{16} << 20;
+
+// The cache the cost model may count as this process's own: the largest
+// data (or unified) cache that hwloc shows shared by no cores but the
+// process's, and at most kPlausibleCachePerCore for each of them. The
+// process's cores are those of its binding; an unbound process has none of
+// its own (every other may run there too), so it gets its first core's. A
+// cache shared with other cores (the L3 of most machines) is left out:
+// those cores, and on a VM other tenants' cores, take their share of it, and
+// hwloc cannot say how much.
+void fill_private_cache(hwloc_topology_t topo, hwloc_const_bitmap_t binding, Machine& m) {
+  m.private_cache_bytes = 0;
+  m.private_cache_level = 0;
+  m.private_cache_cores = 0;
+  m.private_cache_left_out.clear();
+  BitmapPtr own(hwloc_bitmap_alloc());
+  if (!own) throw SystemError("hwloc_bitmap_alloc failed");
+  const bool bound = !hwloc_bitmap_iszero(binding) &&
+                     !hwloc_bitmap_isincluded(hwloc_topology_get_topology_cpuset(topo), binding);
+  hwloc_obj_t first = nullptr;
+  for (hwloc_obj_t core = nullptr; (core = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_CORE, core)) != nullptr;) {
+    if (bound && !hwloc_bitmap_intersects(core->cpuset, binding)) continue;
+    if (first == nullptr) first = core;
+    hwloc_bitmap_or(own.get(), own.get(), core->cpuset);
+    if (!bound) break;
   }
-  return bytes;
+  if (first == nullptr) {  // no core objects (some VMs): hardware threads
+    first = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_PU, nullptr);
+    if (first == nullptr) return;
+    hwloc_bitmap_copy(own.get(), bound ? binding : first->cpuset);
+  }
+  for (hwloc_obj_t p = first->parent; p != nullptr; p = p->parent) {
+    if (!hwloc_obj_type_is_cache(p->type)) continue;
+    if (!hwloc_bitmap_isincluded(p->cpuset, own.get())) break;
+    if (p->attr->cache.type == HWLOC_OBJ_CACHE_INSTRUCTION) continue;
+    const int cores = std::max(1, hwloc_get_nbobjs_inside_cpuset_by_type(topo, p->cpuset, HWLOC_OBJ_CORE));
+    if (p->attr->cache.size > kPlausibleCachePerCore * static_cast<std::uint64_t>(cores)) {
+      m.private_cache_left_out = cat("its L", p->attr->cache.depth, " (", human_bytes(p->attr->cache.size), " for ",
+                                     plural(cores, "core", "cores"), ") is more than any CPU has per core (",
+                                     human_bytes(kPlausibleCachePerCore), "), so not believed");
+      break;
+    }
+    if (p->attr->cache.size >= m.private_cache_bytes) {
+      m.private_cache_bytes = p->attr->cache.size;
+      m.private_cache_level = static_cast<int>(p->attr->cache.depth);
+      m.private_cache_cores = cores;
+    }
+  }
 }
 
 void fill_counts(hwloc_topology_t topo, Machine& m) {
-  m.private_cache_bytes = private_cache_of(topo);
   m.packages = std::max(1, hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PACKAGE));
   m.numa_nodes = std::max(1, hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE));
   m.pus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
@@ -181,8 +225,6 @@ Machine from(hwloc_topology_t topo) {
   m.rdma = discover_rdma(m.rdma_note);
   return m;
 }
-
-std::string plural(int n, std::string_view one, std::string_view many) { return cat(n, " ", n == 1 ? one : many); }
 
 }  // namespace
 
@@ -236,12 +278,26 @@ std::uint32_t Machine::cache_kib(std::uint64_t bytes) {
 std::uint32_t Machine::private_cache_kib() {
   static const std::uint32_t kib = [] {
     try {
-      return cache_kib(private_cache_of(load_topology(false).get()));
+      Machine m;
+      read_binding(load_topology(false).get(), m);
+      log_info("the cost model's cache: ", m.private_cache_text());
+      return cache_kib(m.private_cache_bytes);
     } catch (const Error&) {
       return std::uint32_t{0};  // unknown: the cost model prices memory's rates
     }
   }();
   return kib;
+}
+
+std::string Machine::private_cache_text() const {
+  std::string text = private_cache_bytes == 0
+                         ? std::string("no cache known")
+                         : cat(human_bytes(private_cache_bytes), " of L", private_cache_level, " cache for ",
+                               private_cache_cores == 1 ? std::string("one core")
+                                                        : cat(private_cache_cores, " cores"),
+                               " of this process");
+  if (!private_cache_left_out.empty()) text += cat(" (", private_cache_left_out, ")");
+  return text;
 }
 
 Machine Machine::local() {
@@ -267,8 +323,7 @@ std::string Machine::describe() const {
                         ", ", plural(cores, "core", "cores"), ", ", plural(pus, "hardware thread", "hardware threads"),
                         "; this process may run on CPUs ", bound_cpus, " (", plural(bound_cores, "core", "cores"),
                         numa.empty() ? std::string() : cat(", NUMA ", numa), ")",
-                        private_cache_bytes > 0 ? cat("; ", human_bytes(private_cache_bytes), " of cache per core") : std::string(),
-                        "\n");
+                        "; ", private_cache_text(), "\n");
   for (const auto& nic : nics)
     out += cat("  net ", nic.name, nic.loopback ? " (loopback)" : nic.is_virtual ? " (virtual)" : "",
                nic.speed_mbps > 0 ? cat(", ", nic.speed_mbps, " Mbit/s") : std::string(),

@@ -55,9 +55,15 @@ struct Machine {
   int numa_nodes = 0;
   int cores = 0;
   int pus = 0;                    // hardware threads
-  /// The largest data cache a core has to itself (its L2 where the L3 is
-  /// shared); 0 when hwloc sees none. The cost model's cache (RankInfo::cache_kib).
+  /// The cost model's cache (RankInfo::cache_kib): the largest data cache
+  /// that hwloc shows shared by no cores but this process's (those of its
+  /// binding; the first core when unbound), and believable in size (at most
+  /// 16 MiB per core); 0 when hwloc sees none. Its level (2: L2) and the
+  /// cores that share it, and why a larger one was left out.
   std::uint64_t private_cache_bytes = 0;
+  int private_cache_level = 0;
+  int private_cache_cores = 0;
+  std::string private_cache_left_out;
   std::string bound_cpus;         // this process's binding as a CPU list ("0-3,8")
   int bound_cores = 0;            // cores with at least one CPU of the binding
   int bound_pus = 0;
@@ -73,8 +79,10 @@ struct Machine {
   static Machine local();
   /// This host's private_cache_bytes as cache_kib() gives it, read once per
   /// process (hwloc without I/O devices: a few milliseconds), for the
-  /// RankInfo a rank publishes.
+  /// RankInfo a rank publishes; logged at INFO with private_cache_text().
   static std::uint32_t private_cache_kib();
+  /// "1 MiB of L2 cache for one core of this process", and what was left out.
+  std::string private_cache_text() const;
   /// `bytes` of cache as RankInfo::cache_kib carries it: KiB, clamped to
   /// its 32 bits.
   static std::uint32_t cache_kib(std::uint64_t bytes);
@@ -88,7 +96,7 @@ struct Machine {
   static Machine from_xml(std::string_view xml, std::span<const std::uint64_t> cpus, std::string_view what);
 
   /// Several lines: "1 package, 1 NUMA node, 2 cores, 2 hardware threads; this process may run on CPUs 0-1
-  /// (2 cores, NUMA 0); 2 MiB of cache per core",
+  /// (2 cores, NUMA 0); 2 MiB of L2 cache for one core of this process",
   /// then one line per interface, GPU and RDMA port.
   std::string describe() const;
 };

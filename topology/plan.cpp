@@ -132,7 +132,8 @@ std::string Plan::describe() const {
     algos += cat(", ", collective, " ", chosen);
   }
   return cat("transports ", transport_names(), algos, " (cost model, ", links.source, " link parameters, ",
-             cache_bytes > 0 ? cat(human_bytes(cache_bytes), " of cache per rank") : std::string("cache unknown"),
+             cache_bytes > 0 ? cat(human_bytes(cache_bytes), " of cache per rank, the least a rank has to itself")
+                             : std::string("cache unknown"),
              "), ring ", order);
 }
 

@@ -14,7 +14,7 @@
  * blocks longer than BRAID_TIMEOUT.
  *
  * Buffers may be host memory or, in a braid built with CUDA, CUDA device
- * memory (told apart by braid; see the README's "GPU buffers"). Calls are
+ * memory (told apart by braid; see docs/gpu.md). Calls are
  * synchronous with respect to the GPU: finish the work that writes a buffer
  * before the call; the result is in place when it returns.
  */
@@ -27,16 +27,25 @@
 extern "C" {
 #endif
 
+/* Result codes carry NCCL's numbers (ncclResult_t) where the meaning is the
+ * same, so code that casts NCCL's values compares them rightly; the codes
+ * braid alone has start at 16, clear of NCCL's present and next ones. */
 typedef enum {
-  braid_success = 0,
-  braid_invalid_argument = 1,
-  braid_timeout = 2,
-  braid_peer_lost = 3,
-  braid_protocol_error = 4,
-  braid_system_error = 5,
-  braid_aborted = 6,
-  braid_internal_error = 7,
-  braid_unsupported = 8,
+  braid_success = 0,          /* ncclSuccess */
+  braid_system_error = 2,     /* ncclSystemError: an operating-system call failed */
+  braid_internal_error = 3,   /* ncclInternalError: a broken invariant inside braid (a bug) */
+  braid_invalid_argument = 4, /* ncclInvalidArgument: the caller passed something wrong */
+  braid_invalid_usage = 5,    /* ncclInvalidUsage: a call in the wrong state (an empty
+                                 communicator, a group not open, a grouped work waited for
+                                 before the group ends) */
+  braid_peer_lost = 6,        /* ncclRemoteError: a peer closed, reset or stopped answering */
+  braid_remote_error = braid_peer_lost,
+  braid_in_progress = 7,      /* ncclInProgress: not returned by this braid, which refuses
+                                 nonblocking communicators (use the _async calls) */
+  braid_timeout = 16,         /* a wait passed its deadline (BRAID_TIMEOUT) */
+  braid_protocol_error = 17,  /* bytes that are not braid's, or another job's */
+  braid_aborted = 18,         /* the communicator was aborted */
+  braid_unsupported = 19,     /* valid, but not built or not implemented here */
 } braid_result_t;
 
 /* Element types and reductions carry NCCL's numbers (ncclDataType_t,

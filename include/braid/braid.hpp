@@ -48,7 +48,7 @@ struct UniqueId {
 };
 
 /// Options for creating a communicator. Unset fields take their value from
-/// the BRAID_* environment (see the README's table).
+/// the BRAID_* environment (docs/settings.md).
 struct CommOptions {
   std::optional<std::chrono::milliseconds> timeout;  ///< bound on every wait (BRAID_TIMEOUT)
   /// Transports to use, in order of preference ("shm,tcp"; BRAID_TRANSPORT).

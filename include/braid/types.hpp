@@ -70,16 +70,18 @@ template <> struct DataTypeOf<std::uint64_t> { static constexpr DataType value =
 template <typename T> inline constexpr DataType data_type_of = DataTypeOf<std::remove_cv_t<T>>::value;
 
 /// What went wrong, in a form a program can branch on. The numeric values are
-/// those of braid_result_t in the C ABI.
+/// those of braid_result_t in the C ABI, which are NCCL's where the meaning
+/// is the same.
 enum class ErrorCode : int {
-  invalid_argument = 1,  ///< the caller passed something wrong
-  timeout = 2,           ///< a wait passed its deadline
-  peer_lost = 3,         ///< a peer closed, reset or stopped answering
-  protocol = 4,          ///< bytes that are not braid's, or another job's
-  system = 5,            ///< an operating-system call failed
-  aborted = 6,           ///< the communicator was aborted
-  internal = 7,          ///< a broken invariant inside braid (a bug)
-  unsupported = 8,       ///< valid, but not built or not implemented here
+  system = 2,            ///< an operating-system call failed
+  internal = 3,          ///< a broken invariant inside braid (a bug)
+  invalid_argument = 4,  ///< the caller passed something wrong
+  invalid_usage = 5,     ///< a call in the wrong state (an empty Comm, a group not open)
+  peer_lost = 6,         ///< a peer closed, reset or stopped answering
+  timeout = 16,          ///< a wait passed its deadline
+  protocol = 17,         ///< bytes that are not braid's, or another job's
+  aborted = 18,          ///< the communicator was aborted
+  unsupported = 19,      ///< valid, but not built or not implemented here
 };
 std::string_view name_of(ErrorCode code);
 
@@ -97,6 +99,16 @@ class Error : public std::runtime_error {
 class InvalidArgument : public Error {
  public:
   explicit InvalidArgument(const std::string& m) : Error(ErrorCode::invalid_argument, m) {}
+
+ protected:
+  InvalidArgument(ErrorCode code, const std::string& m) : Error(code, m) {}
+};
+/// A call made in a state where it cannot be (NCCL's ncclInvalidUsage): a
+/// kind of invalid argument, the argument being the communicator, work or
+/// group, so that a handler of InvalidArgument catches it too.
+class InvalidUsage : public InvalidArgument {
+ public:
+  explicit InvalidUsage(const std::string& m) : InvalidArgument(ErrorCode::invalid_usage, m) {}
 };
 class Timeout : public Error {
  public:

@@ -32,6 +32,7 @@ from ._braid import (  # noqa: F401
     Error,
     InternalError,
     InvalidArgument,
+    InvalidUsage,
     PeerLost,
     ProtocolMismatch,
     ReduceOp,
@@ -48,6 +49,6 @@ from ._braid import _shutdown as shutdown  # noqa: E402
 _atexit.register(shutdown)
 
 __all__ = [
-    "Aborted", "Comm", "DataType", "Error", "InternalError", "InvalidArgument", "PeerLost", "ProtocolMismatch",
-    "ReduceOp", "SystemError", "Timeout", "UniqueId", "Unsupported", "Work", "mirrored", "shutdown",
+    "Aborted", "Comm", "DataType", "Error", "InternalError", "InvalidArgument", "InvalidUsage", "PeerLost",
+    "ProtocolMismatch", "ReduceOp", "SystemError", "Timeout", "UniqueId", "Unsupported", "Work", "mirrored", "shutdown",
 ]

@@ -13,6 +13,7 @@ namespace braid {
 [[noreturn]] inline void throw_error(ErrorCode code, const std::string& message) {
   switch (code) {
     case ErrorCode::invalid_argument: throw InvalidArgument(message);
+    case ErrorCode::invalid_usage: throw InvalidUsage(message);
     case ErrorCode::timeout: throw Timeout(message);
     case ErrorCode::peer_lost: throw PeerLost(message);
     case ErrorCode::protocol: throw ProtocolMismatch(message);

@@ -72,6 +72,7 @@ ReduceOp parse_reduce_op(std::string_view text) {
 std::string_view name_of(ErrorCode code) {
   switch (code) {
     case ErrorCode::invalid_argument: return "invalid argument";
+    case ErrorCode::invalid_usage: return "invalid usage";
     case ErrorCode::timeout: return "timeout";
     case ErrorCode::peer_lost: return "peer lost";
     case ErrorCode::protocol: return "protocol mismatch";

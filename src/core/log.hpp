@@ -1,6 +1,14 @@
-// Logging to stderr with a "[host:pid rank r]" prefix, filtered by BRAID_DEBUG.
+// Logging, filtered by BRAID_DEBUG (the level) and BRAID_DEBUG_SUBSYS (the
+// subsystems whose INFO and TRACE lines show; WARN lines always do), to
+// stderr or BRAID_DEBUG_FILE. A line reads
+//
+//   2026-11-27 18:20:01.123456 [host:pid rank r] NET WARN message
+//
+// The subsystem comes from the folder of the source file that logs
+// (log_subsystem_of), so a call site names none.
 #pragma once
 
+#include <concepts>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -13,27 +21,70 @@
 
 namespace braid {
 
-namespace log_detail {
-bool enabled(LogLevel level);
-void write(LogLevel level, std::string_view message);
-}  // namespace log_detail
+/// The subsystems of BRAID_DEBUG_SUBSYS, named as NCCL_DEBUG_SUBSYS names
+/// them where the meaning is the same; a bit each.
+enum LogSubsystem : unsigned {
+  kLogInit = 1u << 0,       // INIT: communicators, rendezvous, identity (comm/, src/core/)
+  kLogBootstrap = 1u << 1,  // BOOTSTRAP: the rendezvous store (src/bootstrap/)
+  kLogNet = 1u << 2,        // NET: sockets, tcp and ucx (transport/tcp/, transport/ucx/)
+  kLogShm = 1u << 3,        // SHM: shared memory (transport/shm/)
+  kLogP2p = 1u << 4,        // P2P: GPU to GPU (transport/cuda_ipc/)
+  kLogGraph = 1u << 5,      // GRAPH: machines and topology files (topology/)
+  kLogTuning = 1u << 6,     // TUNING: the cost model and the plan's choices
+  kLogColl = 1u << 7,       // COLL: collectives, the progress engine, groups
+  kLogEnv = 1u << 8,        // ENV: settings
+  kLogAll = (1u << 9) - 1,
+};
 
-/// Sets the level (from Settings) and the rank shown in the prefix.
+/// The subsystem a source file logs under, from its path ("../transport/
+/// tcp/tcp_link.cpp": NET), and its name.
+LogSubsystem log_subsystem_of(std::string_view source_file);
+std::string_view name_of(LogSubsystem subsystem);
+/// Parses BRAID_DEBUG_SUBSYS: "INIT,NET", "^SHM" (all but SHM), "ALL";
+/// throws InvalidArgument naming the value and the known names.
+unsigned parse_log_subsystems(std::string_view text);
+
+/// Sets the level, the subsystems shown and the file (empty: stderr; %h and
+/// %p in its name become the host name and the process id). Settings::
+/// from_env calls it. A file that cannot be opened leaves the log on stderr,
+/// with a warning there.
+void configure_log(LogLevel level, unsigned subsystems, const std::string& file_pattern);
 void set_log_level(LogLevel level);
+/// The rank shown in the prefix.
 void set_log_rank(int rank);
 std::string_view hostname();
 
+namespace log_detail {
+bool enabled(LogLevel level, const char* source_file);
+void write(LogLevel level, const char* source_file, std::string_view message);
+
+// The first part of a message, and where the call is: every message starts
+// with text, so the call site's file rides on its conversion.
+// __builtin_FILE() as a default argument is the caller's file in GCC and in
+// clang (whose 14 has no std::source_location with libstdc++ 12).
+struct FirstPart {
+  template <typename T>
+    requires std::convertible_to<const T&, std::string_view>
+  FirstPart(const T& part, const char* caller_file = __builtin_FILE()) : text(part), file(caller_file) {}
+  std::string_view text;
+  const char* file;
+};
+}  // namespace log_detail
+
 template <typename... Parts>
-void log_warn(const Parts&... parts) {
-  if (log_detail::enabled(LogLevel::warn)) log_detail::write(LogLevel::warn, cat(parts...));
+void log_warn(log_detail::FirstPart first, const Parts&... parts) {
+  if (log_detail::enabled(LogLevel::warn, first.file))
+    log_detail::write(LogLevel::warn, first.file, cat(first.text, parts...));
 }
 template <typename... Parts>
-void log_info(const Parts&... parts) {
-  if (log_detail::enabled(LogLevel::info)) log_detail::write(LogLevel::info, cat(parts...));
+void log_info(log_detail::FirstPart first, const Parts&... parts) {
+  if (log_detail::enabled(LogLevel::info, first.file))
+    log_detail::write(LogLevel::info, first.file, cat(first.text, parts...));
 }
 template <typename... Parts>
-void log_trace(const Parts&... parts) {
-  if (log_detail::enabled(LogLevel::trace)) log_detail::write(LogLevel::trace, cat(parts...));
+void log_trace(log_detail::FirstPart first, const Parts&... parts) {
+  if (log_detail::enabled(LogLevel::trace, first.file))
+    log_detail::write(LogLevel::trace, first.file, cat(first.text, parts...));
 }
 
 /// Keeps a flood of similar messages (refused strangers) out of the log: the

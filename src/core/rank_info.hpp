@@ -30,9 +30,9 @@ struct RankInfo {
   /// UCX in this process sees an RDMA device (set by the comm layer from
   /// the transports, transport/registry.hpp): whether ucx links two hosts.
   bool rdma = false;
-  /// The data cache one core of this host has to itself (its L2 where the
-  /// L3 is shared), in KiB, as hwloc sees it (set by the comm layer from
-  /// topology's Machine); 0: unknown. The cost model prices copies of
+  /// The data cache this rank has to itself (its L2 where the L3 is shared;
+  /// topology's Machine::private_cache_bytes, which the comm layer sets), in
+  /// KiB; 0: unknown. The cost model prices copies of
   /// buffers that fit in it at the cache's rates (topology/cost_model.hpp).
   std::uint32_t cache_kib = 0;
   /// The CPUs this process may run on (its affinity: taskset, a cgroup

@@ -1,14 +1,21 @@
 #include "core/settings.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <cmath>
 #include <charconv>
+#include <cstdint>
 #include <cstdlib>
+#include <mutex>
+#include <set>
 #include <utility>
 
 #include "braid/types.hpp"
+#include "core/log.hpp"
 #include "core/text.hpp"
+
+extern char** environ;
 
 namespace braid {
 namespace {
@@ -26,7 +33,7 @@ constexpr std::array kTable = {
                 "Names the job: ranks present it to the store, which refuses a rank of another job at once, and "
                 "it scopes the store's keys. Set by braid-run (one per launch); else torchrun's "
                 "TORCHELASTIC_RUN_ID or Slurm's SLURM_JOB_ID when set. At most 128 bytes."},
-    SettingInfo{"RANK", "(none)", "torchrun's rank; used when BRAID_RANK is not set (see Launch environments)."},
+    SettingInfo{"RANK", "(none)", "torchrun's rank; used when BRAID_RANK is not set (see docs/launchers.md)."},
     SettingInfo{"WORLD_SIZE", "(none)", "torchrun's number of ranks."},
     SettingInfo{"LOCAL_RANK", "(none)", "torchrun's rank on this host."},
     SettingInfo{"LOCAL_WORLD_SIZE", "(none)", "torchrun's number of ranks on this host."},
@@ -41,7 +48,7 @@ constexpr std::array kTable = {
     SettingInfo{"TF_CONFIG", "(none)",
                 "TensorFlow's cluster spec (JSON: chief, worker and ps addresses, and this task). Used when "
                 "neither BRAID_RANK nor RANK is set: ranks are the chief, the workers, then the ps; rank 0 (the chief, else "
-                "worker 0) hosts the store at its address. See Starting from TF_CONFIG."},
+                "worker 0) hosts the store at its address. See docs/launchers.md."},
     SettingInfo{"SLURM_PROCID", "(none)",
                 "Slurm's rank; used when neither BRAID_RANK, RANK nor TF_CONFIG is set. With SLURM_NTASKS (the "
                 "size), SLURM_LOCALID (the rank on this host) and SLURM_NTASKS_PER_NODE."},
@@ -67,7 +74,17 @@ constexpr std::array kTable = {
                 "How long, at most, a finished rank keeps serving its peers: the store a rank hosts stays up "
                 "until every rank of its job left (or this passes), and a process that exits waits as long for "
                 "what still lingers. A communicator's finalize never waits for it (1s, 200ms, 0)."},
-    SettingInfo{"BRAID_DEBUG", "WARN", "Log level on stderr: NONE, WARN, INFO or TRACE."},
+    SettingInfo{"BRAID_DEBUG", "WARN",
+                "Log level: NONE, WARN, INFO or TRACE. A line starts with the local date and time (to the "
+                "microsecond), [host:pid rank r], the subsystem and the level."},
+    SettingInfo{"BRAID_DEBUG_SUBSYS", "ALL",
+                "Subsystems whose INFO and TRACE lines show, as NCCL_DEBUG_SUBSYS: a list of INIT, BOOTSTRAP, NET, "
+                "SHM, P2P, GRAPH, TUNING, COLL, ENV (INIT,NET), or ALL; ^ in front shows all but the list (^SHM,COLL). "
+                "WARN lines always show."},
+    SettingInfo{"BRAID_DEBUG_FILE", "(stderr)",
+                "Write the log to this file instead of stderr, as NCCL_DEBUG_FILE: %h becomes the host name and %p "
+                "the process id (braid.%h.%p.log). Appended to; one that cannot be opened leaves the log on stderr, "
+                "with a warning."},
     SettingInfo{"BRAID_SOCKET_IFNAME", "(auto)",
                 "Interfaces whose address this rank advertises to its peers, as NCCL_SOCKET_IFNAME: name "
                 "prefixes (eth,en), ^ to exclude (^docker,lo), = for exact names (=eth0). Default: the one through "
@@ -96,7 +113,7 @@ constexpr std::array kTable = {
                 "polls with sched_yield for up to 1 ms, handing the core to the ranks that share it."},
     SettingInfo{"BRAID_ALGO", "(auto)",
                 "Force algorithms: a name (ring) for every collective that has it, or per collective "
-                "(all_reduce:tree,broadcast:binomial). See the algorithm table."},
+                "(all_reduce:tree,broadcast:binomial). See docs/algorithms.md."},
     SettingInfo{"BRAID_TRANSPORT", "(auto)",
                 "Transports to use, in order of preference, as a name or a list (shm,tcp: shared memory between "
                 "ranks of one host, TCP otherwise); each pair of ranks uses the first that reaches it. cuda_ipc "
@@ -144,6 +161,42 @@ constexpr std::array kTable = {
                 "PEM file (or OpenSSL hashed directory) of the CA certificates that every peer's certificate "
                 "must chain to."},
 };
+
+// Names other libraries give a setting that braid spells differently, which
+// spelling alone would not lead to.
+constexpr std::array<std::pair<std::string_view, std::string_view>, 4> kOtherNames = {{
+    {"BRAID_LOG", "BRAID_DEBUG"},
+    {"BRAID_LOG_LEVEL", "BRAID_DEBUG"},
+    {"BRAID_LOGLEVEL", "BRAID_DEBUG"},
+    {"BRAID_VERBOSE", "BRAID_DEBUG"},
+}};
+
+bool is_setting(std::string_view name) {
+  for (const auto& s : kTable)
+    if (s.name == name) return true;
+  return false;
+}
+
+// A BRAID_* variable that is no setting is most often a typo whose effect
+// the user expects (BRAID_TRANSPORTS=tcp running over shm): say so once per
+// name, at the first communicator (or tool) that reads the settings.
+void warn_of_unknown_settings(LogLevel level) {
+  if (level == LogLevel::none) return;
+  static std::mutex mutex;
+  static std::set<std::string, std::less<>> warned;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    std::string_view text(*entry);
+    std::string_view name = text.substr(0, text.find('='));
+    if (!name.starts_with("BRAID_") || is_setting(name)) continue;
+    {
+      std::lock_guard lock(mutex);
+      if (!warned.emplace(name).second) continue;
+    }
+    std::string_view close = closest_setting(name);
+    log_warn(name, " is not a braid setting, so it is ignored", close.empty() ? "" : cat(": did you mean ", close, "?"),
+             " (braid-run --env-help lists every setting)");
+  }
+}
 
 std::optional<std::string> getenv_string(std::string_view name) {
   const char* value = std::getenv(std::string(name).c_str());
@@ -200,10 +253,36 @@ TlsContext tls_from_env() {
 
 std::span<const SettingInfo> setting_table() { return kTable; }
 
+// The other name a user meant, else the BRAID_ setting whose name holds the
+// unknown one or is held by it ("BRAID_IFNAME" in BRAID_SOCKET_IFNAME), else
+// the one within a few edits (a third of the name, at least 2).
+std::string_view closest_setting(std::string_view name) {
+  for (auto [other, setting] : kOtherNames)
+    if (other == name) return setting;
+  constexpr std::string_view kPrefix = "BRAID_";
+  if (!name.starts_with(kPrefix)) return {};
+  const std::string_view wanted = name.substr(kPrefix.size());
+  const std::size_t most_edits = std::max<std::size_t>(2, wanted.size() / 3);
+  std::string_view best;
+  std::size_t best_score = SIZE_MAX;
+  for (const auto& s : kTable) {
+    if (!s.name.starts_with(kPrefix) || s.name == name) continue;
+    const std::string_view known = s.name.substr(kPrefix.size());
+    std::size_t score = edit_distance(wanted, known);
+    if (score > most_edits) score = SIZE_MAX;
+    const bool holds = std::min(wanted.size(), known.size()) >= 3 &&
+                       (known.find(wanted) != std::string_view::npos || wanted.find(known) != std::string_view::npos);
+    if (holds) score = std::min(score, std::max(wanted.size(), known.size()) - std::min(wanted.size(), known.size()));
+    if (score < best_score) {
+      best = s.name;
+      best_score = score;
+    }
+  }
+  return best;
+}
+
 std::optional<std::string> Settings::raw(std::string_view name) {
-  bool known = false;
-  for (const auto& s : kTable) known = known || s.name == name;
-  if (!known) throw Error(ErrorCode::internal, cat("setting ", name, " is not in the settings table"));
+  if (!is_setting(name)) throw Error(ErrorCode::internal, cat("setting ", name, " is not in the settings table"));
   return getenv_string(name);
 }
 
@@ -265,6 +344,8 @@ Settings Settings::from_env() {
     else if (level == "TRACE") s.log_level = LogLevel::trace;
     else throw InvalidArgument(cat("BRAID_DEBUG='", *v, "' is not one of NONE, WARN, INFO, TRACE"));
   }
+  if (auto v = getenv_string("BRAID_DEBUG_SUBSYS")) s.log_subsystems = parse_log_subsystems(*v);
+  if (auto v = getenv_string("BRAID_DEBUG_FILE")) s.log_file = *v;
   if (auto v = getenv_string("BRAID_SOCKET_IFNAME")) s.socket_ifname = *v;
   if (auto v = getenv_string("BRAID_PORT_RANGE")) s.port_range = PortRange::parse(*v, "BRAID_PORT_RANGE");
   if (auto v = env_integer("BRAID_TCP_STREAMS", 1, 16)) s.tcp_streams = static_cast<int>(*v);
@@ -310,6 +391,8 @@ Settings Settings::from_env() {
   }
   if (key_file) s.auth_key = AuthKey::from_file(*key_file, "BRAID_AUTH_KEY_FILE");
   s.tls = tls_from_env();
+  configure_log(s.log_level, s.log_subsystems, s.log_file);
+  warn_of_unknown_settings(s.log_level);
   return s;
 }
 

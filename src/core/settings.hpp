@@ -1,7 +1,7 @@
 // Settings: the one table of environment variables (name, default, meaning):
 // the BRAID_* settings and TensorFlow's TF_CONFIG. Nothing else in braid
-// calls getenv; the README prints this table and a test checks that the two
-// agree.
+// calls getenv; docs/settings.md prints this table and a test checks that the
+// two agree.
 #pragma once
 
 #include <chrono>
@@ -25,8 +25,13 @@ struct SettingInfo {
   std::string_view meaning;
 };
 
-/// Every setting braid reads, in README order.
+/// Every setting braid reads, in the order docs/settings.md lists them.
 std::span<const SettingInfo> setting_table();
+
+/// The setting that an unknown BRAID_* name most likely meant
+/// ("BRAID_TRANSPORTS": "BRAID_TRANSPORT", "BRAID_LOG": "BRAID_DEBUG"), or
+/// empty when none is close.
+std::string_view closest_setting(std::string_view name);
 
 struct Settings {
   // Identity and rendezvous (set by braid-run or the user's launcher).
@@ -41,6 +46,8 @@ struct Settings {
   /// BRAID_LINGER: how long a finished rank keeps serving its peers at most.
   std::chrono::milliseconds linger{std::chrono::seconds(1)};
   LogLevel log_level = LogLevel::warn;
+  unsigned log_subsystems = ~0u;  // BRAID_DEBUG_SUBSYS (core/log.hpp's LogSubsystem bits)
+  std::string log_file;           // BRAID_DEBUG_FILE, %h and %p not yet replaced
   std::string socket_ifname;               // BRAID_SOCKET_IFNAME (core/interfaces.hpp's syntax)
   std::optional<PortRange> port_range;     // BRAID_PORT_RANGE: every listening socket's port
   std::string launch_source;               // where rank and size came from (launch_env.hpp), for describe()
@@ -62,8 +69,11 @@ struct Settings {
   // TLS for every connection (off unless BRAID_TLS=1); loaded and checked here.
   TlsContext tls;
 
-  /// Reads the environment once; a malformed value throws InvalidArgument
-  /// naming the variable and the value (never the value of a secret).
+  /// Reads the environment once and sets up the log from it (core/log.hpp);
+  /// a malformed value throws InvalidArgument naming the variable and the
+  /// value (never the value of a secret). A
+  /// BRAID_* variable that is not a setting gets a warning (once per
+  /// process) naming the closest one, unless BRAID_DEBUG=NONE.
   static Settings from_env();
   /// Reads one variable through the same table (for tools); nullopt if unset.
   static std::optional<std::string> raw(std::string_view name);

@@ -1,7 +1,9 @@
 #include "core/text.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 namespace braid {
 
@@ -17,6 +19,26 @@ std::string human_bytes(std::size_t bytes) {
   if (unit == 0) std::snprintf(buf, sizeof buf, "%zu B", bytes);
   else std::snprintf(buf, sizeof buf, "%.4g %s", value, kUnits[unit]);
   return buf;
+}
+
+// Damerau-Levenshtein distance (optimal string alignment), one row at a
+// time plus the two before it for the swap.
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  const std::size_t m = b.size();
+  std::vector<std::size_t> before(m + 1), previous(m + 1), current(m + 1);
+  for (std::size_t j = 0; j <= m; ++j) previous[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    current[0] = i;
+    for (std::size_t j = 1; j <= m; ++j) {
+      std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      current[j] = std::min({previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        current[j] = std::min(current[j], before[j - 2] + 1);
+    }
+    std::swap(before, previous);
+    std::swap(previous, current);
+  }
+  return previous[m];
 }
 
 std::string to_hex(std::span<const std::byte> bytes) {

@@ -22,6 +22,10 @@ std::string human_bytes(std::size_t bytes);
 /// Lower-case hex digits of `bytes`.
 std::string to_hex(std::span<const std::byte> bytes);
 
+/// The fewest single-character edits (insert, delete, replace, or swap two
+/// neighbours) that turn `a` into `b`: how far a misspelt name is from one.
+std::size_t edit_distance(std::string_view a, std::string_view b);
+
 /// The text of errno value `err` ("Connection refused").
 std::string errno_text(int err);
 

@@ -6,7 +6,11 @@
     "# Avg bus bandwidth" is the mean of the busbw columns (up to the table's
     rounding), "# Out of bounds values : 0 OK";
   - --csv: a header of 15 fields, two records per size (out of place, in place);
-  - --json: one object per size and placement with the same fields.
+  - --json: one object per size and placement with the same fields;
+  - nccl-tests' other flags as all_reduce_perf (the link to braid-perf
+    beside it) runs them: -m 3 (the header's agg iters), -N 2 (the sweep
+    twice), -C 1, -M 1 (a memory line), -T, and -N 0 running cycle after
+    cycle until braid-run's --timeout stops it.
 No timing is asserted.
 
     check_perf_output.py BRAID_RUN BRAID_PERF
@@ -74,7 +78,23 @@ def main():
     check(len(objects) == 2 * len(sizes), f"{len(objects)} JSON objects")
     check(all(list(o) == FIELDS for o in objects), f"JSON fields {list(objects[0])}")
     check(all(o["transport"] == "shm" and o["hosts"] == 1 and isinstance(o["size"], int) for o in objects), "JSON values")
-    print("braid-perf's table, CSV and JSON read as expected")
+
+    alias = os.path.join(os.path.dirname(perf), "all_reduce_perf")
+    short = ["-b", "8", "-e", "512", "-f", "8", "-n", "2", "-w", "1"]
+    table = run(braid_run, alias, *short, "-m", "3", "-N", "2", "-C", "1", "-M", "1", "-T", "60", "-p", "0",
+                "-G", "0", "-R", "0")
+    log = nccl_tests_log.parse(table)
+    check([r["size"] for r in log["rows"]] == [8, 64, 512] * 2, f"-N 2: rows {[r['size'] for r in log['rows']]}")
+    check(log["ok"] and all(r["oop_wrong"] == "0" for r in log["rows"]), "-m 3: results wrong")
+    check("agg iters: 3 " in table and "CPU time" in table and "timeout 60 s" in table, f"header:\n{table}")
+    check("# Memory: peak resident set per rank (MiB): 0: " in table, "-M 1: no memory line")
+    endless = subprocess.run([braid_run, "-n", "2", "--no-prefix", "--timeout", "4s", alias, *short, "-m", "1", "-G",
+                              "0", "-p", "0", "-C", "0", "-N", "0"], capture_output=True, text=True, timeout=60)
+    rows = len(nccl_tests_log.parse(endless.stdout)["rows"])
+    check(endless.returncode == 124 and rows > 2 * 3, f"-N 0: status {endless.returncode}, {rows} rows")
+    refused = subprocess.run([braid_run, "-n", "1", alias, "-G", "1"], capture_output=True, text=True, timeout=60)
+    check(refused.returncode == 2 and "use -G 0" in refused.stdout + refused.stderr, "-G 1 not refused with a reason")
+    print("braid-perf's table, CSV and JSON, and nccl-tests' flags, read as expected")
 
 
 if __name__ == "__main__":

@@ -203,6 +203,17 @@ TEST_CASE("braid-perf's command line: nccl-tests' flags, units and --opt=value")
   CHECK(parse({"all_reduce", "--transport=tcp"}).transport == "tcp");
   CHECK(parse({"all_reduce", "--algo", "ring"}).algo == "ring");
   CHECK(parse({"all_reduce", "-g", "1", "-t", "1"}).collective != nullptr);
+  o = parse({"all_reduce", "-m", "4", "-N", "0", "-C", "1", "-T", "30", "-M", "1", "-p", "0", "-G", "0", "-R", "0"});
+  CHECK(o.agg_iters == 4);
+  CHECK(o.cycles == 0);
+  CHECK(o.cpu_time);
+  CHECK(o.timeout_s == 30);
+  CHECK(o.memory_report);
+  o = parse({"all_reduce", "--agg_iters=2", "--run_cycles", "3", "--report_cputime=0", "--memory_report", "0"});
+  CHECK((o.agg_iters == 2 && o.cycles == 3 && !o.cpu_time && !o.memory_report));
+  // Run as nccl-tests' binaries, the name says the collective.
+  CHECK(parse_options({"-b", "8"}, "/opt/bin/all_reduce_perf").options.collective->kind == Kind::all_reduce);
+  CHECK(parse_options({}, "alltoall_perf").options.collective->kind == Kind::all_to_all);
   CHECK(parse_options({"-h"}).help);
   for (std::vector<std::string_view> bad : std::vector<std::vector<std::string_view>>{
            {},                                  // no collective
@@ -219,8 +230,17 @@ TEST_CASE("braid-perf's command line: nccl-tests' flags, units and --opt=value")
            {"all_reduce", "-n"},
            {"all_reduce", "--json=1"},
            {"all_reduce", "broadcast"},
+           {"all_reduce", "-m", "0"},
+           {"all_reduce", "-C", "2"},
+           {"all_reduce", "-p", "1"},   // no parallel init: one rank per process
+           {"all_reduce", "-G", "1"},   // no CUDA graphs to launch
+           {"all_reduce", "-R", "1"},   // no buffer registration
+           {"all_reduce", "-T", "-1"},
        })
     CHECK_THROWS_AS(parse_options(bad), braid::UsageError);
+  CHECK_THROWS_WITH(parse_options({"all_reduce", "-G", "2"}), Catch::Contains("use -G 0"));
+  CHECK_THROWS_AS(parse_options({"all_reduce"}, "all_reduce_perf"), braid::UsageError);  // the name says it
+  CHECK_THROWS_AS(parse_options({}, "hypercube_perf"), braid::UsageError);
 }
 
 TEST_CASE("the shared parser: options end at the program for braid-run") {

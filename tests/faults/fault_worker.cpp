@@ -101,6 +101,7 @@ Args parse(int argc, char** argv) {
 const char* kind_of(braid::ErrorCode code) {
   switch (code) {
     case braid::ErrorCode::invalid_argument: return "InvalidArgument";
+    case braid::ErrorCode::invalid_usage: return "InvalidUsage";
     case braid::ErrorCode::timeout: return "Timeout";
     case braid::ErrorCode::peer_lost: return "PeerLost";
     case braid::ErrorCode::protocol: return "ProtocolMismatch";

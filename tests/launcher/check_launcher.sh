@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Checks braid-run against real processes: one case per call, so Meson runs
 # the cases in parallel and reports each on its own.
-#   usage: check_launcher.sh CASE BRAID_RUN RANK_PROBE README
+#   usage: check_launcher.sh CASE BRAID_RUN RANK_PROBE SETTINGS_DOC
 # rank_probe.cpp describes the little scripts the ranks run.
 set -u
-name=$1 BR=$2 PROBE=$3 README=$4
+name=$1 BR=$2 PROBE=$3 SETTINGS_DOC=$4
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 touch "$tmp/out" "$tmp/err"
@@ -189,9 +189,9 @@ usage)
   for v in BRAID_RANK BRAID_WORLD_SIZE BRAID_STORE_ADDR BRAID_TIMEOUT; do
     grep -qF "| \`$v\` | " "$tmp/out" || fail "--env-help lacks $v"
   done
-  # The README says its settings table is what --env-help prints.
-  sed -n '/<!-- settings-table:begin -->/,/<!-- settings-table:end -->/p' "$README" | sed '1d;$d' >"$tmp/readme"
-  diff "$tmp/readme" "$tmp/out" >&2 || fail "--env-help differs from the README's settings table"
+  # docs/settings.md says its settings table is what --env-help prints.
+  sed -n '/<!-- settings-table:begin -->/,/<!-- settings-table:end -->/p' "$SETTINGS_DOC" | sed '1d;$d' >"$tmp/doc"
+  diff "$tmp/doc" "$tmp/out" >&2 || fail "--env-help differs from docs/settings.md's table (ninja -C BUILD settings-doc writes it)"
   # Options stop at the program; what follows is the program's.
   run -n2 -- "$PROBE" out --help; expect_rc 0; expect_out "[1] --help"
   run --ranks=1 "$PROBE" out -n; expect_rc 0; expect_out "[0] -n"

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""A laptop leaving mid-training, and the job resumed (README, Two machines).
+"""A laptop leaving mid-training, and the job resumed (docs/two-machines.md).
 
     check_resume.py --train BRAID_TRAIN [--epochs E] [--keep-logs]
 

@@ -134,7 +134,7 @@ void check_buckets(const Config& cfg, braid::Comm& parent) {
     std::vector<mr::MirroredVariable<float>> vars;
     {
       auto scope = s->scope();
-      for (int v = 0; v < 9; ++v) vars.push_back(s->create_variable<float>("v" + std::to_string(v), {v * 13 + 1}, iota_values(static_cast<std::size_t>(v * 13 + 1), 0)));
+      for (int v = 0; v < 9; ++v) vars.push_back(s->create_variable<float>(std::string("v").append(std::to_string(v)), {v * 13 + 1}, iota_values(static_cast<std::size_t>(v * 13 + 1), 0)));
     }
     std::vector<float> flat;
     s->run([&](mr::ReplicaContext& ctx) {

@@ -1,10 +1,7 @@
-// The checkpoint file (mirrored/checkpoint_file.hpp) and the content hash it
-// is checked with (mirrored/content_hash.hpp, tested here as its first user).
-//
-// The hash: pieces hash like the whole wherever the input is cut, one flipped
-// bit anywhere changes it, lengths are told apart, and golden values (from a
-// separate Python transcription) pin it, since checkpoints on disk depend on
-// it. The file: everything written reads back; every single corrupted byte
+// The checkpoint file (mirrored/checkpoint_file.hpp; its hash is tested in
+// test_content_hash.cpp). Everything written reads back, and its checksum is
+// the one xxhsum computes; a file of format 1 (the old checksum), written by
+// the braid before XXH3, still reads; every single corrupted byte
 // and every truncation of a small file is refused by name, never a crash or a
 // huge allocation (this runs under ASan); lengths corrupted with a valid
 // checksum are caught by the structure checks alone; I/O failures name the
@@ -19,6 +16,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -30,6 +28,8 @@
 #include "braid/mirrored.hpp"
 #include "braid/types.hpp"
 #include "checkpoint_file.hpp"
+#include "byte_patterns.hpp"
+#include "checksum_v1.hpp"
 #include "content_hash.hpp"
 
 namespace braid::mirrored {
@@ -37,25 +37,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
-using Bytes = std::vector<std::byte>;
-
-// Deterministic filler bytes (xorshift), so failures reproduce.
-Bytes pattern(std::size_t size, std::uint64_t seed) {
-  Bytes bytes(size);
-  std::uint64_t x = seed * 0x9e3779b97f4a7c15 + 1;
-  for (auto& b : bytes) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    b = static_cast<std::byte>(x >> 56);
-  }
-  return bytes;
-}
-
-Bytes text_bytes(std::string_view text) {
-  const auto* p = reinterpret_cast<const std::byte*>(text.data());
-  return {p, p + text.size()};
-}
 
 class TempDir {
  public:
@@ -183,93 +164,6 @@ Refusal refusal(const std::string& path) {
 
 }  // namespace
 
-// ----------------------------------------------------------------- content hash
-
-TEST_CASE("content_hash: golden values", "[content_hash]") {
-  CHECK(content_hash({}) == 0xb992b056e7d8a844);
-  CHECK(content_hash({}, 1) == 0x67fd16694fa93afe);
-  CHECK(content_hash(text_bytes("braid")) == 0xd8437624d5fea1aa);
-  const auto fox = text_bytes("The quick brown fox jumps over the lazy dog");
-  CHECK(content_hash(fox) == 0x8639ca60ee4ce8f4);
-  CHECK(content_hash(fox, 42) == 0xddfefa18eebf53fd);
-}
-
-TEST_CASE("content_hash: pieces hash like the whole, wherever the cuts are", "[content_hash]") {
-  const Bytes data = pattern(67, 1);
-  const std::span<const std::byte> all(data);
-  const std::uint64_t whole = content_hash(all, 9);
-  int mismatches = 0;
-  for (std::size_t i = 0; i <= data.size(); ++i) {
-    for (std::size_t j = i; j <= data.size(); ++j) {
-      ContentHasher hasher(9);
-      hasher.update(all.subspan(0, i));
-      hasher.update(all.subspan(i, j - i));
-      hasher.update(all.subspan(j));
-      if (hasher.digest() != whole) ++mismatches;
-    }
-  }
-  CHECK(mismatches == 0);
-
-  // 1 MiB + 3 in pieces of 1..97 bytes; digest() in between leaves the state alone.
-  const Bytes big = pattern((1 << 20) + 3, 2);
-  ContentHasher hasher;
-  std::size_t at = 0;
-  for (std::size_t step = 1; at < big.size(); step = step % 97 + 1) {
-    const std::size_t n = std::min(step, big.size() - at);
-    hasher.update(std::span(big).subspan(at, n));
-    at += n;
-    if (step == 50) (void)hasher.digest();
-  }
-  CHECK(hasher.digest() == content_hash(big));
-  CHECK(hasher.digest() == hasher.digest());
-  CHECK(ContentHasher().digest() == content_hash({}));
-}
-
-TEST_CASE("content_hash: one flipped bit anywhere changes the hash", "[content_hash]") {
-  Bytes data = pattern(1 << 20, 3);
-  const std::uint64_t base = content_hash(data);
-  std::vector<std::size_t> positions = {0, 1, 7, 8, 9, 4095, 4096, data.size() - 9, data.size() - 8, data.size() - 1};
-  std::uint64_t x = 12345;
-  for (int i = 0; i < 300; ++i) {
-    x = x * 6364136223846793005 + 1442695040888963407;
-    positions.push_back((x >> 20) % data.size());
-  }
-  std::set<std::uint64_t> seen = {base};
-  int unchanged = 0;
-  for (std::size_t k = 0; k < positions.size(); ++k) {
-    const auto bit = static_cast<std::byte>(1u << (k % 8));
-    data[positions[k]] ^= bit;
-    const std::uint64_t flipped = content_hash(data);
-    if (flipped == base) ++unchanged;
-    seen.insert(flipped);
-    data[positions[k]] ^= bit;
-  }
-  CHECK(unchanged == 0);
-  CHECK(content_hash(data) == base);
-
-  // Every bit of a short input with a tail: all 8 * 37 variants differ from
-  // the original and from each other.
-  Bytes small = pattern(37, 4);
-  std::set<std::uint64_t> small_seen = {content_hash(small)};
-  for (std::size_t i = 0; i < small.size() * 8; ++i) {
-    small[i / 8] ^= static_cast<std::byte>(1u << (i % 8));
-    small_seen.insert(content_hash(small));
-    small[i / 8] ^= static_cast<std::byte>(1u << (i % 8));
-  }
-  CHECK(small_seen.size() == 1 + small.size() * 8);
-}
-
-TEST_CASE("content_hash: empty input, lengths of zeros and seeds are told apart", "[content_hash]") {
-  std::set<std::uint64_t> seen;
-  for (std::size_t n = 0; n <= 100; ++n) seen.insert(content_hash(Bytes(n)));
-  CHECK(seen.size() == 101);
-  CHECK(content_hash({}) == content_hash({}));
-  CHECK(content_hash({}) != content_hash({}, 1));
-  CHECK(content_hash(Bytes(16)) != content_hash(Bytes(16), 1));
-  // A zero word and an 8-byte tail of zeros are not confused with the length.
-  CHECK(content_hash(Bytes(8)) != content_hash(Bytes(7)));
-}
-
 // ------------------------------------------------------------- checkpoint file
 
 TEST_CASE("checkpoint: everything written reads back", "[checkpoint]") {
@@ -302,7 +196,7 @@ TEST_CASE("checkpoint: everything written reads back", "[checkpoint]") {
   SECTION("entries larger than the write and read buffers, and many small ones") {
     CheckpointContents big;
     big.entries.push_back(entry("big", DataType::f32, {3, (1 << 18) + 1}, 21));  // 3 MiB + 12
-    for (int i = 0; i < 3000; ++i) big.entries.push_back(entry("v" + std::to_string(i), DataType::u8, {i % 50}, 100 + i));
+    for (int i = 0; i < 3000; ++i) big.entries.push_back(entry(std::string("v").append(std::to_string(i)), DataType::u8, {i % 50}, 100 + i));
     big.entries.push_back(entry("after", DataType::f64, {70000}, 22));
     write_checkpoint_file(path, big);
     require_equal(read_checkpoint_file(path), big);
@@ -449,7 +343,7 @@ TEST_CASE("checkpoint: corrupted lengths with a valid checksum", "[checkpoint]")
              Contains("shape [4611686018427387904] of f32, which has a negative dimension or is too large"));
   const auto version = refused([](Bytes& f) { patch<std::uint32_t>(f, 8, 7); });
   CHECK(version.code == ErrorCode::unsupported);
-  CHECK_THAT(version.message, Contains("checkpoint '" + bad + "': format version 7, this build reads 1"));
+  CHECK_THAT(version.message, Contains("checkpoint '" + bad + "': format version 7, this build reads 1 to 2"));
 }
 
 TEST_CASE("checkpoint: files that are not checkpoints", "[checkpoint]") {
@@ -580,6 +474,65 @@ TEST_CASE("checkpoint: inspect_checkpoint reads and checks a file without a stra
   write_file(path, file);
   CHECK_THROWS_WITH(inspect_checkpoint(path), Contains("checkpoint '" + path + "'") && Contains("checksum mismatch"));
   CHECK_THROWS_WITH(inspect_checkpoint(dir.file("none.ckpt")), Contains("cannot open"));
+}
+
+TEST_CASE("checkpoint: the checksum is XXH3 of the bytes before it, as xxhsum -H3 computes it", "[checkpoint]") {
+  TempDir dir;
+  const std::string path = dir.file("model.ckpt");
+  write_checkpoint_file(path, sample_contents());
+  const Bytes file = read_file(path);
+  REQUIRE(file.size() > 20);
+  CHECK(std::to_integer<int>(file[8]) == int(kCheckpointFormatVersion));
+  const auto body = std::span(file).first(file.size() - 8);
+  std::uint64_t stored = 0;
+  for (std::size_t i = 0; i < 8; ++i) stored |= std::uint64_t(std::to_integer<std::uint8_t>(file[body.size() + i])) << (8 * i);
+  CHECK(stored == content_hash(body));
+  // A standard tool checks it (scripts/install-deps.sh installs xxhsum).
+  const std::string body_path = dir.file("body");
+  write_file(body_path, body);
+  std::FILE* tool = ::popen(("xxhsum -H3 < '" + body_path + "' 2>&1").c_str(), "r");
+  REQUIRE(tool != nullptr);
+  char line[256] = {};
+  const bool read = std::fgets(line, sizeof line, tool) != nullptr;
+  REQUIRE(::pclose(tool) == 0);
+  REQUIRE(read);
+  char hex[17] = {};
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(stored));
+  CHECK_THAT(std::string(line), Contains(std::string("= ") + hex));
+}
+
+TEST_CASE("checkpoint: a file of format 1, written by the braid before XXH3, still reads", "[checkpoint]") {
+  const std::string old = BRAID_TEST_DIR "/checkpoint_format1.ckpt";
+  const Bytes file = read_file(old);
+  REQUIRE(std::to_integer<int>(file[8]) == 1);
+  const CheckpointContents c = read_checkpoint_file(old);
+  CHECK(c.model == "MultiWorkerMirrored checkpoint of 2 variables");
+  CHECK((c.step == 400 && c.epoch == 7 && c.batch_in_epoch == 16 && c.replicas == 2));
+  REQUIRE(c.entries.size() == 2);
+  CHECK(c.entries[0].name == "dense/kernel");
+  CHECK(c.entries[0].shape == std::vector<std::int64_t>{2, 3});
+  float kernel[6];
+  std::memcpy(kernel, c.entries[0].data.data(), sizeof kernel);
+  CHECK((kernel[0] == 0.5f && kernel[1] == -1.25f && kernel[5] == 1.0f));
+  CHECK(c.entries[1].type == DataType::f64);
+  double bias[3];
+  std::memcpy(bias, c.entries[1].data.data(), sizeof bias);
+  CHECK((bias[0] == 0.125 && bias[1] == -2.5 && bias[2] == 4.0));
+
+  // Its checksum is still checked (format 1's): a changed byte is refused.
+  TempDir dir;
+  const std::string changed = dir.file("changed.ckpt");
+  Bytes bytes = file;
+  bytes[bytes.size() - 12] ^= std::byte{1};  // in the last entry's data
+  write_file(changed, bytes);
+  CHECK_THAT(refusal(changed).message, Contains("checksum mismatch"));
+  // Sealed with format 1's checksum, the same change reads: the reader hashes
+  // a format-1 file with ChecksumV1, magic and version included.
+  ChecksumV1 v1;
+  v1.update(std::span(bytes).first(bytes.size() - 8));
+  patch<std::uint64_t>(bytes, bytes.size() - 8, v1.digest());
+  write_file(changed, bytes);
+  CHECK_NOTHROW(read_checkpoint_file(changed));
 }
 
 }  // namespace braid::mirrored

@@ -444,7 +444,7 @@ static void groups(braid_comm_t comm, int rank, int n) {
   EXPECT_OK(braid_recv(in, 100, braid_i32, left, comm));
   EXPECT_OK(braid_group_start());
   EXPECT_OK(braid_send_async(out, 100, braid_i32, right, comm, &w));
-  EXPECT_CODE(braid_work_wait(w, 0, NULL), braid_invalid_argument); /* not issued before the end */
+  EXPECT_CODE(braid_work_wait(w, 0, NULL), braid_invalid_usage); /* not issued before the end */
   EXPECT_OK(braid_group_end());
   EXPECT_OK(braid_all_reduce(&sum, &sum, 1, braid_i32, braid_sum, comm));
   EXPECT_OK(braid_group_end());
@@ -452,7 +452,7 @@ static void groups(braid_comm_t comm, int rank, int n) {
   EXPECT_OK(braid_work_free(w));
   EXPECT(sum == n * (n + 1) / 2);
   for (i = 0; i < 100; ++i) EXPECT(in[i] == value(left, i));
-  EXPECT_CODE(braid_group_end(), braid_invalid_argument);
+  EXPECT_CODE(braid_group_end(), braid_invalid_usage);
   for (i = 0; i < 100; ++i) in[i] = -1;
   EXPECT_OK(braid_sendrecv(out, 100, right, in, 100, left, braid_i32, comm));
   for (i = 0; i < 100; ++i) EXPECT(in[i] == value(left, i));

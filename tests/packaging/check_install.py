@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""braid as another project sees it: installed, found with pkg-config, linked.
+"""braid as another project sees it: installed, found with pkg-config and CMake, linked.
 
     check_install.py MESON BUILD_DIR SOURCE_DIR
 
@@ -13,7 +13,9 @@
    ...) are not there; the C ABI, Comm and the error classes' typeinfo are.
 3. examples/external, copied out of the tree, builds with its Makefile
    against the installed braid.pc (pkg-config --cflags --libs braid, and
-   --static for libbraid.a), and with its meson.build.
+   --static for libbraid.a, which names no file of the build machine), with
+   its meson.build, and with its CMakeLists.txt through the installed
+   braidConfig.cmake (braid::braid, braid::braid_static).
 4. Each program runs on 2 ranks over loopback under the installed braid-run
    and prints the right sums; the shared ones load the installed libbraid.so.
 5. Where the Python package is built (PYTHON given): it is installed in a
@@ -28,7 +30,7 @@
 
     check_install.py MESON BUILD_DIR SOURCE_DIR [PYTHON]
 
-Exits 77 (skipped) when pkg-config, nm, make, ninja or a compiler is missing.
+Exits 77 (skipped) when pkg-config, cmake, nm, make, ninja or a compiler is missing.
 """
 
 import json
@@ -154,10 +156,19 @@ def check_exports(library, include_dir):
     return len(raw)
 
 
+def check_static_flags(env):
+    """pkg-config --static names libraries and folders, never a file of the
+    machine braid was built on (a path such as .../libcudart_static.a)."""
+    flags = run(["pkg-config", "--static", "--libs", "braid"], env=env).split()
+    files = [f for f in flags if not f.startswith("-") or (f.startswith("-l") and "/" in f)]
+    if files:
+        raise Failure(f"pkg-config --static --libs braid names files: {' '.join(files)} (in: {' '.join(flags)})")
+
+
 def main():
     meson, build, source = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
     python = sys.argv[4] if len(sys.argv) > 4 else ""
-    for tool in ("pkg-config", "nm", "make", "ninja", "cc", "c++", "ldd"):
+    for tool in ("pkg-config", "cmake", "nm", "make", "ninja", "cc", "c++", "ldd"):
         if not shutil.which(tool):
             print(f"skipped: {tool} not found (scripts/install-deps.sh installs it)")
             return SKIP
@@ -187,6 +198,10 @@ def main():
         for tool in ("braid-run", "braid-perf", "braid-topo"):
             if not (bin_dir / tool).exists():
                 raise Failure(f"{tool} not installed in {bin_dir}")
+        # nccl-tests' names, links to braid-perf, which takes the collective from them.
+        for alias in ("all_reduce_perf", "all_gather_perf", "alltoall_perf", "sendrecv_perf"):
+            if not (bin_dir / alias).is_symlink() or os.readlink(bin_dir / alias) != "braid-perf":
+                raise Failure(f"{alias} is not installed in {bin_dir} as a link to braid-perf")
         include_dir = next(dest.rglob("include/braid"))
         if not (include_dir / "braid.h").exists() or not (include_dir / "braid.hpp").exists():
             raise Failure(f"public headers not installed in {include_dir}")
@@ -196,15 +211,22 @@ def main():
         exported = check_exports(lib_dir / "libbraid.so", include_dir)
         checked = time.monotonic()
 
+        check_static_flags(env)
         example = tmp / "external"
         shutil.copytree(source / "examples" / "external", example)
         run(["make", "-C", example, "--no-print-directory"], env=env)
         run([meson, "setup", example / "build", example], env=env)
         run(["ninja", "-C", example / "build"], env=env)
+        prefix = include_dir.parent.parent  # <prefix>/include/braid
+        run(["cmake", "-S", example, "-B", example / "build-cmake", "-G", "Ninja", f"-DCMAKE_PREFIX_PATH={prefix}"],
+            env=env)
+        run(["cmake", "--build", example / "build-cmake"], env=env)
         built = time.monotonic()
 
         programs = [example / "all_reduce_cpp", example / "all_reduce_c", example / "all_reduce_c_static",
-                    example / "build" / "all_reduce_cpp", example / "build" / "all_reduce_c"]
+                    example / "build" / "all_reduce_cpp", example / "build" / "all_reduce_c",
+                    example / "build-cmake" / "all_reduce_cpp", example / "build-cmake" / "all_reduce_c",
+                    example / "build-cmake" / "all_reduce_c_static"]
         for program in programs:
             libs = run(["ldd", program], env=env)
             braid_line = next((line for line in libs.splitlines() if "libbraid" in line), None)

@@ -12,6 +12,7 @@ import braid
 
 def test_error_classes():
     assert issubclass(braid.InvalidArgument, braid.Error) and issubclass(braid.InvalidArgument, ValueError)
+    assert issubclass(braid.InvalidUsage, braid.InvalidArgument)
     assert issubclass(braid.Timeout, braid.Error) and issubclass(braid.Timeout, TimeoutError)
     assert issubclass(braid.PeerLost, braid.Error) and issubclass(braid.PeerLost, ConnectionError)
     assert issubclass(braid.Aborted, braid.Error) and issubclass(braid.Error, RuntimeError)
@@ -130,8 +131,9 @@ def test_closed_comm(comm):
     c = comm.split(0, comm.rank)
     comm.barrier()
     c.close()
-    with pytest.raises(braid.InvalidArgument, match="closed"):
+    with pytest.raises(braid.InvalidUsage, match="closed") as info:
         c.all_reduce(np.ones(4, np.float32))
+    assert info.value.code == "invalid_usage"
     with pytest.raises(braid.InvalidArgument, match="closed"):
         _ = c.rank
 

@@ -190,6 +190,38 @@ TEST_CASE("ranks as threads all-reduce, broadcast and barrier") {
   }
 }
 
+// ncclResult_t's numbers (nccl.h) for the meanings braid shares, so that a
+// port casting NCCL's codes compares them rightly; braid's own from 16.
+TEST_CASE("braid_result_t carries NCCL's numbers, and ErrorCode braid_result_t's") {
+  static_assert(braid_success == 0);           // ncclSuccess
+  static_assert(braid_system_error == 2);      // ncclSystemError
+  static_assert(braid_internal_error == 3);    // ncclInternalError
+  static_assert(braid_invalid_argument == 4);  // ncclInvalidArgument
+  static_assert(braid_invalid_usage == 5);     // ncclInvalidUsage
+  static_assert(braid_remote_error == 6);      // ncclRemoteError
+  static_assert(braid_peer_lost == braid_remote_error);
+  static_assert(braid_in_progress == 7);       // ncclInProgress
+  for (braid_result_t own : {braid_timeout, braid_protocol_error, braid_aborted, braid_unsupported}) CHECK(own >= 16);
+  const std::pair<ErrorCode, braid_result_t> same[] = {
+      {ErrorCode::system, braid_system_error},     {ErrorCode::internal, braid_internal_error},
+      {ErrorCode::invalid_argument, braid_invalid_argument}, {ErrorCode::invalid_usage, braid_invalid_usage},
+      {ErrorCode::peer_lost, braid_peer_lost},     {ErrorCode::timeout, braid_timeout},
+      {ErrorCode::protocol, braid_protocol_error}, {ErrorCode::aborted, braid_aborted},
+      {ErrorCode::unsupported, braid_unsupported}};
+  for (auto [code, result] : same) {
+    CHECK(static_cast<int>(code) == static_cast<int>(result));
+    CHECK(std::string(braid_get_error_string(result)) == std::string(name_of(code)));
+  }
+  // Misuse is its own code, and still an InvalidArgument to a C++ handler.
+  CHECK(braid_group_end() == braid_invalid_usage);
+  CHECK_THROWS_AS(Comm().barrier(), InvalidArgument);
+  try {
+    Comm().barrier();
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::invalid_usage);
+  }
+}
+
 TEST_CASE("the C ABI reports errors as codes with a message") {
   braid_comm_t comm = nullptr;
   CHECK(braid_all_reduce(nullptr, nullptr, 1, braid_f32, braid_sum, nullptr) == braid_invalid_argument);

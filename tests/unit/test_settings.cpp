@@ -1,9 +1,14 @@
 // Settings: every malformed, non-finite, out-of-range or empty value is an
 // error naming the variable; the small text helpers settings errors use; and
 // BRAID_TRANSPORT's ordered list.
+#include <unistd.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,6 +31,57 @@ TEST_CASE("settings reject malformed values naming the variable") {
   CHECK(parse_bytes("4M", "X") == 4u << 20);
   CHECK(parse_bytes("256K", "X") == 256u << 10);
   CHECK_THROWS_WITH(parse_bytes("4Q", "BRAID_SLICE_BYTES"), Catch::Contains("BRAID_SLICE_BYTES='4Q'"));
+}
+
+TEST_CASE("an unknown BRAID_* name is matched to the setting it most likely meant") {
+  CHECK(closest_setting("BRAID_TRANSPORTS") == "BRAID_TRANSPORT");
+  CHECK(closest_setting("BRAID_TIMOUT") == "BRAID_TIMEOUT");
+  CHECK(closest_setting("BRAID_SLCIE_BYTES") == "BRAID_SLICE_BYTES");
+  CHECK(closest_setting("BRAID_IFNAME") == "BRAID_SOCKET_IFNAME");
+  CHECK(closest_setting("BRAID_ALGORITHM") == "BRAID_ALGO");
+  CHECK(closest_setting("BRAID_TCP_STREAM") == "BRAID_TCP_STREAMS");
+  CHECK(closest_setting("BRAID_LOG") == "BRAID_DEBUG");
+  CHECK(closest_setting("BRAID_XYZZY").empty());
+  CHECK(closest_setting("TRANSPORT").empty());
+  CHECK(edit_distance("BRAID_TIMOUT", "BRAID_TIMEOUT") == 1);
+  CHECK(edit_distance("ab", "ba") == 1);
+  CHECK(edit_distance("", "abc") == 3);
+  CHECK(edit_distance("kitten", "sitting") == 3);
+}
+
+TEST_CASE("the log: subsystems from the source's folder, BRAID_DEBUG_SUBSYS, a timestamped file with %h and %p") {
+  CHECK(log_subsystem_of("../transport/tcp/tcp_link.cpp") == kLogNet);
+  CHECK(log_subsystem_of("../transport/shm/shm_link.cpp") == kLogShm);
+  CHECK(log_subsystem_of("/home/me/comm/braid/transport/cuda_ipc/x.cpp") == kLogP2p);  // the nearest folder wins
+  CHECK(log_subsystem_of("../src/bootstrap/tcp_store_server.cpp") == kLogBootstrap);
+  CHECK(log_subsystem_of("../comm/comm_impl.cpp") == kLogInit);
+  CHECK(log_subsystem_of("../comm/comm_progress.cpp") == kLogColl);
+  CHECK(log_subsystem_of("../src/core/settings.cpp") == kLogEnv);
+  CHECK(log_subsystem_of("../topology/plan.cpp") == kLogTuning);
+  CHECK(parse_log_subsystems("INIT,net") == (kLogInit | kLogNet));
+  CHECK(parse_log_subsystems("ALL") == kLogAll);
+  CHECK(parse_log_subsystems("^SHM,COLL") == (kLogAll & ~(kLogShm | kLogColl)));
+  CHECK_THROWS_WITH(parse_log_subsystems("INIT,GPU"), Catch::Contains("'GPU' is not a subsystem"));
+
+  const std::string pattern = "/tmp/braid-log-test.%h.%p";
+  const std::string path = "/tmp/braid-log-test." + std::string(hostname()) + "." + std::to_string(getpid());
+  std::remove(path.c_str());
+  configure_log(LogLevel::info, kLogNet, pattern);
+  log_info("shown only under INIT: ", 1);  // this file's subsystem
+  log_warn("a warning shows whatever the subsystems: ", 2);
+  configure_log(LogLevel::info, kLogInit, pattern);
+  log_info("now shown: ", 3);
+  configure_log(LogLevel::warn, kLogAll, "");  // back to stderr
+  log_warn("this goes to stderr");
+  std::ifstream file(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(file, line);) lines.push_back(line);
+  REQUIRE(lines.size() == 2);
+  const std::regex line_form(R"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6} \[.+:\d+\] INIT (WARN|INFO) .*)");
+  CHECK(std::regex_match(lines[0], line_form));
+  CHECK(lines[0].ends_with("INIT WARN a warning shows whatever the subsystems: 2"));
+  CHECK(lines[1].ends_with("INIT INFO now shown: 3"));
+  std::remove(path.c_str());
 }
 
 TEST_CASE("durations that are not finite, negative or overflow are refused") {

@@ -184,7 +184,7 @@ TEST_CASE("topo file: a file written to disk reads back, %r names each rank's fi
   CHECK_THROWS_WITH(read_topo_file(path), Catch::Contains(cat("topology file ", path, ": cannot open it")));
 }
 
-TEST_CASE("topo file: the checked-in 2-socket job file (README's braid-topo --load example) plans as its XML says") {
+TEST_CASE("topo file: the checked-in 2-socket job file (docs/algorithms.md's braid-topo --load example) plans as its XML says") {
   const TopoFile f = read_topo_file(cat(BRAID_SOURCE_ROOT, "/tests/unit/topologies/2socket-8ranks.topo"));
   REQUIRE(f.ranks.size() == 8);
   REQUIRE(f.machines.size() == 1);

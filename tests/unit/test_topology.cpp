@@ -37,12 +37,37 @@ TEST_CASE("the cache a core has to itself: its L2, not the L3 its package shares
   const Machine m = Machine::from_xml(synthetic_xml("pack:1 l3:1(size=33554432) l2:4(size=2097152) l1d:1(size=49152) core:1 pu:2"),
                                      {}, "synthetic");
   CHECK(m.private_cache_bytes == std::uint64_t{2} << 20);
-  CHECK(m.describe().find("; 2 MiB of cache per core\n") != std::string::npos);
+  CHECK(m.private_cache_level == 2);
+  CHECK(m.describe().find("; 2 MiB of L2 cache for one core of this process\n") != std::string::npos);
   // An L2 that two cores share is not private: the L1 is.
   const Machine shared = Machine::from_xml(synthetic_xml("pack:1 l2:2(size=4194304) l1d:2(size=32768) core:1 pu:1"), {}, "synthetic");
   CHECK(shared.private_cache_bytes == std::uint64_t{32} << 10);
   // No caches known: none.
   CHECK(Machine::from_xml(synthetic_xml("pack:1 core:2 pu:1"), {}, "synthetic").private_cache_bytes == 0);
+}
+
+TEST_CASE("the cost model's cache: shared by no cores but the process's, and believable in size") {
+  // A VM's hwloc giving each core its own 508 MiB L3: not believed, the L2 is taken, and the text says why.
+  const Machine vm = Machine::from_xml(
+      synthetic_xml("pack:1 l3:2(size=532676608) l2:1(size=1048576) l1d:1(size=49152) core:1 pu:1"), {}, "synthetic");
+  CHECK(vm.private_cache_bytes == std::uint64_t{1} << 20);
+  CHECK(vm.private_cache_level == 2);
+  CHECK(vm.private_cache_text().find("its L3 (508 MiB for 1 core) is more than any CPU has per core") !=
+        std::string::npos);
+  // A process bound to both cores under one L2 has that L2 to itself; bound to one, its L1.
+  const std::string xml = synthetic_xml("pack:1 l2:2(size=4194304) l1d:2(size=32768) core:1 pu:1");
+  const std::uint64_t two_cores = 0b11, one_core = 0b1;
+  const Machine pair = Machine::from_xml(xml, std::span(&two_cores, 1), "synthetic");
+  CHECK(pair.private_cache_bytes == std::uint64_t{4} << 20);
+  CHECK(pair.private_cache_cores == 2);
+  CHECK(pair.private_cache_text() == "4 MiB of L2 cache for 2 cores of this process");
+  CHECK(Machine::from_xml(xml, std::span(&one_core, 1), "synthetic").private_cache_bytes == std::uint64_t{32} << 10);
+  // An L3 of 96 MiB for 8 cores (12 MiB each) is believed, for a process bound to all 8 of a 16-core machine.
+  const std::uint64_t eight = 0xff;
+  const Machine stacked = Machine::from_xml(
+      synthetic_xml("pack:1 l3:2(size=100663296) l2:8(size=1048576) core:1 pu:1"), std::span(&eight, 1), "synthetic");
+  CHECK(stacked.private_cache_bytes == std::uint64_t{96} << 20);
+  CHECK(stacked.private_cache_level == 3);
 }
 
 TEST_CASE("hwloc's view of this host is consistent with the kernel's") {
