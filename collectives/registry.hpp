@@ -9,7 +9,7 @@
 // The planner sits below this layer, so it cannot include this file: the
 // comm layer (and the tools) hand it algorithm_costs(), plain (collective,
 // name, cost) entries of a type the planner declares (topology/cost_model.hpp).
-// That keeps the choice in the planner, where DESIGN.md puts it, and the
+// That keeps the choice in the planner, where docs/architecture.md puts it, and the
 // plan a value that tests make from made-up costs.
 #pragma once
 

@@ -265,10 +265,7 @@ braid_result_t braid_unique_id_from_hex(const char* hex, braid_unique_id_t* id) 
 
 braid_result_t braid_comm_finalize(braid_comm_t comm) {
   return guarded([&] {
-    braid::Comm& c = comm_of(comm);
-    if (std::exception_ptr e = c.async_error()) std::rethrow_exception(e);
-    c.flush();
-    if (std::exception_ptr e = c.async_error()) std::rethrow_exception(e);
+    comm_of(comm).finalize();
   });
 }
 

@@ -36,7 +36,7 @@ CommImpl::~CommImpl() {
   try {
     finalize();
   } catch (const Error& e) {
-    log_warn("rank ", rank_, ": while finishing queued operations at destruction: ", e.what());
+    log_info("rank ", rank_, ": the communicator ended after an error: ", e.what());
   }
   runtime_.remove(*this);
 }

@@ -386,6 +386,7 @@ void CommImpl::finalize() {
   {
     std::lock_guard lock(engine_.mutex());
     failed = !broken_.empty();
+    if (!error) error = first_error_;
   }
   // Nothing of this communicator is queued, so the engine does not touch its
   // links: they go to their contexts, after a goodbye unless it failed (its

@@ -4,7 +4,7 @@
 // the planner chooses among.
 //
 // The entries come from the algorithm registry (collectives/registry.hpp),
-// one layer up: topology/ may not include collectives/ (DESIGN.md), so the
+// one layer up: topology/ may not include collectives/ (docs/architecture.md), so the
 // registry hands its entries down through make_plan's argument, in the types
 // declared here, and the planner stays the one that decides.
 #pragma once

@@ -1,4 +1,4 @@
-// The one message header and matching rule of every link (DESIGN.md). A link
+// The one message header and matching rule of every link (docs/architecture.md). A link
 // puts a MessageHeader before each message, on the wire (tcp) or in a
 // shared-memory slot (shm): the message's tag (operation sequence and step),
 // its 16-byte operation descriptor and its size. The receiving side checks the

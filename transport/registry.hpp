@@ -1,5 +1,5 @@
 // The transports compiled into this braid, in the order a pair of ranks tries
-// them (DESIGN.md): the first whose can_reach holds for the pair wins, as
+// them (docs/architecture.md): the first whose can_reach holds for the pair wins, as
 // NCCL's canConnect. BRAID_TRANSPORT narrows or reorders the list. Adding a
 // transport adds one entry to the list in registry.cpp (compiled in or out by
 // the build) and nothing in the comm layer or collectives.

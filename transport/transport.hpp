@@ -1,8 +1,9 @@
-// The transport interface (DESIGN.md): a Transport connects this rank to a
-// peer and returns a Link; a Link moves tagged messages to and from that one
-// peer. Every call returns at once. Completion is observed through a Request
-// after progress(), which the communicator's progress engine calls; a Link
-// never blocks and never knows which collective is running.
+// The transport interface (docs/architecture.md): a TransportContext (one per
+// kind per process) connects a rank of a communicator to a peer and returns a
+// Link; a Link moves tagged messages to and from that one peer. Every call
+// returns at once. Completion is observed through a Request after
+// progress(), which the process's progress engine calls; a Link never blocks
+// and never knows which collective is running.
 //
 // Matching rule: messages on a Link are matched to receives in the order
 // they were sent and posted (the k-th send meets the k-th receive). Requests

@@ -148,12 +148,16 @@ braid_result_t braid_comm_get_async_error(braid_comm_t comm, braid_result_t* err
 /** Writes the flight recorder (recent operations, their state, whom a stuck
  * one waits on) into buf as a NUL-terminated string, cut to len bytes. */
 braid_result_t braid_comm_dump_state(braid_comm_t comm, char* buf, size_t len);
-/** Finishes every operation queued on the communicator (each bounded by
- * BRAID_TIMEOUT) and returns the first error among them; the communicator
- * stays allocated (free it with braid_comm_destroy). As ncclCommFinalize. */
+/** Ends this rank's part in the communicator in order, as
+ * braid::Comm::finalize: finishes every operation queued on it (each bounded
+ * by BRAID_TIMEOUT), tells its peers, lets its links go (without waiting for
+ * a peer, and without making a slower peer fail), and returns the first
+ * error among those operations. Later calls on it return
+ * braid_invalid_argument; braid_comm_abort does nothing; free it with
+ * braid_comm_destroy. As ncclCommFinalize. */
 braid_result_t braid_comm_finalize(braid_comm_t comm);
-/** Frees the communicator after finishing the operations still queued on it
- * (each bounded by BRAID_TIMEOUT). Accepts NULL. */
+/** Frees the communicator, finalizing it first if braid_comm_finalize was
+ * not called (errors are then logged, not returned). Accepts NULL. */
 braid_result_t braid_comm_destroy(braid_comm_t comm);
 braid_result_t braid_comm_rank(braid_comm_t comm, int* rank);
 braid_result_t braid_comm_count(braid_comm_t comm, int* count);

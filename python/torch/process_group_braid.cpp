@@ -25,7 +25,18 @@ ProcessGroupBraid::ProcessGroupBraid(const c10::intrusive_ptr<::c10d::Store>& st
   init();
 }
 
-ProcessGroupBraid::~ProcessGroupBraid() = default;
+ProcessGroupBraid::~ProcessGroupBraid() {
+  // destroy_process_group() lets the group go with the GIL held, and the
+  // communicator's end finishes its operations still in flight, whose
+  // Futures' callbacks (DDP's hooks, fut.then in Python) take the GIL on the
+  // thread that completes them: let it go meanwhile.
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    pybind11::gil_scoped_release release;
+    comm_ = braid::Comm();
+  } else {
+    comm_ = braid::Comm();
+  }
+}
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupBraid::broadcast(std::vector<at::Tensor>& tensors,
                                                               const ::c10d::BroadcastOptions& opts) {

@@ -762,8 +762,11 @@ std::unique_ptr<TcpStoreServer> TcpStoreServer::start(EventLoop& loop, const Soc
 
 std::unique_ptr<TcpStoreServer> TcpStoreServer::serve_adopted(EventLoop& loop, const SockAddr& address, AuthKey key,
                                                               TlsContext tls, std::string job) {
+  const bool keyed = key.enabled();
+  const bool secured = tls.enabled();
   auto server = std::make_unique<Server>(loop, Fd(), address, std::move(key), std::move(tls), std::move(job));
-  log_info("braid store serving at ", address.to_string(), " on the process's listener");
+  log_info("braid store serving at ", address.to_string(), " on the process's listener",
+           keyed ? " (clients must authenticate)" : "", secured ? " (over TLS)" : "");
   return server;
 }
 

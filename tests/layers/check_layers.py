@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The layer rule of DESIGN.md, checked on the sources: a file may include
+"""The layer rule of docs/architecture.md, checked on the sources: a file may include
 only headers of its own layer and of the layers below it.
 
     check_layers.py SOURCE_ROOT
@@ -107,7 +107,7 @@ def main():
                     continue
                 owner = OWNER.get(prefix, prefix)
                 problems.append(f"{path.relative_to(root)}:{number}: layer {layer} includes \"{target}\" of layer "
-                                f"{owner}, which is not below it (DESIGN.md: data flows down)")
+                                f"{owner}, which is not below it (docs/architecture.md: data flows down)")
     for p in problems:
         print(p)
     print(f"{checked} files checked, {len(problems)} wrong-way include(s)")

@@ -34,8 +34,10 @@ void TcpRegistry::withdraw(const LinkOwner& owner, bool failed) {
       gone_order_.pop_front();
     }
     for (auto it = filed_.lower_bound({id, owner.rank, -1, -1});
-         it != filed_.end() && std::get<0>(it->first) == id && std::get<1>(it->first) == owner.rank;)
-      closing.push_back(std::move(filed_.extract(it++).mapped()));
+         it != filed_.end() && std::get<0>(it->first) == id && std::get<1>(it->first) == owner.rank;) {
+      closing.push_back(std::move(it->second));
+      it = filed_.erase(it);
+    }
     std::erase_if(refusals_, [&](const auto& r) { return r.first.first == id; });
     generation_.fetch_add(1, std::memory_order_release);
   }
@@ -81,12 +83,13 @@ std::optional<TcpRegistry::Taken> TcpRegistry::take(const CommId& id, int self, 
     if (!filed_.contains(Key{id, self, peer, s})) return std::nullopt;
   Taken taken;
   for (int s = 0; s < streams; ++s) {
-    Filed f = std::move(filed_.extract(Key{id, self, peer, s}).mapped());
+    auto it = filed_.find(Key{id, self, peer, s});
     if (s == 0) {
-      taken.from = f.from;
-      taken.hello = f.hello;
+      taken.from = it->second.from;
+      taken.hello = it->second.hello;
     }
-    taken.sockets.push_back(std::move(f.socket));
+    taken.sockets.push_back(std::move(it->second.socket));
+    filed_.erase(it);
   }
   return taken;
 }
