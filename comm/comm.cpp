@@ -127,132 +127,154 @@ std::exception_ptr Comm::async_error() const { return impl().async_error(); }
 
 namespace {
 
+// The operation `make` makes (checking its arguments): on an open group a
+// call that fails its checks marks the group failed, so that nothing of it
+// is issued (group.cpp), and a call is never half issued.
+template <typename Make>
+std::shared_ptr<Operation> made(Make&& make) {
+  try {
+    return make();
+  } catch (...) {
+    if (group_open()) group_fail(std::current_exception());
+    throw;
+  }
+}
+
 // Runs an operation to completion on the calling thread (or waits for the
-// thread that drives).
-// Inside a group, the operation is deferred to the group's end instead.
-void run(CommImpl& comm, std::shared_ptr<Operation> op) {
+// thread that drives). Inside a group, the operation is deferred to the
+// group's end instead.
+template <typename Make>
+void run(CommImpl& comm, Make&& make) {
+  std::shared_ptr<Operation> op = made(make);
   if (group_open()) group_defer(comm, std::move(op), true);
   else comm.run(std::move(op));
 }
 
-Work start(CommImpl& comm, std::shared_ptr<Operation> op);
+// Starts an operation in the background (or defers it to the group's end).
+template <typename Make>
+Work start(CommImpl& comm, Make&& make) {
+  std::shared_ptr<Operation> op = made(make);
+  if (group_open()) return Work::from_operation(group_defer(comm, std::move(op), false));
+  comm.submit(op, true);
+  return Work::from_operation(std::move(op));
+}
 
 }  // namespace
 
 void Comm::all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
-  run(impl(), impl().all_reduce(send, recv, count, type, op));
+  run(impl(), [&] { return impl().all_reduce(send, recv, count, type, op); });
 }
 void Comm::broadcast(const void* send, void* recv, std::size_t count, DataType type, int root) {
-  run(impl(), impl().broadcast(send, recv, count, type, root));
+  run(impl(), [&] { return impl().broadcast(send, recv, count, type, root); });
 }
 void Comm::reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root) {
-  run(impl(), impl().reduce(send, recv, count, type, op, root));
+  run(impl(), [&] { return impl().reduce(send, recv, count, type, op, root); });
 }
 void Comm::all_gather(const void* send, void* recv, std::size_t count, DataType type) {
-  run(impl(), impl().all_gather(send, recv, count, type));
+  run(impl(), [&] { return impl().all_gather(send, recv, count, type); });
 }
 void Comm::reduce_scatter(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
-  run(impl(), impl().reduce_scatter(send, recv, count, type, op));
+  run(impl(), [&] { return impl().reduce_scatter(send, recv, count, type, op); });
 }
 void Comm::all_to_all(const void* send, void* recv, std::size_t count, DataType type) {
-  run(impl(), impl().all_to_all(send, recv, count, type));
+  run(impl(), [&] { return impl().all_to_all(send, recv, count, type); });
 }
 void Comm::gather(const void* send, void* recv, std::size_t count, DataType type, int root) {
-  run(impl(), impl().gather(send, recv, count, type, root));
+  run(impl(), [&] { return impl().gather(send, recv, count, type, root); });
 }
 void Comm::scatter(const void* send, void* recv, std::size_t count, DataType type, int root) {
-  run(impl(), impl().scatter(send, recv, count, type, root));
+  run(impl(), [&] { return impl().scatter(send, recv, count, type, root); });
 }
 void Comm::send(const void* buffer, std::size_t count, DataType type, int peer) {
-  run(impl(), impl().send(buffer, count, type, peer));
+  run(impl(), [&] { return impl().send(buffer, count, type, peer); });
 }
 void Comm::recv(void* buffer, std::size_t count, DataType type, int peer) {
-  run(impl(), impl().recv(buffer, count, type, peer));
+  run(impl(), [&] { return impl().recv(buffer, count, type, peer); });
 }
-void Comm::barrier() { run(impl(), impl().barrier()); }
+void Comm::barrier() { run(impl(), [&] { return impl().barrier(); }); }
 void Comm::sendrecv(const void* send, std::size_t send_count, int dest, void* recv, std::size_t recv_count, int source,
                     DataType type) {
   group([&] {
-    run(impl(), impl().send(send, send_count, type, dest));
-    run(impl(), impl().recv(recv, recv_count, type, source));
+    run(impl(), [&] { return impl().send(send, send_count, type, dest); });
+    run(impl(), [&] { return impl().recv(recv, recv_count, type, source); });
   });
 }
 void Comm::all_to_allv(const void* send, std::span<const std::size_t> send_counts,
                        std::span<const std::size_t> send_displs, void* recv, std::span<const std::size_t> recv_counts,
                        std::span<const std::size_t> recv_displs, DataType type) {
-  run(impl(), impl().all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs, type));
+  run(impl(), [&] { return impl().all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs, type); });
 }
 void Comm::all_gatherv(const void* send, std::size_t send_count, void* recv, std::span<const std::size_t> recv_counts,
                        std::span<const std::size_t> recv_displs, DataType type) {
-  run(impl(), impl().all_gatherv(send, send_count, recv, recv_counts, recv_displs, type));
+  run(impl(), [&] { return impl().all_gatherv(send, send_count, recv, recv_counts, recv_displs, type); });
 }
 void Comm::reduce_scatterv(const void* send, void* recv, std::span<const std::size_t> recv_counts, DataType type,
                            ReduceOp op) {
-  run(impl(), impl().reduce_scatterv(send, recv, recv_counts, type, op));
+  run(impl(), [&] { return impl().reduce_scatterv(send, recv, recv_counts, type, op); });
 }
 void Comm::gatherv(const void* send, std::size_t send_count, void* recv, std::span<const std::size_t> recv_counts,
                    std::span<const std::size_t> recv_displs, DataType type, int root) {
-  run(impl(), impl().gatherv(send, send_count, recv, recv_counts, recv_displs, type, root));
+  run(impl(), [&] { return impl().gatherv(send, send_count, recv, recv_counts, recv_displs, type, root); });
 }
 void Comm::scatterv(const void* send, std::span<const std::size_t> send_counts, std::span<const std::size_t> send_displs,
                     void* recv, std::size_t recv_count, DataType type, int root) {
-  run(impl(), impl().scatterv(send, send_counts, send_displs, recv, recv_count, type, root));
+  run(impl(), [&] { return impl().scatterv(send, send_counts, send_displs, recv, recv_count, type, root); });
 }
 
 Work Comm::all_reduce_async(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
-  return start(impl(), impl().all_reduce(send, recv, count, type, op));
+  return start(impl(), [&] { return impl().all_reduce(send, recv, count, type, op); });
 }
 Work Comm::broadcast_async(const void* send, void* recv, std::size_t count, DataType type, int root) {
-  return start(impl(), impl().broadcast(send, recv, count, type, root));
+  return start(impl(), [&] { return impl().broadcast(send, recv, count, type, root); });
 }
 Work Comm::reduce_async(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root) {
-  return start(impl(), impl().reduce(send, recv, count, type, op, root));
+  return start(impl(), [&] { return impl().reduce(send, recv, count, type, op, root); });
 }
 Work Comm::all_gather_async(const void* send, void* recv, std::size_t count, DataType type) {
-  return start(impl(), impl().all_gather(send, recv, count, type));
+  return start(impl(), [&] { return impl().all_gather(send, recv, count, type); });
 }
 Work Comm::reduce_scatter_async(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
-  return start(impl(), impl().reduce_scatter(send, recv, count, type, op));
+  return start(impl(), [&] { return impl().reduce_scatter(send, recv, count, type, op); });
 }
 Work Comm::all_to_all_async(const void* send, void* recv, std::size_t count, DataType type) {
-  return start(impl(), impl().all_to_all(send, recv, count, type));
+  return start(impl(), [&] { return impl().all_to_all(send, recv, count, type); });
 }
 Work Comm::gather_async(const void* send, void* recv, std::size_t count, DataType type, int root) {
-  return start(impl(), impl().gather(send, recv, count, type, root));
+  return start(impl(), [&] { return impl().gather(send, recv, count, type, root); });
 }
 Work Comm::scatter_async(const void* send, void* recv, std::size_t count, DataType type, int root) {
-  return start(impl(), impl().scatter(send, recv, count, type, root));
+  return start(impl(), [&] { return impl().scatter(send, recv, count, type, root); });
 }
 Work Comm::send_async(const void* buffer, std::size_t count, DataType type, int peer) {
-  return start(impl(), impl().send(buffer, count, type, peer));
+  return start(impl(), [&] { return impl().send(buffer, count, type, peer); });
 }
 Work Comm::recv_async(void* buffer, std::size_t count, DataType type, int peer) {
-  return start(impl(), impl().recv(buffer, count, type, peer));
+  return start(impl(), [&] { return impl().recv(buffer, count, type, peer); });
 }
-Work Comm::barrier_async() { return start(impl(), impl().barrier()); }
+Work Comm::barrier_async() { return start(impl(), [&] { return impl().barrier(); }); }
 Work Comm::all_to_allv_async(const void* send, std::span<const std::size_t> send_counts,
                              std::span<const std::size_t> send_displs, void* recv,
                              std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
                              DataType type) {
-  return start(impl(), impl().all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs, type));
+  return start(impl(), [&] { return impl().all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs, type); });
 }
 Work Comm::all_gatherv_async(const void* send, std::size_t send_count, void* recv,
                              std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
                              DataType type) {
-  return start(impl(), impl().all_gatherv(send, send_count, recv, recv_counts, recv_displs, type));
+  return start(impl(), [&] { return impl().all_gatherv(send, send_count, recv, recv_counts, recv_displs, type); });
 }
 Work Comm::reduce_scatterv_async(const void* send, void* recv, std::span<const std::size_t> recv_counts, DataType type,
                                  ReduceOp op) {
-  return start(impl(), impl().reduce_scatterv(send, recv, recv_counts, type, op));
+  return start(impl(), [&] { return impl().reduce_scatterv(send, recv, recv_counts, type, op); });
 }
 Work Comm::gatherv_async(const void* send, std::size_t send_count, void* recv, std::span<const std::size_t> recv_counts,
                          std::span<const std::size_t> recv_displs, DataType type, int root) {
-  return start(impl(), impl().gatherv(send, send_count, recv, recv_counts, recv_displs, type, root));
+  return start(impl(), [&] { return impl().gatherv(send, send_count, recv, recv_counts, recv_displs, type, root); });
 }
 Work Comm::scatterv_async(const void* send, std::span<const std::size_t> send_counts,
                           std::span<const std::size_t> send_displs, void* recv, std::size_t recv_count, DataType type,
                           int root) {
-  return start(impl(), impl().scatterv(send, send_counts, send_displs, recv, recv_count, type, root));
+  return start(impl(), [&] { return impl().scatterv(send, send_counts, send_displs, recv, recv_count, type, root); });
 }
 
 Comm Comm::split(int color, int key) { return Comm(impl().split(color, key)); }  // empty for kNoColor
@@ -280,16 +302,6 @@ void Comm::check_divisible(std::size_t elements, int ranks, const char* op) {
 }
 
 // ---- Work ---------------------------------------------------------------------------
-
-namespace {
-
-Work start(CommImpl& comm, std::shared_ptr<Operation> op) {
-  if (group_open()) return Work::from_operation(group_defer(comm, std::move(op), false));
-  comm.submit(op, true);
-  return Work::from_operation(std::move(op));
-}
-
-}  // namespace
 
 constexpr const char* kInOpenGroup =
     "this operation belongs to a group that is still open on this thread: it starts at group_end() "

@@ -541,9 +541,11 @@ std::shared_ptr<Operation> CommImpl::broadcast(const void* send, void* recv, std
   const std::size_t bytes = checked_bytes(count, type, 1, "broadcast");
   check_root(root, "broadcast");
   check_buffer(recv, count, "broadcast", "recv");
-  if (rank_ == root) check_buffer(send, count, "broadcast", "the root's send");
   const void* in = rank_ == root ? send : nullptr;
-  check_overlap(rank_, "broadcast", in, bytes, recv, bytes, recv);
+  checks_at_root(root, [&] {
+    check_buffer(send, count, "broadcast", "the root's send");
+    check_overlap(rank_, "broadcast", in, bytes, recv, bytes, recv);
+  });
   const std::string_view algo = algorithm_for("broadcast", bytes);
   const Buffers buffers{static_cast<const std::byte*>(in), static_cast<std::byte*>(recv), in ? bytes : 0, bytes};
   return make_op(
@@ -561,9 +563,11 @@ std::shared_ptr<Operation> CommImpl::reduce(const void* send, void* recv, std::s
   name_of(op);
   check_root(root, "reduce");
   check_buffer(send, count, "reduce", "send");
-  if (rank_ == root) check_buffer(recv, count, "reduce", "the root's recv");
   void* out = rank_ == root ? recv : nullptr;
-  check_overlap(rank_, "reduce", send, bytes, out, bytes, out);
+  checks_at_root(root, [&] {
+    check_buffer(recv, count, "reduce", "the root's recv");
+    check_overlap(rank_, "reduce", send, bytes, out, bytes, out);
+  });
   const Buffers buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(out), bytes, out ? bytes : 0};
   return make_op(
       {.descriptor = descriptor_of(OpDescriptor::Kind::reduce, type, op, root, count, "binomial")},
@@ -619,10 +623,12 @@ std::shared_ptr<Operation> CommImpl::gather(const void* send, void* recv, std::s
   const std::size_t total = block * static_cast<std::size_t>(size_);
   check_root(root, "gather");
   check_buffer(send, count, "gather", "send");
-  if (rank_ == root) check_buffer(recv, count, "gather", "the root's recv");
   void* out = rank_ == root ? recv : nullptr;
-  check_overlap(rank_, "gather", send, block, out, total,
-                out ? static_cast<std::byte*>(out) + block * static_cast<std::size_t>(rank_) : nullptr);
+  checks_at_root(root, [&] {
+    check_buffer(recv, count, "gather", "the root's recv");
+    check_overlap(rank_, "gather", send, block, out, total,
+                  out ? static_cast<std::byte*>(out) + block * static_cast<std::size_t>(rank_) : nullptr);
+  });
   const Buffers buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(out), block, out ? total : 0};
   return make_op(
       {.descriptor = descriptor_of(OpDescriptor::Kind::gather, type, ReduceOp::sum, root, count, "direct")},
@@ -635,10 +641,12 @@ std::shared_ptr<Operation> CommImpl::scatter(const void* send, void* recv, std::
   const std::size_t total = block * static_cast<std::size_t>(size_);
   check_root(root, "scatter");
   check_buffer(recv, count, "scatter", "recv");
-  if (rank_ == root) check_buffer(send, count, "scatter", "the root's send");
   const void* in = rank_ == root ? send : nullptr;
-  check_overlap(rank_, "scatter", recv, block, in, total,
-                in ? static_cast<const std::byte*>(in) + block * static_cast<std::size_t>(rank_) : nullptr);
+  checks_at_root(root, [&] {
+    check_buffer(send, count, "scatter", "the root's send");
+    check_overlap(rank_, "scatter", recv, block, in, total,
+                  in ? static_cast<const std::byte*>(in) + block * static_cast<std::size_t>(rank_) : nullptr);
+  });
   const Buffers buffers{static_cast<const std::byte*>(in), static_cast<std::byte*>(recv), in ? total : 0, block};
   return make_op(
       {.descriptor = descriptor_of(OpDescriptor::Kind::scatter, type, ReduceOp::sum, root, count, "direct")},

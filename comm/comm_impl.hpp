@@ -172,6 +172,8 @@ class CommImpl {
   /// issued: a group whose call failed its checks), so the next sends and
   /// receives match the peers' again.
   void unnumber(std::span<const std::shared_ptr<Operation>> members);
+  /// The same for the last `count` collectives made and never issued.
+  void unnumber_collectives(std::size_t count);
 
   /// Queues `op`; a background op gets the engine's progress thread going.
   void submit(const std::shared_ptr<Operation>& op, bool background);
@@ -332,6 +334,22 @@ class CommImpl {
   };
   RecentShape recent_all_reduce_;
   void check_root(int root, std::string_view op) const;
+  /// Runs `checks` of what only the root reads. On the root a failure also
+  /// fails this communicator (refuse()), since its peers would otherwise wait
+  /// for the root until their timeout: every rank refuses, or none does.
+  template <typename Checks>
+  void checks_at_root(int root, Checks&& checks) {
+    if (rank_ != root) return;
+    try {
+      checks();
+    } catch (const InvalidArgument&) {
+      refuse(std::current_exception());
+      throw;
+    }
+  }
+  /// Fails this communicator with `error` and tells every peer why (as
+  /// abort(), within milliseconds, from any thread).
+  void refuse(std::exception_ptr error);
   std::size_t checked_bytes(std::size_t count, DataType type, std::size_t blocks, std::string_view op) const;
   /// The bytes of `counts` at `displs` (elements, by rank; empty displs: packed
   /// in rank order), checked: one entry per rank, no overflow, and for an
@@ -377,8 +395,9 @@ class CommImpl {
   Buffers stage_in(Operation& op);
   void stage_out(Operation& op);
   void fail_queue(std::exception_ptr error);
-  /// An operation that only carries abort()'s request to the engine.
+  /// An operation that only carries abort()'s request to the engine, and its plan.
   std::shared_ptr<Operation> abort_marker();
+  static const std::shared_ptr<OpPlan>& abort_plan();
 
   Settings settings_;
   Runtime& runtime_;
@@ -435,7 +454,8 @@ class CommImpl {
   Clock::time_point last_connect_look_{};
   Clock::time_point last_note_{};
 
-  std::atomic<bool> aborted_{false};
+  std::atomic<bool> aborted_{false};  // abort() or refuse() asked the engine to fail this communicator
+  std::exception_ptr refusal_;        // refuse()'s error, set before aborted_
   std::atomic<bool> finalized_{false};
 };
 

@@ -117,9 +117,13 @@ void CommImpl::enqueue_running(const std::shared_ptr<Operation>& op) {
 
 CommImpl::StepResult CommImpl::step(Operation& op, const std::shared_ptr<Operation>* unqueued, bool release) {
   try {
-    if (aborted_.load(std::memory_order_relaxed)) [[unlikely]]
+    if (aborted_.load(std::memory_order_acquire)) [[unlikely]] {
+      if (refusal_) std::rethrow_exception(refusal_);
+      if (op.plan == abort_plan())
+        throw Aborted(cat("rank ", rank_, ": the communicator was aborted by the application (Comm::abort)"));
       throw Aborted(cat("rank ", rank_, ": ", op.what(), " (op #", op.sequence & 0x7fffffffu,
                         ") was aborted by the application (Comm::abort)"));
+    }
     if (op.executor == nullptr && !start_op(op)) return StepResult::idle;
     if (op.executor->advance()) {
       finish(op, unqueued != nullptr, release);
@@ -334,21 +338,31 @@ void CommImpl::announce_failure(const std::string& why) {
   for (TransportContext* context : contexts_) context->withdraw(owner_, true);
 }
 
-std::shared_ptr<Operation> CommImpl::abort_marker() {
+const std::shared_ptr<OpPlan>& CommImpl::abort_plan() {
   static const auto plan = [] {
     auto p = std::make_shared<OpPlan>();
     p->what = std::make_shared<const std::string>("abort");
     return p;
   }();
+  return plan;
+}
+
+std::shared_ptr<Operation> CommImpl::abort_marker() {
   auto op = std::make_shared<Operation>();
-  op->plan = plan;
+  op->plan = abort_plan();
   op->comm = this;
   return op;
 }
 
+void CommImpl::refuse(std::exception_ptr error) {
+  if (finalized_.load(std::memory_order_acquire) || aborted_.load(std::memory_order_acquire)) return;
+  refusal_ = std::move(error);
+  abort();
+}
+
 void CommImpl::abort() {
   if (finalized_.load(std::memory_order_acquire)) return;
-  aborted_.store(true);
+  aborted_.store(true, std::memory_order_release);
   // The engine's driver fails this communicator's queue the next time it
   // steps its head, within one turn of its loop (or of a connection's
   // InterruptScope check): the marker makes sure there is a head to step,

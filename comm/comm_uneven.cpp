@@ -132,7 +132,7 @@ std::shared_ptr<Operation> CommImpl::gatherv(const void* send, std::size_t send_
   BlockLayout out;
   std::size_t out_bytes = 0;
   void* at_root = rank_ == root ? recv : nullptr;
-  if (rank_ == root) {
+  checks_at_root(root, [&] {
     out = layout_of("gatherv", "recv", recv_counts, recv_displs, type, true);
     out_bytes = out.extent();
     const auto me = static_cast<std::size_t>(rank_);
@@ -142,7 +142,7 @@ std::shared_ptr<Operation> CommImpl::gatherv(const void* send, std::size_t send_
     check_buffer(recv, out_bytes, "gatherv", "the root's recv");
     check_overlap(rank_, "gatherv", send, in_bytes, recv, out_bytes,
                   recv ? static_cast<std::byte*>(recv) + out.offset[me] : nullptr);
-  }
+  });
   return make_op(
       {.descriptor = descriptor_of(OpDescriptor::Kind::gatherv, type, ReduceOp::sum, root, 0, "direct")},
       Buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(at_root), in_bytes, out_bytes},
@@ -160,7 +160,7 @@ std::shared_ptr<Operation> CommImpl::scatterv(const void* send, std::span<const 
   BlockLayout in;
   std::size_t in_bytes = 0;
   const void* at_root = rank_ == root ? send : nullptr;
-  if (rank_ == root) {
+  checks_at_root(root, [&] {
     in = layout_of("scatterv", "send", send_counts, send_displs, type, false);
     in_bytes = in.extent();
     const auto me = static_cast<std::size_t>(rank_);
@@ -170,7 +170,7 @@ std::shared_ptr<Operation> CommImpl::scatterv(const void* send, std::span<const 
     check_buffer(send, in_bytes, "scatterv", "the root's send");
     check_overlap(rank_, "scatterv", recv, out_bytes, send, in_bytes,
                   send ? static_cast<const std::byte*>(send) + in.offset[me] : nullptr);
-  }
+  });
   return make_op(
       {.descriptor = descriptor_of(OpDescriptor::Kind::scatterv, type, ReduceOp::sum, root, 0, "direct")},
       Buffers{static_cast<const std::byte*>(at_root), static_cast<std::byte*>(recv), in_bytes, out_bytes},

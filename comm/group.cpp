@@ -30,6 +30,7 @@ struct Deferred {
 struct GroupState {
   int depth = 0;
   std::vector<Deferred> comms;  // in order of first use
+  std::exception_ptr failed;    // the first call of the group that failed its checks
 };
 
 thread_local GroupState t_group;
@@ -83,6 +84,43 @@ void group_forget(CommImpl& comm) {
 
 void group_start() { ++t_group.depth; }
 
+void group_fail(std::exception_ptr error) {
+  if (!t_group.failed) t_group.failed = std::move(error);
+}
+
+void group_end_failed() noexcept {
+  if (!t_group.failed)
+    t_group.failed = std::make_exception_ptr(InvalidUsage("a call of the group failed, so none of it was issued"));
+  try {
+    group_end();
+  } catch (...) {
+  }
+}
+
+namespace {
+
+// The group whose call failed its checks: nothing of it is issued, and every
+// communicator gets back the numbers its calls took, so that the next call
+// matches its peers (who, with the same calls, failed the same way).
+void drop(std::vector<Deferred>& comms, const std::exception_ptr& why) {
+  std::string text = "a call of the group failed";
+  try {
+    std::rethrow_exception(why);
+  } catch (const std::exception& e) {
+    text = e.what();
+  }
+  auto error = std::make_exception_ptr(
+      InvalidArgument(cat("not issued: another call of its group failed its checks (", text, ")")));
+  for (Deferred& d : comms) {
+    d.comm->unnumber(d.members);
+    d.comm->unnumber_collectives(d.collectives.size());
+    if (d.fused) fail(*d.fused, error);
+    for (auto& op : d.collectives) fail(*op, error);
+  }
+}
+
+}  // namespace
+
 void group_end() {
   if (t_group.depth == 0)
     throw InvalidUsage("group_end without a matching group_start on this thread (braid_group_start/end pair per "
@@ -90,6 +128,21 @@ void group_end() {
   if (--t_group.depth > 0) return;
   std::vector<Deferred> comms = std::move(t_group.comms);
   t_group.comms.clear();
+  std::exception_ptr failed = std::exchange(t_group.failed, nullptr);
+  // Every communicator's sends and receives become one operation, checked as
+  // a whole (a receive into bytes another call uses) before anything goes.
+  for (Deferred& d : comms) {
+    if (!d.fused || failed) continue;
+    try {
+      d.comm->fuse(*d.fused, d.members);
+    } catch (const Error&) {
+      failed = std::current_exception();
+    }
+  }
+  if (failed) {
+    drop(comms, failed);
+    std::rethrow_exception(failed);
+  }
   std::exception_ptr first;
   auto note = [&](std::exception_ptr e) {
     if (!first) first = e;
@@ -97,15 +150,7 @@ void group_end() {
   // Issue everything (every communicator's operations in the background, so
   // that they progress together), then wait for what blocking calls started.
   for (Deferred& d : comms) {
-    if (d.fused) {
-      try {
-        d.comm->fuse(*d.fused, d.members);
-        d.comm->submit(d.fused, true);
-      } catch (const Error&) {
-        note(std::current_exception());
-        fail(*d.fused, std::current_exception());
-      }
-    }
+    if (d.fused) d.comm->submit(d.fused, true);
     for (auto& op : d.collectives) {
       op->comm = d.comm;
       d.comm->submit(op, true);
@@ -125,6 +170,14 @@ void group_end() {
       if (d.wait_collective[i]) wait(d.collectives[i]);
   }
   if (first) std::rethrow_exception(first);
+}
+
+void CommImpl::unnumber(std::span<const std::shared_ptr<Operation>> members) {
+  for (const auto& m : members) --(m->plan->key.sends ? p2p_sent_ : p2p_received_)[m->plan->key.peer];
+}
+
+void CommImpl::unnumber_collectives(std::size_t count) {
+  collective_sequence_ -= static_cast<std::uint32_t>(count);
 }
 
 void CommImpl::fuse(Operation& shell, std::span<const std::shared_ptr<Operation>> members) {
@@ -157,9 +210,7 @@ void CommImpl::fuse(Operation& shell, std::span<const std::shared_ptr<Operation>
                          : p.writes && furthest && furthest->at + furthest->bytes > p.at ? furthest
                                                                                            : nullptr;
     if (clash) {
-      // Never issued: the point-to-point numbering the members took is given
-      // back, so that the next sends and receives match the peers' again.
-      for (const auto& m : members) --(m->plan->key.sends ? p2p_sent_ : p2p_received_)[m->plan->key.peer];
+      // group_end issues nothing of the group then, and gives back the numbers.
       throw InvalidArgument(cat("rank ", rank_, ": group: the buffers of ", members[clash->call]->what(), " and ",
                                 members[p.call]->what(), " overlap, and one of them receives into them"));
     }

@@ -2,6 +2,7 @@
 // their operations while braid_group_start/end (braid::group) is open.
 #pragma once
 
+#include <exception>
 #include <memory>
 
 namespace braid {
@@ -19,5 +20,8 @@ std::shared_ptr<Operation> group_defer(CommImpl& comm, std::shared_ptr<Operation
 /// Drops what the calling thread's open group holds for `comm` (which is
 /// being destroyed), failing its operations.
 void group_forget(CommImpl& comm);
+/// A call of the calling thread's open group failed its checks with `error`:
+/// the group is issued not at all (group_end).
+void group_fail(std::exception_ptr error);
 
 }  // namespace braid

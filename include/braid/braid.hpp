@@ -125,22 +125,27 @@ void shutdown();
 /// throws the first error. A Work from a grouped *_async call completes with
 /// its group's operation and cannot be waited for before group_end(). Groups
 /// nest; only the outermost end issues. Device buffers cannot be grouped yet.
+/// A group is issued whole or not at all: a call in it that fails its
+/// checks (it throws) marks the group failed, and the outermost end then
+/// issues none of its calls (their Works fail, and their point-to-point and
+/// collective numbers are given back, so a later call matches its peers
+/// again) and throws that first error.
 /// Destroying a communicator inside an open group drops its calls (an error
 /// is logged and their Work fails).
 void group_start();
 void group_end();
-/// group_start(), calls(), group_end(); if calls() throws, the group is still
-/// ended (issuing what was deferred) and the exception passed on.
+/// Ends one level of the calling thread's group after something in it
+/// failed: the group issues nothing (see above) and this throws nothing.
+void group_end_failed() noexcept;
+/// group_start(), calls(), group_end(); if calls() throws, nothing of the
+/// group is issued (group_end_failed) and the exception is passed on.
 template <typename Calls>
 void group(Calls&& calls) {
   group_start();
   try {
     calls();
   } catch (...) {
-    try {
-      group_end();
-    } catch (...) {
-    }
+    group_end_failed();
     throw;
   }
   group_end();

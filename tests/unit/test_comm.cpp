@@ -2,6 +2,9 @@
 // communicator, and 2-3 rank communicators whose ranks are threads.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstring>
 #include <stdexcept>
@@ -549,4 +552,103 @@ TEST_CASE("BRAID_DUMP_ON_SIGNAL names a usable signal") {
   CHECK(parse_signal("10") == 10);
   CHECK_THROWS_WITH(parse_signal("KILL"), Catch::Contains("BRAID_DUMP_ON_SIGNAL='KILL'"));
   CHECK_THROWS_AS(parse_signal("9"), InvalidArgument);
+}
+
+// ---- a communicator's life --------------------------------------------------------
+
+TEST_CASE("aborting or breaking a split child leaves its parent and siblings working") {
+  run_ranks(3, [](Comm& comm) {
+    const int r = comm.rank();
+    {
+      Comm child = comm.split(0, r);
+      Comm sibling = comm.split(0, -r);
+      int one = 1, sum = 0;
+      child.all_reduce(&one, &sum, 1, DataType::i32, ReduceOp::sum);
+      child.abort();
+      expect_throws_with([&] { child.all_reduce(&one, &sum, 1, DataType::i32, ReduceOp::sum); }, "");
+      sum = 0;
+      sibling.all_reduce(&one, &sum, 1, DataType::i32, ReduceOp::sum);
+      expect(sum == 3, cat("the sibling's sum after the child's abort: ", sum));
+    }
+    {
+      // Ranks that call different collectives on a child: it fails with a
+      // protocol mismatch, on that child only.
+      Comm child = comm.split(0, r);
+      std::vector<float> v(64, 1.0f);
+      try {
+        if (r == 0) child.broadcast(v.data(), v.data(), v.size(), DataType::f32, 0);
+        else child.all_reduce(v.data(), v.data(), v.size(), DataType::f32, ReduceOp::sum);
+      } catch (const Error&) {
+      }
+    }
+    int one = 1, sum = 0;
+    comm.all_reduce(&one, &sum, 1, DataType::i32, ReduceOp::sum);
+    expect(sum == 3, cat("the parent's sum after its children failed: ", sum));
+    Comm again = comm.split(r % 2, r);
+    again.barrier();
+  }, 10000);
+}
+
+TEST_CASE("a finalized communicator refuses every later call, naming it") {
+  run_ranks(2, [](Comm& comm) {
+    int one = 1, sum = 0;
+    comm.all_reduce(&one, &sum, 1, DataType::i32, ReduceOp::sum);
+    comm.finalize();
+    comm.finalize();  // idempotent
+    comm.abort();     // nothing to abort
+    expect_throws_with([&] { comm.all_reduce(&one, &sum, 1, DataType::i32, ReduceOp::sum); }, "was finalized");
+    expect_throws_with([&] { comm.split(0, 0); }, "was finalized");
+    expect_throws_with([&] { (void)comm.describe(); }, "was finalized");
+  });
+}
+
+TEST_CASE("sendrecv with a bad half sends nothing: the next calls still match") {
+  run_ranks(2, [](Comm& comm) {
+    const int peer = 1 - comm.rank();
+    std::int32_t mine = comm.rank(), theirs = -1;
+    // The receive half is bad on every rank (a null buffer): neither half goes.
+    expect_throws_with([&] { comm.sendrecv(&mine, 1, peer, nullptr, 1, peer, DataType::i32); }, "null");
+    comm.sendrecv(&mine, 1, peer, &theirs, 1, peer, DataType::i32);
+    expect(theirs == peer, cat("the next sendrecv got ", theirs));
+    int one = 1, sum = 0;
+    comm.all_reduce(&one, &sum, 1, DataType::i32, ReduceOp::sum);
+    expect(sum == 2, "the next collective");
+  });
+}
+
+TEST_CASE("a bad argument only the root reads fails every rank at once, naming it") {
+  run_ranks(3, [](Comm& comm) {
+    std::vector<float> v(16);
+    const auto start = std::chrono::steady_clock::now();
+    if (comm.rank() == 1)
+      expect_throws_with([&] { comm.broadcast(nullptr, v.data(), v.size(), DataType::f32, 1); }, "the root's send");
+    else
+      expect_throws_with([&] { comm.broadcast(nullptr, v.data(), v.size(), DataType::f32, 1); }, "the root's send");
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    expect(s < 5, cat("the broadcast failed after ", s, " s (the communicator's timeout is 20 s)"));
+  }, 20000);
+}
+
+TEST_CASE("a process forked after braid started there is told so at its first call") {
+  Comm comm = Comm::init(free_store_addr(), 0, 1, quick());
+  int one = 1, sum = 0;
+  comm.all_reduce(&one, &sum, 1, DataType::i32, ReduceOp::sum);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    int status = 1;
+    try {
+      comm.all_reduce(&one, &sum, 1, DataType::i32, ReduceOp::sum);
+    } catch (const Error& e) {
+      status = std::string(e.what()).find("was forked from pid") != std::string::npos ? 0 : 2;
+    }
+    ::_exit(status);
+  }
+  REQUIRE(child > 0);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  // The parent goes on.
+  comm.all_reduce(&one, &sum, 1, DataType::i32, ReduceOp::sum);
+  CHECK(sum == 1);
 }
