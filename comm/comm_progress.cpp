@@ -335,7 +335,7 @@ void CommImpl::announce_failure(const std::string& why) {
     if (!store_->try_set(failure_key(rank_), bytes, kFailureLook))
       log_info("rank ", rank_, ": could not leave the failure notice in the braid store at ", store_name_);
   }
-  for (TransportContext* context : contexts_) context->withdraw(owner_, true);
+  for (TransportContext* context : contexts_) context->withdraw(owner_, true, why);
 }
 
 const std::shared_ptr<OpPlan>& CommImpl::abort_plan() {
@@ -412,7 +412,8 @@ void CommImpl::finalize() {
     link_ptrs_[p] = nullptr;
     contexts_[static_cast<std::size_t>(link_kind_[p])]->retire(std::move(links_[p]), settings_.linger);
   }
-  for (TransportContext* context : contexts_) context->withdraw(owner_, failed);
+  // A failed one withdrew when it failed (announce_failure), with its notice.
+  for (TransportContext* context : contexts_) context->withdraw(owner_, failed, {});
   // The rank hosting the store keeps it until every rank left (store_host.hpp).
   if (root_ && !failed && store_ && !store_lost_ && size_ > 1) {
     const std::string left = StoreHost::left_key(scope_, comm_id_, rank_);

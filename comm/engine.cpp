@@ -164,9 +164,14 @@ bool Engine::drive(const std::shared_ptr<Operation>& target, Deadline until, boo
   std::uint64_t seen_contexts = ~std::uint64_t{0};
   SpinPolicy policy = target_comm ? target_comm->spin_policy() : SpinPolicy{};
   auto refresh = [&] {
-    std::lock_guard lock(mutex_);
-    seen_actives = active_version_.load(std::memory_order_acquire);
-    actives = active_;
+    const std::uint64_t version = active_version_.load(std::memory_order_acquire);
+    if (version != driver_version_) {
+      std::lock_guard lock(mutex_);
+      driver_version_ = active_version_.load(std::memory_order_acquire);
+      driver_actives_ = active_;
+    }
+    seen_actives = driver_version_;
+    actives = driver_actives_;
     if (!target_comm && !actives.empty()) policy = actives.front()->spin_policy();
   };
   auto next_spin = [&]() -> std::chrono::nanoseconds {

@@ -112,6 +112,10 @@ class Engine {
   std::size_t background_ = 0;  // queued *_async operations, every communicator
   std::vector<CommImpl*> active_;  // communicators with queued operations
   std::atomic<std::uint64_t> active_version_{0};  // bumped when active_ changes, read by the driver
+  // The driver's copy of active_ as of driver_version_, so that a drive that
+  // starts while nothing changed takes no lock for it (the driver's only).
+  std::vector<CommImpl*> driver_actives_;
+  std::uint64_t driver_version_ = ~std::uint64_t{0};
   std::vector<TransportContext*> contexts_;       // under mutex_; the driver copies them on change
   std::atomic<std::uint64_t> contexts_version_{0};
   Poller poller_;

@@ -285,9 +285,14 @@ class TransportContext {
   /// rank that was -1 becomes known.
   virtual void enroll(const LinkOwner& owner) { (void)owner; }
   /// That rank of the communicator is gone from this process: a peer that
-  /// connects to it from now on is refused (`failed`: it gave up, else it
-  /// finalized), and what was made for it and never taken is closed.
-  virtual void withdraw(const LinkOwner& owner, bool failed) { (void)owner, (void)failed; }
+  /// connects to it from now on is refused (`failed`: it gave up, `why`
+  /// says why; else it finalized), and what was made for it and never taken
+  /// is closed after a notice (`why`, or a goodbye) where the transport can
+  /// give one, so that a peer that dialed it learns why and not only that
+  /// the connection closed.
+  virtual void withdraw(const LinkOwner& owner, bool failed, std::string_view why) {
+    (void)owner, (void)failed, (void)why;
+  }
   /// Links to those of `peers` that are ready now (see above); call again for
   /// the rest. Throws naming the peer when one cannot be reached (PeerLost
   /// for a peer known to be gone, Timeout at `deadline`, ProtocolMismatch);

@@ -63,6 +63,11 @@ class TcpStoreServer {
   /// Whether every one of `keys` is set (the host's own look, without a
   /// client). Thread-safe.
   virtual bool holds(const std::vector<std::string>& keys) = 0;
+  /// Since when no client that joined as `rank` (its hello's rank, of this
+  /// job) has a connection open, after one had; nullopt while one is open or
+  /// none ever was. A rank whose process died is absent for good; a live one
+  /// reconnecting is absent for a moment. Thread-safe.
+  virtual std::optional<Clock::time_point> absent_since(int rank) = 0;
   /// Serves a connection another listener accepted. Its first bytes (the
   /// store's hello) must still be unread in the socket, or in `tls`, the
   /// session whose handshake that listener ran. Thread-safe.

@@ -114,6 +114,7 @@ struct Connection {
   std::optional<Waiter> waiter;
   std::uint32_t events = 0;  // the epoll interest registered now
   EventLoop::Id watch = 0;
+  int member_rank = -1;  // the rank this client joined as, once its handshake is done (-1: none)
 
   std::size_t unread() const { return in.size() - in_start; }
   std::size_t read_limit() const { return handshake.done() ? wire::kMaxFrameBytes : kMaxHandshakeFrame; }
@@ -136,6 +137,13 @@ class Server final : public TcpStoreServer {
     bool all = false;
     loop_.run_sync([&] { all = missing_keys(keys).empty(); });
     return all;
+  }
+  std::optional<Clock::time_point> absent_since(int rank) override {
+    std::optional<Clock::time_point> since;
+    loop_.run_sync([&] {
+      if (auto it = absent_since_.find(rank); it != absent_since_.end()) since = it->second;
+    });
+    return since;
   }
 
  private:
@@ -193,6 +201,8 @@ class Server final : public TcpStoreServer {
   std::set<std::pair<Clock::time_point, std::uint64_t>> deadlines_;
   std::set<std::pair<Clock::time_point, std::uint64_t>> handshakes_;  // connections still in their handshake
   std::vector<std::uint64_t> touched_;  // connections to process, flush and re-arm
+  std::unordered_map<int, int> open_by_rank_;                   // a member rank's connections open now
+  std::unordered_map<int, Clock::time_point> absent_since_;   // when a member rank's last one closed
   std::uint64_t next_id_ = 1;
   Clock::time_point last_accept_warning_{};
 };
@@ -524,6 +534,11 @@ void Server::process(std::uint64_t id, Connection& c) {
     if (c.handshake.done()) {
       handshakes_.erase({c.handshake_deadline, id});
       log_trace(name_, ": client ", c.peer, " completed the handshake");
+      if (c.handshake.claimed_rank() >= 0 && c.handshake.same_job()) {
+        c.member_rank = c.handshake.claimed_rank();
+        ++open_by_rank_[c.member_rank];
+        absent_since_.erase(c.member_rank);
+      }
     }
   }
   if (c.in_start == c.in.size()) {
@@ -701,6 +716,10 @@ void Server::close(std::uint64_t id) {
     unwatch(id, c.waiter->watching);
   }
   if (!c.handshake.done()) handshakes_.erase({c.handshake_deadline, id});
+  if (c.member_rank >= 0 && --open_by_rank_[c.member_rank] == 0) {
+    open_by_rank_.erase(c.member_rank);
+    absent_since_[c.member_rank] = Clock::now();
+  }
   loop_.unwatch(c.watch);
   connections_.erase(it);
 }

@@ -302,7 +302,6 @@ class Checker {
     expect_invalid([&] { comm_.reduce(v.data(), v.data(), 8, DataType::f32, ReduceOp::sum, n_); }, "reduce root n");
     expect_invalid([&] { comm_.gather(v.data(), v.data(), 1, DataType::f32, -1); }, "gather root -1");
     expect_invalid([&] { comm_.all_gather_async(v.data(), nullptr, 1, DataType::f32); }, "all_gather_async recv NULL");
-    expect_invalid([&] { comm_.scatter_async(nullptr, v.data(), 1, DataType::f32, rank_); }, "scatter_async root send NULL");
     expect_invalid([&] { comm_.send(v.data(), 1, DataType::f32, rank_); }, "send to self");
     expect_invalid([&] { comm_.recv_async(v.data(), 1, DataType::f32, n_); }, "recv_async from rank n");
     // Overlapping, but not at this rank's block: no rank's call is in place.
@@ -312,6 +311,29 @@ class Checker {
     expect_invalid([&] { (void)comm_.split(-2, 0); }, "split color -2");
     comm_.barrier();
     all_gather(DataType::f32, 3, false);
+    root_refusal();
+  }
+
+  // What only the root reads (its send buffer), the others cannot check: the
+  // root's refusal fails the communicator on every rank at once, naming the
+  // buffer (not a timeout on the others). On a child, so that the parent
+  // goes on.
+  void root_refusal() {
+    std::vector<float> v(8);
+    const int root = n_ - 1;
+    {
+      braid::Comm child = comm_.split(0, rank_);
+      const void* send = rank_ == root ? nullptr : v.data();  // ignored off the root
+      std::string error;
+      try {
+        child.scatter_async(send, v.data(), 1, DataType::f32, root).wait();
+      } catch (const braid::Error& e) {
+        error = e.what();
+      }
+      tally_.record(error.find("the root's send buffer is null") != std::string::npos,
+                    "scatter with the root's send buffer null: every rank fails naming it (got \"" + error + "\")");
+    }
+    all_gather(DataType::f32, 3, false);  // on the parent
   }
 
   void split() {

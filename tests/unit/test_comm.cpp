@@ -617,15 +617,11 @@ TEST_CASE("sendrecv with a bad half sends nothing: the next calls still match") 
 }
 
 TEST_CASE("a bad argument only the root reads fails every rank at once, naming it") {
+  // Without the root's word the others would wait for its data until their
+  // timeout, and fail with a Timeout that does not name the buffer.
   run_ranks(3, [](Comm& comm) {
     std::vector<float> v(16);
-    const auto start = std::chrono::steady_clock::now();
-    if (comm.rank() == 1)
-      expect_throws_with([&] { comm.broadcast(nullptr, v.data(), v.size(), DataType::f32, 1); }, "the root's send");
-    else
-      expect_throws_with([&] { comm.broadcast(nullptr, v.data(), v.size(), DataType::f32, 1); }, "the root's send");
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    expect(s < 5, cat("the broadcast failed after ", s, " s (the communicator's timeout is 20 s)"));
+    expect_throws_with([&] { comm.broadcast(nullptr, v.data(), v.size(), DataType::f32, 1); }, "the root's send");
   }, 20000);
 }
 

@@ -323,15 +323,23 @@ class CudaIpcLink final : public Link {
 
 }  // namespace
 
+CudaIpcTransport::CudaIpcTransport() {
+  if (device::count() > 0) shm_ = std::make_unique<ShmContext>();
+}
+
 std::vector<std::unique_ptr<Link>> CudaIpcTransport::connect(const LinkOwner& owner, std::span<const PeerRef> peers,
                                                              Deadline deadline, const PeerWatch& watch) {
-  std::vector<std::unique_ptr<Link>> links = shm_.connect(owner, peers, deadline, watch);
+  if (!shm_)
+    throw InvalidArgument(cat("rank ", owner.rank, ": cuda_ipc was asked to connect ", peers.size(),
+                              " peer(s) but this process has no CUDA device"));
+  std::vector<std::unique_ptr<Link>> links = shm_->connect(owner, peers, deadline, watch);
   for (auto& link : links) link = std::make_unique<CudaIpcLink>(std::move(link));
   return links;
 }
 
 std::string CudaIpcTransport::describe(const LinkOwner& owner) const {
-  return cat("cuda_ipc (device buffers mapped GPU to GPU; host buffers over ", shm_.describe(owner), ")");
+  if (!shm_) return "cuda_ipc (idle: no CUDA device)";
+  return cat("cuda_ipc (device buffers mapped GPU to GPU; host buffers over ", shm_->describe(owner), ")");
 }
 
 }  // namespace braid

@@ -31,24 +31,28 @@
 namespace braid {
 
 /// The process's cuda_ipc context: the shm context of its own whose links it
-/// wraps (their segments and doorbell apart from plain shm's).
+/// wraps (their segments and doorbell apart from plain shm's). A process
+/// without a CUDA device makes none: no pair of ranks with a process like it
+/// uses cuda_ipc (registry.cpp), so it publishes an empty address.
 class CudaIpcTransport final : public TransportContext {
  public:
-  CudaIpcTransport() = default;
+  CudaIpcTransport();
 
   std::string_view name() const override { return "cuda_ipc"; }
   std::vector<std::byte> local_address(const SockAddr& advertise) const override {
-    return shm_.local_address(advertise);
+    return shm_ ? shm_->local_address(advertise) : std::vector<std::byte>{};
   }
   std::vector<std::unique_ptr<Link>> connect(const LinkOwner& owner, std::span<const PeerRef> peers,
                                              Deadline deadline, const PeerWatch& watch) override;
   std::string describe(const LinkOwner& owner) const override;
-  int wait_fd() const override { return shm_.wait_fd(); }
-  bool arm() override { return shm_.arm(); }
-  void disarm() override { shm_.disarm(); }
+  int wait_fd() const override { return shm_ ? shm_->wait_fd() : -1; }
+  bool arm() override { return shm_ ? shm_->arm() : true; }
+  void disarm() override {
+    if (shm_) shm_->disarm();
+  }
 
  private:
-  ShmContext shm_;  // the pair's control messages and host-memory messages
+  std::unique_ptr<ShmContext> shm_;  // the pair's control messages and host-memory messages
 };
 
 }  // namespace braid

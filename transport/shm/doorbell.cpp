@@ -36,6 +36,10 @@ std::uint32_t Doorbell::arm() {
   return ticket;
 }
 
+bool Doorbell::rung_since(std::uint32_t ticket) const {
+  return seq_of(word_).load(std::memory_order_acquire) != ticket;
+}
+
 void Doorbell::disarm() { sleepers_of(word_).fetch_sub(1, std::memory_order_release); }
 
 bool Doorbell::wait(std::uint32_t ticket, std::chrono::microseconds timeout) {

@@ -70,6 +70,8 @@ class Doorbell {
   std::uint32_t arm();
   /// Gives up sleeping after arm() (work was found).
   void disarm();
+  /// Whether ring() woke the owner since arm() returned `ticket`.
+  bool rung_since(std::uint32_t ticket) const;
   /// Sleeps until ring() after the ticket was taken, a signal, or `timeout`.
   /// Returns false if the timeout passed. Disarms in every case.
   bool wait(std::uint32_t ticket, std::chrono::microseconds timeout);

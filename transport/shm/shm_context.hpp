@@ -133,6 +133,7 @@ class ShmContext final : public TransportContext {
   Fd pipe_read_;   // in the engine's epoll
   Fd pipe_write_;  // peers open it through /proc to ring this process
   Doorbell own_bell_;
+  std::uint32_t ticket_ = 0;  // arm()'s
   std::mutex mutex_;  // guards the lists below
   std::vector<std::weak_ptr<ShmPeerProcess>> peers_;
   struct LeftName {

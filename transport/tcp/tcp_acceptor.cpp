@@ -39,7 +39,18 @@ TcpAcceptor::~TcpAcceptor() {
 }
 
 void TcpAcceptor::serve_store(StoreAdopter adopt) {
-  loop_.run_sync([&] { store_ = std::move(adopt); });
+  loop_.run_sync([&] {
+    store_ = std::move(adopt);
+    std::vector<std::uint64_t> waiting;
+    for (auto& [id, c] : pending_)
+      if (c.awaiting_store) waiting.push_back(id);
+    for (std::uint64_t id : waiting) {
+      Incoming& c = pending_.at(id);
+      c.awaiting_store = false;
+      want(id, c, EPOLLIN);
+      if (!serve(id, c)) close(id);
+    }
+  });
 }
 
 void TcpAcceptor::accept_new() {
@@ -226,7 +237,15 @@ bool TcpAcceptor::first_bytes(std::uint64_t id, Incoming& c) {
   }
   c.got = 1;  // it spoke: a stall from here on is its handshake's
   const auto got = static_cast<std::size_t>(n);
-  if (head[0] == kStoreMagic && store_) {
+  if (head[0] == kStoreMagic) {
+    if (!store_) {
+      // A rank that reached this port a moment before the store this process
+      // is making started: it waits, unwatched, for serve_store (or its
+      // hello wait).
+      c.awaiting_store = true;
+      want(id, c, 0);
+      return true;
+    }
     loop_.unwatch(c.watch);
     c.watch = 0;
     store_(std::move(c.fd), c.from, nullptr);

@@ -90,6 +90,7 @@ class TcpAcceptor {
     HelloStatus status = HelloStatus::accepted;  // what the reply being sent says
     EventLoop::Id watch = 0;
     std::uint32_t events = 0;
+    bool awaiting_store = false;  // opened with the store's bytes before serve_store
   };
 
   void accept_new();

@@ -55,7 +55,7 @@ class TcpContext final : public TransportContext {
   std::vector<std::byte> local_address(const SockAddr& advertise) const override;
   bool serves(const ContextSetup& setup) const override;
   void enroll(const LinkOwner& owner) override { registry_.enroll(owner); }
-  void withdraw(const LinkOwner& owner, bool failed) override;
+  void withdraw(const LinkOwner& owner, bool failed, std::string_view why) override;
   std::vector<std::unique_ptr<Link>> connect(const LinkOwner& owner, std::span<const PeerRef> peers,
                                              Deadline deadline, const PeerWatch& watch) override;
   std::string describe(const LinkOwner& owner) const override;

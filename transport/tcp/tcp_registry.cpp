@@ -16,17 +16,17 @@ void TcpRegistry::enroll(const LinkOwner& owner) {
   generation_.fetch_add(1, std::memory_order_release);
 }
 
-void TcpRegistry::withdraw(const LinkOwner& owner, bool failed) {
-  std::vector<Filed> closing;  // closed outside the lock
+std::vector<Socket> TcpRegistry::withdraw(const LinkOwner& owner, bool failed) {
+  std::vector<Socket> closing;  // closed outside the lock
   {
     std::lock_guard lock(mutex_);
     const CommId& id = owner.comm_id;
     if (owner.rank < 0) {
       if (auto it = counting_.find(id); it != counting_.end() && --it->second == 0) counting_.erase(it);
-      return;
+      return closing;
     }
     const Rank rank{id, owner.rank};
-    if (enrolled_.erase(rank) == 0 && gone_.contains(rank)) return;
+    if (enrolled_.erase(rank) == 0 && gone_.contains(rank)) return closing;
     gone_[rank] = failed;
     gone_order_.push_back(rank);
     while (gone_order_.size() > kRemembered) {
@@ -35,12 +35,13 @@ void TcpRegistry::withdraw(const LinkOwner& owner, bool failed) {
     }
     for (auto it = filed_.lower_bound({id, owner.rank, -1, -1});
          it != filed_.end() && std::get<0>(it->first) == id && std::get<1>(it->first) == owner.rank;) {
-      closing.push_back(std::move(it->second));
+      closing.push_back(std::move(it->second.socket));
       it = filed_.erase(it);
     }
     std::erase_if(refusals_, [&](const auto& r) { return r.first.first == id; });
     generation_.fetch_add(1, std::memory_order_release);
   }
+  return closing;
 }
 
 TcpRegistry::Status TcpRegistry::lookup(const CommId& id, int rank, LinkOwner* owner) const {

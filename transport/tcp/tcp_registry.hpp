@@ -48,7 +48,9 @@ class TcpRegistry {
   void enroll(const LinkOwner& owner);
   /// Forgets that rank (closing what was filed for it); its later dialers
   /// are refused as finalized, or as having given up.
-  void withdraw(const LinkOwner& owner, bool failed);
+  /// Gives back the sockets filed for it and never taken, for the caller
+  /// to close.
+  std::vector<Socket> withdraw(const LinkOwner& owner, bool failed);
   /// What this process knows of rank `rank` of `id`; `owner` receives it
   /// when enrolled.
   Status lookup(const CommId& id, int rank, LinkOwner* owner = nullptr) const;

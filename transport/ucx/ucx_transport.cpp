@@ -594,7 +594,7 @@ std::string UcxTransport::describe(const LinkOwner&) const {
 
 int UcxTransport::wait_fd() const { return context_ ? context_->efd() : -1; }
 
-void UcxTransport::withdraw(const LinkOwner& owner, bool) {
+void UcxTransport::withdraw(const LinkOwner& owner, bool, std::string_view) {
   std::lock_guard lock(greeting_mutex_);
   std::erase_if(greeting_, [&](const auto& g) {
     return std::get<0>(g.first) == owner.comm_id && std::get<1>(g.first) == owner.rank;

@@ -106,7 +106,7 @@ class UcxTransport final : public TransportContext {
   bool serves(const ContextSetup& setup) const override;
   std::vector<std::unique_ptr<Link>> connect(const LinkOwner& owner, std::span<const PeerRef> peers,
                                              Deadline deadline, const PeerWatch& watch) override;
-  void withdraw(const LinkOwner& owner, bool failed) override;
+  void withdraw(const LinkOwner& owner, bool failed, std::string_view why) override;
   std::string describe(const LinkOwner& owner) const override;
   bool progress() override;
   std::size_t min_slice_bytes() const override { return kSliceFloor; }
