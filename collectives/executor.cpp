@@ -99,7 +99,12 @@ Executor::Executor(const Schedule& schedule, Buffers buffers, std::span<Link* co
     if (s.peer < 0) continue;
     const Link& link = *links_[s.peer];
     const std::size_t bytes = s.kind == StepKind::send ? s.src.bytes : s.dst.bytes;
-    short_[i] = bytes <= link.short_message_bytes() && (s.kind != StepKind::recv_reduce || link.can_reduce());
+    // A link without a short path (short_message_bytes() 0) takes none,
+    // not even an empty message: its recv_now never receives, so a chain
+    // would poll it until the engine slept (50 ms, the edge of the
+    // socket's news already taken).
+    const std::size_t limit = link.short_message_bytes();
+    short_[i] = limit > 0 && bytes <= limit && (s.kind != StepKind::recv_reduce || link.can_reduce());
   }
   chain_ = n > 0;
   for (std::size_t i = 0; i < n && chain_; ++i) {

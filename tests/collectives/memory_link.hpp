@@ -194,7 +194,9 @@ inline std::size_t MemoryLink::short_message_bytes() const { return fabric_.opti
 // of it now, with the checks of a request (a mismatch consumes the message
 // and throws, as a failed receive would).
 inline bool MemoryLink::send_now(ConstMemView src, const Tag& tag) {
-  if (src.bytes > short_message_bytes() || !sends_.empty() || !rendezvous_.empty()) return false;
+  // 0: no short path at all, as Link's defaults (not even an empty message).
+  if (short_message_bytes() == 0 || src.bytes > short_message_bytes() || !sends_.empty() || !rendezvous_.empty())
+    return false;
   MemoryFabric::Message m{tag, std::vector<std::byte>(src.bytes), nullptr};
   if (src.bytes > 0) std::memcpy(m.bytes.data(), src.data, src.bytes);
   fabric_.queue(self_, peer_).push_back(std::move(m));
@@ -204,7 +206,8 @@ inline bool MemoryLink::send_now(ConstMemView src, const Tag& tag) {
 
 inline bool MemoryLink::recv_now(MemView dst, const std::byte* local, DataType type, ReduceOp op, const Tag& tag) {
   auto& incoming = fabric_.queue(peer_, self_);
-  if (dst.bytes > short_message_bytes() || !recvs_.empty() || incoming.empty() || incoming.front().rendezvous)
+  if (short_message_bytes() == 0 || dst.bytes > short_message_bytes() || !recvs_.empty() || incoming.empty() ||
+      incoming.front().rendezvous)
     return false;
   MemoryFabric::Message m = std::move(incoming.front());
   incoming.pop_front();

@@ -377,6 +377,27 @@ TEST_CASE("a chain on the short path hands over to the general loop before a sle
   }
 }
 
+TEST_CASE("an empty message on a link without a short path is posted, not polled", "[executor]") {
+  // A link whose short_message_bytes() is 0 (TCP) never takes a message on
+  // the short path, not even an empty one (the pieces of a buffer smaller
+  // than the ranks): polled there, the receive would never complete.
+  Schedule send_empty, recv_empty;
+  send_empty.add(Step{.kind = StepKind::send, .peer = 1, .src = {BufferId::input, 0, 0}, .tag_index = 0});
+  recv_empty.add(Step{.kind = StepKind::recv, .peer = 0, .dst = {BufferId::output, 0, 0}, .tag_index = 0});
+  std::byte in{}, out{};
+  MemoryFabric fabric(2, {.short_bytes = 0});
+  const auto links0 = fabric.links_of(0), links1 = fabric.links_of(1);
+  Executor e0(send_empty, Buffers{&in, nullptr, 0, 0}, links0, 1);
+  Executor e1(recv_empty, Buffers{nullptr, &out, 0, 0}, links1, 1);
+  bool done0 = false, done1 = false;
+  for (int passes = 0; !(done0 && done1); ++passes) {
+    REQUIRE(passes < 100);
+    if (!done0) done0 = e0.advance();
+    if (!done1) done1 = e1.advance();
+  }
+  CHECK(fabric.undelivered() == 0);
+}
+
 TEST_CASE("a chain whose send the link refuses goes on in the general loop", "[executor]") {
   // A lazy link keeps earlier sends of 64 bytes queued (one delivered per
   // progress), so it refuses the chain's send_now.
