@@ -317,7 +317,7 @@ Work Work::from_operation(std::shared_ptr<Operation> op) { return Work(std::move
 bool Work::wait(std::optional<std::chrono::milliseconds> timeout) {
   if (!op_) throw InvalidUsage("Work::wait on an empty Work");
   if (op_->done.load()) {
-    if (op_->error) std::rethrow_exception(op_->error);
+    if (op_->error) op_->error.raise();
     return true;
   }
   CommImpl* comm = op_->comm;
@@ -329,7 +329,7 @@ bool Work::wait(std::optional<std::chrono::milliseconds> timeout) {
 bool Work::test() {
   if (!op_) throw InvalidUsage("Work::test on an empty Work");
   if (op_->done.load()) {
-    if (op_->error) std::rethrow_exception(op_->error);
+    if (op_->error) op_->error.raise();
     return true;
   }
   if (op_->comm == nullptr) throw InvalidUsage(kInOpenGroup);
@@ -341,6 +341,6 @@ void Work::then(std::function<void(std::exception_ptr)> callback) {
   op_->add_callback(std::move(callback));
 }
 
-std::exception_ptr Work::error() const { return op_ && op_->done.load() ? op_->error : nullptr; }
+std::exception_ptr Work::error() const { return op_ && op_->done.load() ? op_->error.ptr() : nullptr; }
 
 }  // namespace braid

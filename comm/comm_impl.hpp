@@ -31,6 +31,7 @@
 
 #include "braid/braid.hpp"
 #include "comm/engine.hpp"
+#include "comm/failure.hpp"
 #include "collectives/algorithms.hpp"
 #include "collectives/executor.hpp"
 #include "collectives/schedule.hpp"
@@ -96,7 +97,7 @@ class Operation {
   // Written under the engine's mutex; `done` is also read without it (a Work
   // outliving its communicator), and `error` is final once done.
   std::atomic<bool> done{false};
-  std::exception_ptr error;
+  Failure error;
 
   /// Work::then's callbacks: run once, by whoever completes the operation
   /// (after `done` is set), or at once by then() when it is done already.
@@ -342,14 +343,14 @@ class CommImpl {
     if (rank_ != root) return;
     try {
       checks();
-    } catch (const InvalidArgument&) {
-      refuse(std::current_exception());
+    } catch (const InvalidArgument& e) {
+      refuse(Failure::of(e));
       throw;
     }
   }
   /// Fails this communicator with `error` and tells every peer why (as
   /// abort(), within milliseconds, from any thread).
-  void refuse(std::exception_ptr error);
+  void refuse(Failure error);
   std::size_t checked_bytes(std::size_t count, DataType type, std::size_t blocks, std::string_view op) const;
   /// The bytes of `counts` at `displs` (elements, by rank; empty displs: packed
   /// in rank order), checked: one entry per rank, no overflow, and for an
@@ -394,7 +395,7 @@ class CommImpl {
   /// run on; stage_out copies the output back once it is done.
   Buffers stage_in(Operation& op);
   void stage_out(Operation& op);
-  void fail_queue(std::exception_ptr error);
+  void fail_queue(Failure error);
   /// An operation that only carries abort()'s request to the engine, and its plan.
   std::shared_ptr<Operation> abort_marker();
   static const std::shared_ptr<OpPlan>& abort_plan();
@@ -444,7 +445,7 @@ class CommImpl {
 
   // Under the engine's mutex.
   std::deque<std::shared_ptr<Operation>> queue_;
-  std::exception_ptr first_error_;
+  Failure first_error_;
   std::string broken_;  // why the communicator is unusable, if it is
 
   // The driving thread's.
@@ -455,7 +456,7 @@ class CommImpl {
   Clock::time_point last_note_{};
 
   std::atomic<bool> aborted_{false};  // abort() or refuse() asked the engine to fail this communicator
-  std::exception_ptr refusal_;        // refuse()'s error, set before aborted_
+  Failure refusal_;        // refuse()'s error, set before aborted_
   std::atomic<bool> finalized_{false};
 };
 

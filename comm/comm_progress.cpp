@@ -20,7 +20,7 @@ void Operation::add_callback(std::function<void(std::exception_ptr)> callback) {
     has_callbacks_.store(true);
     if (done.load()) run.swap(callbacks_);
   }
-  for (auto& c : run) c(error);
+  for (auto& c : run) c(error.ptr());
 }
 
 void Operation::run_callbacks() {
@@ -31,7 +31,7 @@ void Operation::run_callbacks() {
     std::lock_guard lock(callbacks_mutex_);
     run.swap(callbacks_);
   }
-  for (auto& callback : run) callback(error);
+  for (auto& callback : run) callback(error.ptr());
 }
 
 void Operation::clear() {
@@ -39,7 +39,7 @@ void Operation::clear() {
   background = recorded = false;
   record = 0;
   done.store(false, std::memory_order_relaxed);
-  error = nullptr;
+  error = {};
   executor = nullptr;
   connect_skips = 0;
 }
@@ -48,8 +48,8 @@ void Operation::clear() {
 
 bool CommImpl::accept_locked(const std::shared_ptr<Operation>& op) {
   if (!broken_.empty()) {
-    op->error = std::make_exception_ptr(
-        Aborted(cat("rank ", rank_, ": ", op->what(), ": the communicator is unusable after an earlier error: ", broken_)));
+    op->error = {ErrorCode::aborted,
+                 cat("rank ", rank_, ": ", op->what(), ": the communicator is unusable after an earlier error: ", broken_)};
     op->done = true;
     return false;
   }
@@ -87,7 +87,7 @@ void CommImpl::flush() {
 
 std::exception_ptr CommImpl::async_error() const {
   std::lock_guard lock(engine_.mutex());
-  return first_error_;
+  return first_error_.ptr();
 }
 
 // ---- the driving thread's side ------------------------------------------------------
@@ -118,7 +118,7 @@ void CommImpl::enqueue_running(const std::shared_ptr<Operation>& op) {
 CommImpl::StepResult CommImpl::step(Operation& op, const std::shared_ptr<Operation>* unqueued, bool release) {
   try {
     if (aborted_.load(std::memory_order_acquire)) [[unlikely]] {
-      if (refusal_) std::rethrow_exception(refusal_);
+      if (refusal_) refusal_.raise();
       if (op.plan == abort_plan())
         throw Aborted(cat("rank ", rank_, ": the communicator was aborted by the application (Comm::abort)"));
       throw Aborted(cat("rank ", rank_, ": ", op.what(), " (op #", op.sequence & 0x7fffffffu,
@@ -135,7 +135,7 @@ CommImpl::StepResult CommImpl::step(Operation& op, const std::shared_ptr<Operati
     // An unqueued operation is the engine's target, which it holds: it joins
     // the queue first, so that fail_queue fails it with the others.
     if (unqueued != nullptr) enqueue_running(*unqueued);
-    fail_queue(std::current_exception());
+    fail_queue(Failure::of(e));
     return StepResult::failed;
   }
 }
@@ -242,7 +242,7 @@ Clock::time_point CommImpl::before_sleep(Clock::time_point now) {
     return head->deadline.at();
   } catch (const Error& e) {
     if (e.code() == ErrorCode::internal) log_warn(e.what());
-    fail_queue(std::current_exception());
+    fail_queue(Failure::of(e));
     return now;
   }
 }
@@ -284,13 +284,8 @@ void CommImpl::stage_out(Operation& op) {
 
 // ---- failure, abort, finalize ----------------------------------------------------------
 
-void CommImpl::fail_queue(std::exception_ptr error) {
-  std::string why;
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    why = e.what();
-  }
+void CommImpl::fail_queue(Failure error) {
+  const std::string why = error.what;
   log_warn(why);
   // Tell every peer, so that ranks not directly connected to the failure
   // learn of it in a hop or two rather than at their own timeout.
@@ -309,8 +304,8 @@ void CommImpl::fail_queue(std::exception_ptr error) {
     for (auto& op : queue_) {
       recorder_.failed(op->record, first ? why : "not run: an earlier operation failed");
       op->error = first ? error
-                        : std::make_exception_ptr(Aborted(cat("rank ", rank_, ": ", op->what(),
-                                                              " was not run: an earlier operation failed: ", why)));
+                        : Failure{ErrorCode::aborted, cat("rank ", rank_, ": ", op->what(),
+                                                          " was not run: an earlier operation failed: ", why)};
       op->done = true;
       op->executor = nullptr;
       if (op->background) engine_.background_done_locked();
@@ -354,7 +349,7 @@ std::shared_ptr<Operation> CommImpl::abort_marker() {
   return op;
 }
 
-void CommImpl::refuse(std::exception_ptr error) {
+void CommImpl::refuse(Failure error) {
   if (finalized_.load(std::memory_order_acquire) || aborted_.load(std::memory_order_acquire)) return;
   refusal_ = std::move(error);
   abort();
@@ -383,7 +378,7 @@ void CommImpl::throw_finalized() const {
 
 void CommImpl::finalize() {
   if (finalized_.exchange(true, std::memory_order_acq_rel)) return;
-  std::exception_ptr error;
+  Failure error;
   std::shared_ptr<Operation> last;
   {
     std::lock_guard lock(engine_.mutex());
@@ -392,8 +387,8 @@ void CommImpl::finalize() {
   if (last) {
     try {
       wait(last, Deadline::never());
-    } catch (const Error&) {
-      error = std::current_exception();
+    } catch (const Error& e) {
+      error = Failure::of(e);
     }
   }
   bool failed = false;
@@ -420,7 +415,7 @@ void CommImpl::finalize() {
     if (!store_->try_set(left, std::as_bytes(std::span("1", 1)), kFailureLook))
       log_info("rank ", rank_, ": could not say in the braid store at ", store_name_, " that it left");
   }
-  if (error) std::rethrow_exception(error);
+  if (error) error.raise();
 }
 
 }  // namespace braid

@@ -118,7 +118,7 @@ void Engine::run(CommImpl& comm, std::shared_ptr<Operation> op) {
     release_locked();
   }
   if (!op->done.load(std::memory_order_acquire)) wait(op, Deadline::never());
-  if (op->error) std::rethrow_exception(op->error);
+  if (op->error) op->error.raise();
 }
 
 bool Engine::wait(const std::shared_ptr<Operation>& op, Deadline until) {
@@ -150,7 +150,7 @@ bool Engine::wait(const std::shared_ptr<Operation>& op, Deadline until) {
     }
   }
   if (!op->done.load(std::memory_order_acquire)) return false;
-  if (op->error) std::rethrow_exception(op->error);
+  if (op->error) op->error.raise();
   return true;
 }
 

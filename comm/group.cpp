@@ -42,8 +42,8 @@ Deferred& deferred_for(CommImpl& comm) {
   return t_group.comms.back();
 }
 
-void fail(Operation& op, std::exception_ptr error) {
-  op.error = std::move(error);
+void fail(Operation& op, const Failure& error) {
+  op.error = error;
   op.done = true;
   op.run_callbacks();
 }
@@ -76,7 +76,7 @@ void group_forget(CommImpl& comm) {
                               it->members.size() + it->collectives.size(),
                               " calls on it were never issued): end the group before destroying it");
   log_warn(why);
-  auto error = std::make_exception_ptr(InvalidArgument(why));
+  const Failure error{ErrorCode::invalid_argument, why};
   if (it->fused) fail(*it->fused, error);
   for (auto& op : it->collectives) fail(*op, error);
   t_group.comms.erase(it);
@@ -109,8 +109,8 @@ void drop(std::vector<Deferred>& comms, const std::exception_ptr& why) {
   } catch (const std::exception& e) {
     text = e.what();
   }
-  auto error = std::make_exception_ptr(
-      InvalidArgument(cat("not issued: another call of its group failed its checks (", text, ")")));
+  const Failure error{ErrorCode::invalid_argument,
+                      cat("not issued: another call of its group failed its checks (", text, ")")};
   for (Deferred& d : comms) {
     d.comm->unnumber(d.members);
     d.comm->unnumber_collectives(d.collectives.size());
@@ -160,7 +160,7 @@ void group_end() {
     auto wait = [&](const std::shared_ptr<Operation>& op) {
       try {
         if (op->comm) op->comm->wait(op, Deadline::never());
-        else if (op->error) std::rethrow_exception(op->error);
+        else if (op->error) op->error.raise();
       } catch (const Error&) {
         note(std::current_exception());
       }

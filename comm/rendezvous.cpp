@@ -3,22 +3,19 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
+#include "braid/braid.hpp"
 #include "core/check.hpp"
 #include "core/interfaces.hpp"
 #include "core/log.hpp"
 #include "core/text.hpp"
-#include "core/wire.hpp"
 #include "runtime.hpp"
 
 namespace braid {
 namespace {
-
-constexpr std::uint64_t kIdMagic = 0x3144494449415242ull;  // "BRAIDID1"
-constexpr std::size_t kIdBytes = 128;          // UniqueId::kBytes
-constexpr std::size_t kMaxStoreAddress = 100;  // fits kIdBytes with the magic, id and length
 
 std::optional<InterfaceFilter> ifname_filter(const Settings& settings) {
   if (settings.socket_ifname.empty()) return std::nullopt;
@@ -189,26 +186,11 @@ std::vector<std::byte> create_unique_id_bytes(const Settings& settings) {
   return bytes;
 }
 
-std::vector<std::byte> encode_unique_id(const UniqueIdContents& contents) {
-  WireWriter w;
-  w.u64(kIdMagic);
-  w.bytes(contents.comm_id.bytes);
-  w.str(contents.store);
-  auto bytes = w.take();
-  if (bytes.size() > kIdBytes) throw Error(ErrorCode::internal, cat("unique id does not fit in ", kIdBytes, " bytes"));
-  bytes.resize(kIdBytes);
-  return bytes;
-}
-
-UniqueIdContents decode_unique_id(std::span<const std::byte> id) {
-  WireReader r(id, "braid unique id");
-  if (r.u64() != kIdMagic)
-    throw InvalidArgument("the unique id was not made by braid_get_unique_id / UniqueId::create (bad magic)");
-  UniqueIdContents contents;
-  auto idb = r.bytes(contents.comm_id.bytes.size());
-  std::copy(idb.begin(), idb.end(), contents.comm_id.bytes.begin());
-  contents.store = r.str(kMaxStoreAddress);
-  return contents;
+UniqueId UniqueId::create() {
+  auto bytes = create_unique_id_bytes(Settings::from_env());
+  UniqueId id;
+  std::copy(bytes.begin(), bytes.end(), id.bytes.begin());
+  return id;
 }
 
 Rendezvous rendezvous_by_id(std::span<const std::byte> id, int rank, int size, const Settings& settings) {

@@ -107,6 +107,13 @@ Digest hmac_sha256(std::span<const std::byte> key, std::span<const std::byte> me
   return out;
 }
 
+void init_openssl() {
+  // With no options OPENSSL_init_crypto returns at once, doing nothing:
+  // loading the configuration is the step that registers the cleanup at exit
+  // (as the first RAND_bytes would, later).
+  if (OPENSSL_init_crypto(OPENSSL_INIT_LOAD_CONFIG, nullptr) != 1) throw SystemError(cat("OpenSSL failed to initialise: ", openssl_error()));
+}
+
 Nonce random_nonce() {
   Nonce n{};
   if (RAND_bytes(reinterpret_cast<unsigned char*>(n.data()), static_cast<int>(n.size())) != 1)

@@ -62,6 +62,12 @@ class AuthKey {
 Digest hmac_sha256(std::span<const std::byte> key, std::span<const std::byte> message);
 /// 32 bytes from OpenSSL's CSPRNG; SystemError if it fails.
 Nonce random_nonce();
+/// Initialises OpenSSL now. An object whose thread may use OpenSSL (an
+/// event loop's: TLS, nonces) calls it before that thread starts, so that
+/// OpenSSL's cleanup at exit, registered here, runs after the object's
+/// destructor stopped the thread: a thread still running at OPENSSL_cleanup
+/// keeps its per-thread state (its random generator) forever.
+void init_openssl();
 /// Equal sizes and contents, compared in time independent of the contents.
 bool same_digest(std::span<const std::byte> a, std::span<const std::byte> b);
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "braid/types.hpp"
+#include "core/auth.hpp"
 #include "core/log.hpp"
 #include "core/text.hpp"
 
@@ -19,6 +20,9 @@ constexpr EventLoop::Id kWakeId = 0;
 EventLoop::EventLoop(std::string name)
     : name_(std::move(name)), epoll_(::epoll_create1(EPOLL_CLOEXEC)), wake_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
   if (!epoll_ || !wake_) throw SystemError(cat(name_, ": cannot create an epoll or eventfd: ", errno_text(errno)));
+  // Before this loop's destructor is registered (a static loop's is, once
+  // constructed): OpenSSL's cleanup then runs after the thread stopped.
+  init_openssl();
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = kWakeId;

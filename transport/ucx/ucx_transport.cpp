@@ -594,11 +594,26 @@ std::string UcxTransport::describe(const LinkOwner&) const {
 
 int UcxTransport::wait_fd() const { return context_ ? context_->efd() : -1; }
 
-void UcxTransport::withdraw(const LinkOwner& owner, bool, std::string_view) {
-  std::lock_guard lock(greeting_mutex_);
-  std::erase_if(greeting_, [&](const auto& g) {
-    return std::get<0>(g.first) == owner.comm_id && std::get<1>(g.first) == owner.rank;
-  });
+void UcxTransport::withdraw(const LinkOwner& owner, bool failed, std::string_view why) {
+  // Links still greeting: the peer may have this side's hello already and
+  // count the link as made, so it hears why this rank went (or its
+  // goodbye) instead of waiting on a silent endpoint until its timeout.
+  std::vector<std::unique_ptr<UcxLink>> leaving;
+  {
+    std::lock_guard lock(greeting_mutex_);
+    for (auto it = greeting_.begin(); it != greeting_.end();) {
+      if (std::get<0>(it->first) == owner.comm_id && std::get<1>(it->first) == owner.rank) {
+        leaving.push_back(std::move(it->second));
+        it = greeting_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& link : leaving) {
+    if (failed) link->abort(why.empty() ? cat("rank ", owner.rank, " gave up") : std::string(why));
+    else link->goodbye();
+  }
 }
 
 std::vector<std::unique_ptr<Link>> UcxTransport::connect(const LinkOwner& owner, std::span<const PeerRef> peers,
