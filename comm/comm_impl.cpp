@@ -11,6 +11,7 @@
 
 #include "collectives/algorithms.hpp"
 #include "collectives/registry.hpp"
+#include "core/auth.hpp"
 #include "core/check.hpp"
 #include "core/log.hpp"
 #include "core/text.hpp"
@@ -722,14 +723,18 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
   // or kNoColor, so the others never wait for it; the error comes after.
   // Every rank counts every split, so all derive the same child ids.
   const std::uint32_t split_index = ++splits_;
-  // The child's id differs from the parent's and from its siblings', and
-  // every member derives the same one.
-  CommId child_id = comm_id_;
-  for (int b = 0; b < 4; ++b) {
-    child_id.bytes[b] ^= static_cast<std::byte>((split_index >> (8 * b)) & 0xff);
-    child_id.bytes[4 + b] ^= static_cast<std::byte>((static_cast<std::uint32_t>(color) >> (8 * b)) & 0xff);
-  }
-  child_id.bytes[8] ^= std::byte{0x5b};
+  // The child's id differs from the parent's, its siblings' and every other
+  // descendant's (a keyed hash of the split's number and color: flipping
+  // bits by them gave a grandchild its grandparent's id), and every member
+  // derives the same one.
+  WireWriter what;
+  what.str("braid split");
+  what.u32(split_index);
+  what.u32(static_cast<std::uint32_t>(color));
+  const std::vector<std::byte> message = what.take();
+  const Digest digest = hmac_sha256(comm_id_.bytes, message);
+  CommId child_id;
+  std::copy_n(digest.begin(), child_id.bytes.size(), child_id.bytes.begin());
   // The child links through the same contexts as this communicator, so its
   // members' addresses are known already: the exchange carries only colors
   // and keys. A member enrolls its child before it, so that a member that

@@ -136,6 +136,7 @@ UcxContext::~UcxContext() {
     inboxes_.clear();
     for (auto& op : orphans_)
       if (op->request != nullptr && !op->done) ucp_request_cancel(worker_, op->request);
+    close_peers_locked();
     for (int i = 0; i < 100 && ucp_worker_progress(worker_) > 0; ++i) {
     }
     // Whatever is still unfinished goes back to UCX unfinished: the worker
@@ -160,6 +161,63 @@ void UcxContext::drop_inbox(const std::array<std::byte, 16>& comm_id, int to, in
   for (auto& [seq, arrival] : it->second->arrivals) release(arrival);
   it->second->arrivals.clear();
   inboxes_.erase(it);
+}
+
+namespace {
+
+void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) { static_cast<UcxPeer*>(arg)->status = status; }
+
+}  // namespace
+
+std::shared_ptr<UcxPeer> UcxContext::peer(const std::vector<std::byte>& address, ucp_err_handling_mode_t mode,
+                                          ucs_status_t& error) {
+  const std::string key(reinterpret_cast<const char*>(address.data()), address.size());
+  auto& slot = peers_[key];
+  if (slot) return slot;
+  auto p = std::make_shared<UcxPeer>();
+  p->err_mode = mode;
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.address = reinterpret_cast<const ucp_address_t*>(address.data());
+  params.err_mode = mode;
+  params.err_handler.cb = &on_endpoint_error;
+  params.err_handler.arg = p.get();  // the map keeps it while the endpoint lives
+  error = ucp_ep_create(worker_, &params, &p->ep);
+  if (error != UCS_OK) {
+    peers_.erase(key);
+    return nullptr;
+  }
+  slot = std::move(p);
+  return slot;
+}
+
+void UcxContext::close_peers_locked() {
+  // Flushes what is still in flight to live peers over a peer-failure
+  // endpoint (a socket or RDMA to another host), for at most a second in
+  // all. The others are left for the worker to destroy: UCX refuses to
+  // force an endpoint shut outside that mode and logs a flush to a peer
+  // that is gone as an error (at the end of most jobs a peer exits first).
+  std::vector<void*> closing;
+  for (auto& [address, p] : peers_) {
+    if (p->ep == nullptr || p->err_mode != UCP_ERR_HANDLING_MODE_PEER) continue;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = p->status == UCS_OK ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t r = ucp_ep_close_nbx(p->ep, &param);
+    p->ep = nullptr;
+    if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.push_back(r);
+  }
+  const auto until = Clock::now() + std::chrono::seconds(1);
+  while (!closing.empty() && Clock::now() < until) {
+    ucp_worker_progress(worker_);
+    std::erase_if(closing, [](void* r) {
+      if (ucp_request_check_status(r) == UCS_INPROGRESS) return false;
+      ucp_request_free(r);
+      return true;
+    });
+  }
+  for (void* r : closing) ucp_request_free(r);  // UCX frees it when it completes
 }
 
 void UcxContext::release(UcxInbox::Arrival& arrival) {

@@ -15,6 +15,14 @@
 // the UCX transport can, e.g. CMA within a host). So a message whose header
 // does not match never writes a byte into the receiver's buffer.
 //
+// Each peer process is reached through one endpoint (UcxPeer), shared by
+// every link of every communicator to it and open while the context lives.
+// Each side making at most one matters: UCX pairs the endpoints two workers
+// make to each other by the order they were made in (its wire-up's
+// connection numbers), so an extra endpoint on one side (made for a split
+// child that the other side left before it connected) would pair every later
+// one wrongly, and a rendezvous on such a pair waits forever.
+//
 // Threads: UCX's worker runs in serialized mode and every call into it, and
 // every inbox, is guarded by mutex(); the handlers run inside
 // ucp_worker_progress, with it held.
@@ -64,7 +72,13 @@ struct UcxInbox {
   bool noticed = false;
   bool said_goodbye = false;  // the peer finalized in order (Link::goodbye)
   bool greeted = false;     // the peer's hello came (its endpoint to this rank exists)
-  ucs_status_t endpoint_status = UCS_OK;  // set by the endpoint's error handler
+};
+
+/// The endpoint to one peer process's worker, shared by every link to it.
+struct UcxPeer {
+  ucp_ep_h ep = nullptr;
+  ucp_err_handling_mode_t err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ucs_status_t status = UCS_OK;  // set by the endpoint's error handler
 };
 
 /// A send or a rendezvous receive in UCX's hands; the completion callbacks
@@ -75,7 +89,6 @@ struct UcxOp {
   ucs_status_t status = UCS_OK;
   UcxWireHeader header;          // a send's header lives until completion
   std::vector<std::byte> payload;  // an abort notice's text
-  std::shared_ptr<UcxInbox> keep;  // an endpoint's close: its error handler's inbox
 };
 
 class UcxContext {
@@ -102,6 +115,11 @@ class UcxContext {
   /// go back to UCX.
   void drop_inbox(const std::array<std::byte, 16>& comm_id, int to, int from);
   void release(UcxInbox::Arrival& arrival);
+  /// The endpoint to the worker at `address` (mutex held): made on first use,
+  /// in `mode`, then shared. Null, with UCX's status in `error`, when UCX
+  /// cannot make it.
+  std::shared_ptr<UcxPeer> peer(const std::vector<std::byte>& address, ucp_err_handling_mode_t mode,
+                                ucs_status_t& error);
 
   /// Runs the worker until it has nothing more to do (mutex held); true if
   /// anything happened. Also frees the finished operations of gone links.
@@ -110,10 +128,6 @@ class UcxContext {
   Clock::time_point last_activity() const { return last_activity_; }
   /// Takes an unfinished operation of a link that is going away.
   void adopt(std::unique_ptr<UcxOp> op) { orphans_.push_back(std::move(op)); }
-  /// Keeps the inbox of an endpoint left open because its peer is gone: the
-  /// worker destroys that endpoint when it goes, and its error handler may
-  /// still run until then (mutex held).
-  void abandon(std::shared_ptr<UcxInbox> inbox) { abandoned_.push_back(std::move(inbox)); }
 
   /// The sleep protocol (mutex held for arm): false when news is waiting.
   bool arm_locked();
@@ -126,6 +140,7 @@ class UcxContext {
 
  private:
   UcxContext();
+  void close_peers_locked();
   static ucs_status_t on_message(void* arg, const void* header, std::size_t header_length, void* data,
                                  std::size_t length, const ucp_am_recv_param_t* param);
 
@@ -141,7 +156,7 @@ class UcxContext {
   std::mutex mutex_;
   std::map<Key, std::shared_ptr<UcxInbox>> inboxes_;
   std::vector<std::unique_ptr<UcxOp>> orphans_;
-  std::vector<std::shared_ptr<UcxInbox>> abandoned_;
+  std::map<std::string, std::shared_ptr<UcxPeer>, std::less<>> peers_;  // by worker address (its bytes)
   Clock::time_point last_activity_{};
 };
 

@@ -74,10 +74,6 @@ void on_recv_done(void*, ucs_status_t status, std::size_t, void* user_data) {
   op->done = true;
 }
 
-void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
-  static_cast<UcxInbox*>(arg)->endpoint_status = status;
-}
-
 // Takes UCX's answer to a non-blocking call into `op`.
 void take_result(UcxOp& op, ucs_status_ptr_t result) {
   if (result == nullptr) {
@@ -120,21 +116,16 @@ class UcxLink final : public Link {
     // reset socket, a failed CMA read), and the pidfd covers the silent
     // cases that UCX's keepalive would. A peer elsewhere keeps the
     // peer-failure mode (and its keepalive); RDMA has its rendezvous lanes
-    // in it.
-    err_mode_ = pidfd_ ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+    // in it. The endpoint is the process's, shared with every other link to
+    // that peer (ucx_context.hpp): the first link to it chooses the mode,
+    // the same for every link to one process.
     // A peer in this kernel is reached through UCX's shared memory and CMA
     // when UCX_TLS allows them (UCX prefers them there); else through a
     // socket (or RDMA).
     over_socket_ = !(watch_pid && context_->shared_memory());
-    ucp_ep_params_t params{};
-    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                        UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    params.address = reinterpret_cast<const ucp_address_t*>(address.worker.data());
-    params.err_mode = err_mode_;
-    params.err_handler.cb = &on_endpoint_error;
-    params.err_handler.arg = inbox_.get();
-    ucs_status_t s = ucp_ep_create(context_->worker(), &params, &ep_);
-    if (s != UCS_OK) {
+    ucs_status_t s = UCS_OK;
+    remote_ = context_->peer(address.worker, pidfd_ ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER, s);
+    if (!remote_) {
       context_->drop_inbox(comm_id_, self_, peer_);
       throw PeerLost(cat("rank ", self_, ": ucx cannot reach ", peer_name_, ": ucp_ep_create failed: ",
                          ucs_status_string(s), " (do both ranks' UCX_TLS and UCX_NET_DEVICES reach each other?)"));
@@ -143,10 +134,12 @@ class UcxLink final : public Link {
   }
 
   ~UcxLink() override {
-    std::unique_lock lock(context_->mutex());
+    std::lock_guard lock(context_->mutex());
     std::erase(set_->links, this);
     if (busy()) fail(std::make_exception_ptr(Aborted(cat("rank ", self_, ": the link to ", peer_name_, " closed"))));
-    close_endpoint(lock);
+    // The endpoint stays, the process's; what the peer sends this link from
+    // now on is not wanted.
+    context_->drop_inbox(comm_id_, self_, peer_);
   }
 
   int peer() const override { return peer_; }
@@ -167,7 +160,8 @@ class UcxLink final : public Link {
     param.flags = src.bytes <= UcxTransport::kEagerBytes ? UCP_AM_SEND_FLAG_EAGER : UCP_AM_SEND_FLAG_RNDV;
     param.cb.send = &on_send_done;
     param.user_data = op.get();
-    take_result(*op, ucp_am_send_nbx(ep_, kUcxMessageId, &op->header, sizeof op->header, src.data, src.bytes, &param));
+    take_result(*op, ucp_am_send_nbx(remote_->ep, kUcxMessageId, &op->header, sizeof op->header, src.data, src.bytes,
+                                     &param));
     sends_.push_back({std::move(op), request, tag});
     return request;
   }
@@ -197,7 +191,7 @@ class UcxLink final : public Link {
 
   void abort(std::string_view reason) override {
     std::lock_guard lock(context_->mutex());
-    if (!aborted_ && inbox_->endpoint_status == UCS_OK) {
+    if (!aborted_ && remote_->status == UCS_OK) {
       aborted_ = true;
       // Best effort: the notice leaves eagerly, and the endpoint stays open
       // (until the link goes) for it to arrive.
@@ -210,7 +204,7 @@ class UcxLink final : public Link {
 
   void goodbye() override {
     std::lock_guard lock(context_->mutex());
-    if (broken_ || inbox_->endpoint_status != UCS_OK) return;
+    if (broken_ || remote_->status != UCS_OK) return;
     post_control(kGoodbyeTag, "", kDrain);
   }
 
@@ -220,8 +214,8 @@ class UcxLink final : public Link {
     context_->progress_locked();
     if (inbox_->noticed) return cat(peer_name_, ": it gave up: ", inbox_->notice);
     if (inbox_->said_goodbye) return std::nullopt;  // it finalized: no failure
-    if (inbox_->endpoint_status != UCS_OK)
-      return cat(peer_name_, ": UCX reports its endpoint failed (", ucs_status_string(inbox_->endpoint_status),
+    if (remote_->status != UCS_OK)
+      return cat(peer_name_, ": UCX reports its endpoint failed (", ucs_status_string(remote_->status),
                  "): it exited or failed");
     if (!peer_process_alive()) return cat(peer_name_, ": its process exited or was killed");
     return std::nullopt;
@@ -251,9 +245,9 @@ class UcxLink final : public Link {
     context_->progress_locked();
     if (inbox_->greeted) return true;
     if (inbox_->noticed) throw PeerLost(cat("rank ", self_, ": ", peer_name_, " gave up while connecting: ", inbox_->notice));
-    if (inbox_->endpoint_status != UCS_OK)
+    if (remote_->status != UCS_OK)
       throw PeerLost(cat("rank ", self_, ": ucx could not connect to ", peer_name_, ": UCX reports ",
-                         ucs_status_string(inbox_->endpoint_status)));
+                         ucs_status_string(remote_->status)));
     if (!peer_process_alive())
       throw PeerLost(cat("rank ", self_, ": ", peer_name_, " exited or was killed before the ucx link to it was made"));
     return false;
@@ -278,7 +272,7 @@ class UcxLink final : public Link {
     for (const auto& r : recvs_) {
       if (r.op ? r.op->done : inbox_->arrivals.contains(r.sequence)) return true;
     }
-    return busy() && (inbox_->noticed || inbox_->endpoint_status != UCS_OK);
+    return busy() && (inbox_->noticed || remote_->status != UCS_OK);
   }
 
   /// Completes what UCX finished and matches arrived messages to receives
@@ -319,7 +313,7 @@ class UcxLink final : public Link {
       if (busy()) {
         if (inbox_->noticed)
           throw PeerLost(cat("rank ", self_, ": was told by ", peer_name_, " that it gave up: ", inbox_->notice));
-        if (inbox_->endpoint_status != UCS_OK) lost(first_pending_tag(), inbox_->endpoint_status);
+        if (remote_->status != UCS_OK) lost(first_pending_tag(), remote_->status);
         if (!moved && !peer_process_alive())
           throw PeerLost(cat("rank ", self_, ": lost the connection to ", peer_name_, " (",
                              describe_tag(first_pending_tag()), "): its process exited or was killed"));
@@ -385,7 +379,7 @@ class UcxLink final : public Link {
   // A message outside the sequence (a hello, an abort notice), sent eagerly
   // and left to the context once this side no longer cares (mutex held).
   void post_control(std::uint64_t tag, std::string_view text, std::chrono::milliseconds wait = {}) {
-    if (ep_ == nullptr) return;
+    if (remote_->ep == nullptr) return;
     auto op = std::make_unique<UcxOp>();
     const std::size_t n = std::min(text.size(), kMaxAbortReason);
     op->payload.assign(reinterpret_cast<const std::byte*>(text.data()), reinterpret_cast<const std::byte*>(text.data()) + n);
@@ -395,7 +389,8 @@ class UcxLink final : public Link {
     param.flags = UCP_AM_SEND_FLAG_EAGER;
     param.cb.send = &on_send_done;
     param.user_data = op.get();
-    take_result(*op, ucp_am_send_nbx(ep_, kUcxMessageId, &op->header, sizeof op->header, op->payload.data(), n, &param));
+    take_result(*op,
+                ucp_am_send_nbx(remote_->ep, kUcxMessageId, &op->header, sizeof op->header, op->payload.data(), n, &param));
     const Deadline deadline = Deadline::after(wait);
     do context_->progress_locked();
     while (!op->done && !deadline.expired());
@@ -456,10 +451,10 @@ class UcxLink final : public Link {
     }
     if (!in_flight.empty()) {
       // UCX may still read a send's buffer or write a rendezvous receive's,
-      // which the caller frees once the request failed: closing the
-      // endpoint at once ends the sends; a receive ends when its data
-      // stops (a dead peer sends no more), which is waited for, briefly.
-      close_now();
+      // which the caller frees once the request failed: they are given a
+      // moment to end (a live peer that drops this link's messages gives
+      // their rendezvous back; a dead one reads and writes no more). The
+      // endpoint is the process's and stays.
       const Deadline drain = Deadline::after(kDrain);
       auto pending = [&] {
         return std::any_of(in_flight.begin(), in_flight.end(), [](const UcxOp* op) { return !op->done; });
@@ -472,75 +467,6 @@ class UcxLink final : public Link {
     recvs_.clear();
   }
 
-  void close_now() {
-    if (ep_ == nullptr) return;
-    auto op = std::make_unique<UcxOp>();
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-    // UCX refuses a forced close outside the peer-failure mode (and leaves
-    // the endpoint open): there the close flushes, which a dead peer's
-    // reset socket or failed read ends, and the drain below bounds.
-    param.flags = err_mode_ == UCP_ERR_HANDLING_MODE_PEER ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-    param.cb.send = &on_send_done;
-    param.user_data = op.get();
-    take_result(*op, ucp_ep_close_nbx(ep_, &param));
-    ep_ = nullptr;
-    if (op->done) {
-      finish(*op);
-    } else {
-      op->keep = inbox_;
-      context_->adopt(std::move(op));
-    }
-  }
-
-  // Closes the endpoint, flushing what this side sent (its last messages,
-  // an abort notice, may still be in UCX's buffers) unless the peer is known
-  // gone. Waits at most the timeout, never past 10 s, and 1 s after a
-  // failure, for the close to finish.
-  void close_endpoint(std::unique_lock<std::mutex>& lock) {
-    if (ep_ == nullptr) {
-      context_->drop_inbox(comm_id_, self_, peer_);
-      return;
-    }
-    const bool reachable = inbox_->endpoint_status == UCS_OK && peer_process_alive();
-    if (!reachable && err_mode_ != UCP_ERR_HANDLING_MODE_PEER) {
-      // Without the peer-failure mode, UCX refuses to force an endpoint shut
-      // and logs its flush failing at ERROR level once the peer is gone (at
-      // the end of most jobs, where a peer exits first): it stays open for
-      // the worker to destroy when it goes.
-      context_->abandon(inbox_);
-      ep_ = nullptr;
-      context_->drop_inbox(comm_id_, self_, peer_);
-      return;
-    }
-    auto op = std::make_unique<UcxOp>();
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = reachable ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
-    param.cb.send = &on_send_done;
-    param.user_data = op.get();
-    take_result(*op, ucp_ep_close_nbx(ep_, &param));
-    ep_ = nullptr;
-    const Deadline deadline = Deadline::after(std::min(timeout_, std::chrono::milliseconds(broken_ ? 1000 : 10000)));
-    while (!op->done && !deadline.expired()) {
-      if (context_->progress_locked()) continue;
-      if (context_->arm_locked()) {
-        lock.unlock();
-        context_->wait(std::chrono::milliseconds(5));
-        lock.lock();
-      }
-    }
-    if (!op->done) {
-      log_warn("rank ", self_, ": ucx: the endpoint to ", peer_name_, " did not close in time; left to UCX");
-      // The error handler may still run: the inbox stays with the close.
-      op->keep = inbox_;
-      context_->adopt(std::move(op));
-    } else {
-      finish(*op);
-    }
-    context_->drop_inbox(comm_id_, self_, peer_);
-  }
-
   std::shared_ptr<UcxContext> context_;
   std::shared_ptr<UcxTransport::LinkSet> set_;
   int self_;
@@ -548,8 +474,7 @@ class UcxLink final : public Link {
   std::array<std::byte, 16> comm_id_;
   std::chrono::milliseconds timeout_;
   std::string peer_name_;
-  ucp_ep_h ep_ = nullptr;
-  ucp_err_handling_mode_t err_mode_ = UCP_ERR_HANDLING_MODE_PEER;
+  std::shared_ptr<UcxPeer> remote_;
   bool over_socket_ = true;
   std::shared_ptr<UcxInbox> inbox_;
   Fd pidfd_;
