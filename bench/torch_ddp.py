@@ -58,7 +58,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import braid.torch
 
-INPUTS, OUTPUTS, BATCH = 256, 10, 32
+INPUTS, OUTPUTS = 256, 10
 SMALL = [(256, 256), (256, 64), (64, OUTPUTS)]  # the head, near the output
 
 
@@ -86,9 +86,9 @@ def make_model(width, seed):
     return torch.nn.Sequential(*layers[:-1])
 
 
-def batch(step, rank):
+def batch(step, rank, size):
     g = torch.Generator().manual_seed(1000 * step + rank)
-    return torch.randn(BATCH, INPUTS, generator=g), torch.randn(BATCH, OUTPUTS, generator=g)
+    return torch.randn(size, INPUTS, generator=g), torch.randn(size, OUTPUTS, generator=g)
 
 
 def timed_allreduce_hook(state, bucket):
@@ -110,8 +110,9 @@ def timed_allreduce_hook(state, bucket):
 class Trainer:
     """One backend's DDP model (and its twin with the timing hook)."""
 
-    def __init__(self, group, width, bucket_cap_mb):
+    def __init__(self, group, width, bucket_cap_mb, batch_size):
         self.group = group
+        self.batch_size = batch_size
         self.bucket_times = collections.defaultdict(list)
         self.models = []
         for hooked in (False, True):
@@ -127,7 +128,7 @@ class Trainer:
         ddp, optimizer = self.models[hooked]
         started = time.perf_counter()
         for _ in range(steps):
-            x, y = batch(self.steps_done[hooked], rank)
+            x, y = batch(self.steps_done[hooked], rank, self.batch_size)
             optimizer.zero_grad()
             torch.nn.functional.mse_loss(ddp(x), y).backward()
             optimizer.step()
@@ -146,7 +147,7 @@ def slowest(seconds, gloo):
 
 def bench_ddp(args, groups, gloo, rank):
     width = model_width(args.model_mb)
-    trainers = {name: Trainer(group, width, args.bucket_cap_mb) for name, group in groups.items()}
+    trainers = {name: Trainer(group, width, args.bucket_cap_mb, args.batch) for name, group in groups.items()}
     params = sum(p.numel() for p in trainers["braid"].models[0][0].parameters())
     step_times = collections.defaultdict(list)
     for name, trainer in trainers.items():  # one untimed step each: DDP's first builds its buckets
@@ -164,7 +165,8 @@ def bench_ddp(args, groups, gloo, rank):
         if not torch.allclose(trainer.weights(), reference, rtol=1e-3, atol=1e-5):
             diff = (trainer.weights() - reference).abs().max().item()
             failures.append(f"DDP over {name} trained other weights than over braid (max difference {diff:.3g})")
-    result = {"params": params, "bytes": 4 * params, "width": width, "steps": args.steps, "rounds": args.rounds,
+    result = {"params": params, "bytes": 4 * params, "width": width, "batch": args.batch, "steps": args.steps,
+              "rounds": args.rounds,
               "step_seconds": {n: statistics.median(t) for n, t in step_times.items()},
               "bucket_seconds": {n: {str(size): statistics.median(times) for size, times in sorted(t.bucket_times.items())}
                                  for n, t in trainers.items()}}
@@ -278,7 +280,7 @@ def bench_collectives(args, groups, gloo, rank, n):
 def print_ddp(result, n):
     names = list(result["step_seconds"])
     print(f"\nDDP on {n} ranks: {result['params']} parameters ({result['bytes'] / 1e6:.1f} MB), "
-          f"median of {result['rounds']} rounds of {result['steps']} steps")
+          f"batch {result['batch']} per rank, median of {result['rounds']} rounds of {result['steps']} steps")
     base = result["step_seconds"]["braid"]
     for name in names:
         t = result["step_seconds"][name]
@@ -311,6 +313,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-mb", type=float, default=25.0, help="model size in MB of float32 (default 25)")
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's bucket_cap_mb (default 25)")
+    parser.add_argument("--batch", type=int, default=32,
+                        help="samples per rank per step (default 32); fewer make a step's compute smaller "
+                             "beside its communication")
     parser.add_argument("--steps", type=int, default=10, help="DDP steps per backend per round (default 10)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of every backend in turn (default 5)")
     parser.add_argument("--min-bytes", type=parse_size, default=8, help="smallest collective size (default 8)")
