@@ -3,7 +3,7 @@
 # plots, compare.csv, limits.csv) with bench/compare.py: every braid transport
 # this build has (tcp, shm, and ucx over UCX's tcp and shared memory) against
 # Open MPI and Gloo, all_reduce and broadcast, 2 and 4 ranks, ROUNDS rounds
-# (default 5; about 40 minutes on 2 cores).
+# (default 5; about 10 minutes on the 2-core development VM).
 #
 #   bench/make_figures.sh            refuses to start while the load average is above LOAD_MAX (0.5)
 #   bench/make_figures.sh --force    measures anyway
