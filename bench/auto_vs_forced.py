@@ -48,6 +48,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from perf_rows import out_of_place_rows
+
 
 def parse_size(text):
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -77,16 +79,7 @@ def run_once(build, ranks, algo, lo, hi, iters, warmup, env, bind):
         # round's samples, not the whole table.
         print(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-1000:]}\n{p.stderr[-1000:]}", file=sys.stderr)
         return {}
-    rows = {}
-    for line in p.stdout.splitlines():
-        brace = line.find("{")
-        if brace < 0:
-            continue
-        row = json.loads(line[brace:])
-        if row.get("in_place"):
-            continue
-        rows[row["size"]] = (row["time_us"], row["algorithm"])
-    return rows
+    return {row["size"]: (row["time_us"], row["algorithm"]) for row in out_of_place_rows(p.stdout)}
 
 
 def main():

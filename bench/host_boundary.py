@@ -28,6 +28,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from perf_rows import out_of_place_rows
+
 
 def run_once(build, ranks, per_host, lo, hi, iters, bind, transport):
     env = dict(os.environ)
@@ -44,15 +46,7 @@ def run_once(build, ranks, per_host, lo, hi, iters, bind, transport):
         print(f"{' '.join(cmd)} ({transport or 'default'}) failed ({p.returncode}):\n"
               f"{p.stdout[-1000:]}\n{p.stderr[-1000:]}", file=sys.stderr)
         return {}
-    rows = {}
-    for line in p.stdout.splitlines():
-        brace = line.find("{")
-        if brace < 0:
-            continue
-        row = json.loads(line[brace:])
-        if not row.get("in_place"):
-            rows[row["size"]] = row["time_us"]
-    return rows
+    return {row["size"]: row["time_us"] for row in out_of_place_rows(p.stdout)}
 
 
 def main():

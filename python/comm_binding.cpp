@@ -33,6 +33,16 @@ CommOptions options_of(const py::object& timeout, const std::optional<std::strin
 // takes the GIL to let Ctrl-C (KeyboardInterrupt) through.
 constexpr Millis kWaitSlice{100};
 
+// A Comm method that waits (abort, flush, finalize), called with the GIL
+// released so that other Python threads, and the callbacks of operations it
+// waits on, run meanwhile.
+template <void (Comm::*Method)()>
+void without_gil(PyComm& c) {
+  Comm& self = c.get();
+  py::gil_scoped_release release;
+  (self.*Method)();
+}
+
 }  // namespace
 
 PyComm::~PyComm() {
@@ -254,19 +264,11 @@ One thread at a time may call a communicator (abort() from any).)");
           "dump_state", [](PyComm& c) { return c.get().dump_state(); }, "The last operations and their state.")
       .def(
           "abort",
-          [](PyComm& c) {
-            Comm& self = c.get();
-            py::gil_scoped_release release;
-            self.abort();
-          },
+          &without_gil<&Comm::abort>,
           "Gives up on this communicator, from any thread: pending and later operations raise braid.Aborted.")
       .def(
           "flush",
-          [](PyComm& c) {
-            Comm& self = c.get();
-            py::gil_scoped_release release;
-            self.flush();
-          },
+          &without_gil<&Comm::flush>,
           "Waits for every operation started here; raises the error of a failed one.")
       .def(
           "split",
@@ -287,11 +289,7 @@ One thread at a time may call a communicator (abort() from any).)");
           "(returns None).")
       .def(
           "finalize",
-          [](PyComm& c) {
-            Comm& self = c.get();
-            py::gil_scoped_release release;
-            self.finalize();
-          },
+          &without_gil<&Comm::finalize>,
           "Ends this rank's part in order: finishes what was started, tells every peer, lets the links go (a slower "
           "peer is never made to fail); later calls raise braid.InvalidArgument.")
       .def("close", &PyComm::close, "Finishes queued operations and releases the communicator.")

@@ -299,28 +299,15 @@ void TlsSession::handshake(Deadline deadline, std::string_view what) {
   }
 }
 
-long TlsSession::read(void* data, std::size_t bytes) {
-  ERR_clear_error();
-  last_errno_ = 0;
-  std::size_t got = 0;
-  int ret = SSL_read_ex(ssl_, data, bytes, &got);
-  if (ret == 1) return static_cast<long>(got);
-  switch (SSL_get_error(ssl_, ret)) {
-    case SSL_ERROR_WANT_READ: want_ = Want::read; return kWouldBlock;
-    case SSL_ERROR_WANT_WRITE: want_ = Want::write; return kWouldBlock;
-    case SSL_ERROR_ZERO_RETURN: return 0;
-    case SSL_ERROR_SYSCALL:
-      if (last_errno_ == 0) return 0;
-      [[fallthrough]];
-    default: fail(ret, false);
-  }
-}
+long TlsSession::read(void* data, std::size_t bytes) { return receive(data, bytes, false); }
 
-long TlsSession::peek(void* data, std::size_t bytes) {
+long TlsSession::peek(void* data, std::size_t bytes) { return receive(data, bytes, true); }
+
+long TlsSession::receive(void* data, std::size_t bytes, bool peek) {
   ERR_clear_error();
   last_errno_ = 0;
   std::size_t got = 0;
-  int ret = SSL_peek_ex(ssl_, data, bytes, &got);
+  int ret = peek ? SSL_peek_ex(ssl_, data, bytes, &got) : SSL_read_ex(ssl_, data, bytes, &got);
   if (ret == 1) return static_cast<long>(got);
   switch (SSL_get_error(ssl_, ret)) {
     case SSL_ERROR_WANT_READ: want_ = Want::read; return kWouldBlock;

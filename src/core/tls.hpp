@@ -110,6 +110,8 @@ class TlsSession {
   void rejected_certificate(std::string subject) { rejected_ = std::move(subject); }
 
  private:
+  // read, or peek when `peek`.
+  long receive(void* data, std::size_t bytes, bool peek);
   // The text for a failed OpenSSL call that returned `ret`.
   [[noreturn]] void fail(int ret, bool handshaking);
 

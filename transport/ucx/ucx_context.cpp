@@ -1,12 +1,9 @@
 #include "transport/ucx/ucx_context.hpp"
 
-#include <poll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 #include <uct/api/uct.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -65,8 +62,7 @@ std::shared_ptr<UcxContext> UcxContext::get() {
   return context;
 }
 
-UcxContext::UcxContext() : pid_(::getpid()), wake_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
-  if (!wake_) throw SystemError(cat("ucx: cannot create an eventfd: ", errno_text(errno)));
+UcxContext::UcxContext() : pid_(::getpid()) {
   ucp_config_t* config = nullptr;
   if (auto s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK) init_failed("reading UCX's configuration", s);
   // UCX's shared-memory transports offer peer-failure handling only when
@@ -290,26 +286,6 @@ bool UcxContext::arm_locked() {
     return false;
   }
   return true;
-}
-
-void UcxContext::wait(std::chrono::microseconds timeout) {
-  pollfd fds[2] = {{efd_, POLLIN, 0}, {wake_.get(), POLLIN, 0}};
-  // ppoll, not poll: a nap of a few hundred microseconds (the engine's
-  // kMixedNap) rounded up to poll's whole milliseconds would be a blind
-  // sleep of a millisecond when news comes through the other fd.
-  const auto us = std::max<std::chrono::microseconds::rep>(0, timeout.count());
-  const timespec ts{static_cast<time_t>(us / 1000000), static_cast<long>(us % 1000000) * 1000};
-  if (::ppoll(fds, 2, &ts, nullptr) > 0 && (fds[1].revents & POLLIN)) {
-    std::uint64_t drained;
-    while (::read(wake_.get(), &drained, sizeof drained) > 0) {
-    }
-  }
-}
-
-void UcxContext::wake() {
-  std::uint64_t one = 1;
-  ssize_t ignored = ::write(wake_.get(), &one, sizeof one);
-  (void)ignored;
 }
 
 bool ucx_sees_rdma() {

@@ -131,10 +131,6 @@ class UcxContext {
 
   /// The sleep protocol (mutex held for arm): false when news is waiting.
   bool arm_locked();
-  /// Sleeps on the worker's event fd and the wake-up fd, at most `timeout`
-  /// (a closing endpoint's wait; the engine sleeps on efd() in its epoll).
-  void wait(std::chrono::microseconds timeout);
-  void wake();
   /// The worker's event fd.
   int efd() const { return efd_; }
 
@@ -149,7 +145,6 @@ class UcxContext {
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;  // the worker's, owned by UCX
-  Fd wake_;       // an eventfd that wake() writes
   std::vector<std::byte> address_;
   std::string transports_;
   bool shared_memory_ = true;

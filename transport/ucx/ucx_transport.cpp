@@ -95,9 +95,9 @@ struct UcxTransport::LinkSet {
 class UcxLink final : public Link {
  public:
   UcxLink(int self, const CommId& comm_id, const RankInfo& peer, const UcxAddress& address, bool watch_pid,
-          Millis timeout, std::shared_ptr<UcxContext> context, std::shared_ptr<UcxTransport::LinkSet> set)
+          std::shared_ptr<UcxContext> context, std::shared_ptr<UcxTransport::LinkSet> set)
       : context_(std::move(context)), set_(std::move(set)), self_(self), peer_(peer.rank), comm_id_(comm_id.bytes),
-        timeout_(timeout), peer_name_(cat("rank ", peer.rank, " (", peer.hostname, ", ucx pid ", address.pid, ")")) {
+        peer_name_(cat("rank ", peer.rank, " (", peer.hostname, ", ucx pid ", address.pid, ")")) {
     if (watch_pid) pidfd_ = open_pidfd(address.pid);
     std::lock_guard lock(context_->mutex());
     inbox_ = context_->inbox(comm_id_, self_, peer_);
@@ -472,7 +472,6 @@ class UcxLink final : public Link {
   int self_;
   int peer_;
   std::array<std::byte, 16> comm_id_;
-  std::chrono::milliseconds timeout_;
   std::string peer_name_;
   std::shared_ptr<UcxPeer> remote_;
   bool over_socket_ = true;
@@ -556,7 +555,7 @@ std::vector<std::unique_ptr<Link>> UcxTransport::connect(const LinkOwner& owner,
     if (it == greeting_.end()) {
       const UcxAddress a = parse_address(p.address, cat("rank ", p.info->rank, " (", p.info->hostname, ")"));
       const bool same_process_table = a.kernel_id == kernel_id && a.pid_namespace == own_ns && a.pid != ::getpid();
-      auto link = std::make_unique<UcxLink>(owner.rank, owner.comm_id, *p.info, a, same_process_table, owner.timeout,
+      auto link = std::make_unique<UcxLink>(owner.rank, owner.comm_id, *p.info, a, same_process_table,
                                             context_, links_);
       link->greet();
       it = greeting_.emplace(key, std::move(link)).first;
