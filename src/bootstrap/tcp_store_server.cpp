@@ -168,6 +168,8 @@ class Server final : public TcpStoreServer {
   void process(std::uint64_t id, Connection& c);
   void handle(std::uint64_t id, Connection& c, wire::Request request);
   void expire_handshakes();
+  /// Closes the connection that has been in its handshake longest.
+  void shed_oldest_stranger(const std::string& why);
   void handle_add(Connection& c, const std::string& key, std::int64_t delta);
   void park(std::uint64_t id, Connection& c, wire::Request request);
   void notify(const std::string& key);
@@ -204,7 +206,8 @@ class Server final : public TcpStoreServer {
   std::unordered_map<int, int> open_by_rank_;                   // a member rank's connections open now
   std::unordered_map<int, Clock::time_point> absent_since_;   // when a member rank's last one closed
   std::uint64_t next_id_ = 1;
-  Clock::time_point last_accept_warning_{};
+  std::size_t max_strangers_ = stranger_limit();  // connections in their handshake beyond it: the oldest goes
+  SpareFd spare_;  // freed to drop a client when the process is out of descriptors
 };
 
 Server::Server(EventLoop& loop, Fd listener, SockAddr bound, AuthKey key, TlsContext tls, std::string job)
@@ -257,14 +260,17 @@ void Server::accept_all() {
       if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
       if (err == EAGAIN || err == EWOULDBLOCK) return;
       if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
-        // The pending connection stays queued; pause so the level-triggered
-        // listener does not spin, and say so at most once a second.
-        if (Clock::now() - last_accept_warning_ > std::chrono::seconds(1)) {
-          log_warn(name_, ": cannot accept a client: ", errno_text(err), " (raise the open-file limit, ulimit -n)");
-          last_accept_warning_ = Clock::now();
+        // Out of descriptors: the oldest client still in its handshake makes
+        // room; with none, the queued client is taken and closed (it
+        // retries), so the level-triggered listener never spins.
+        if (!handshakes_.empty()) {
+          shed_oldest_stranger(cat("cannot accept a client (", errno_text(err), ")"));
+          continue;
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        return;
+        warn_limited(name_, ": cannot accept a client (", errno_text(err),
+                     "): dropping it; raise the open-file limit (ulimit -n)");
+        if (!spare_.drop_one(listener_.get())) return;
+        continue;
       }
       throw SystemError(cat("accept failed: ", errno_text(err)));
     }
@@ -305,6 +311,8 @@ std::uint64_t Server::add_connection(Connection c) {
     return 0;
   }
   c.events = EPOLLIN;
+  if (handshakes_.size() >= max_strangers_)
+    shed_oldest_stranger(cat("more than ", max_strangers_, " clients are in their handshake"));
   c.handshake_deadline = Clock::now() + kHandshakeWait;
   handshakes_.emplace(c.handshake_deadline, id);
   log_trace(name_, ": client connected from ", c.peer);
@@ -549,6 +557,16 @@ void Server::process(std::uint64_t id, Connection& c) {
     c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(c.in_start));
     c.in_start = 0;
   }
+}
+
+void Server::shed_oldest_stranger(const std::string& why) {
+  // Deadlines grow with arrival: the first is the oldest.
+  const std::uint64_t id = handshakes_.begin()->second;
+  handshakes_.erase(handshakes_.begin());
+  if (auto it = connections_.find(id); it != connections_.end())
+    warn_limited(name_, ": closing the connection from ", it->second.peer, " (silent or still in its handshake): ",
+                 why);
+  close(id);
 }
 
 void Server::expire_handshakes() {

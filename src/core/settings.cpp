@@ -295,8 +295,14 @@ std::chrono::milliseconds parse_duration(std::string_view text, std::string_view
   else if (unit == "ms") scale = 1;
   else if (unit == "m" || unit == "min") scale = 60000;
   else if (unit == "h") scale = 3600000;
-  if (ec != std::errc() || scale == 0 || !std::isfinite(value) || value < 0 || value > 1e9)
+  if (ec != std::errc() || scale == 0 || !std::isfinite(value) || value < 0)
     throw InvalidArgument(cat(what, "='", text, "' is not a duration (examples: 30, 30s, 500ms, 2m)"));
+  // The bound is on the duration, not on the number before its unit: a clock
+  // in nanoseconds holds 292 years, and deadlines add to it.
+  constexpr double kMaxMs = 1e12;  // about 31 years
+  if (value * scale > kMaxMs)
+    throw InvalidArgument(cat(what, "='", text, "' is longer than 1e9 seconds (about 31 years), the longest duration "
+                              "braid takes"));
   return std::chrono::milliseconds(static_cast<long long>(value * scale));
 }
 

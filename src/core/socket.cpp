@@ -7,8 +7,10 @@
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
@@ -352,6 +354,24 @@ void set_nonblocking(int fd, bool on) {
 void set_nodelay(int fd) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+std::size_t stranger_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 1024;
+  return std::clamp<std::size_t>(static_cast<std::size_t>(limit.rlim_cur) / 8, 8, 1024);
+}
+
+SpareFd::SpareFd() : fd_(::open("/dev/null", O_RDONLY | O_CLOEXEC)) {}
+
+bool SpareFd::drop_one(int listen_fd) {
+  if (!fd_) fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!fd_) return false;
+  fd_.reset();
+  int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (fd >= 0) ::close(fd);
+  fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  return fd >= 0;
 }
 
 void set_liveness(int fd, Millis user_timeout) {

@@ -152,6 +152,28 @@ void set_nodelay(int fd);
 void set_liveness(int fd, Millis user_timeout);
 void set_buffer_sizes(int fd, std::size_t bytes);
 
+/// How many connections a listener keeps that have not finished their
+/// handshake (strangers, or ranks still saying hello): an eighth of the
+/// process's open-file limit, between 8 and 1024, so that silent
+/// connections cannot take the descriptors the job itself needs. Past it,
+/// the oldest is closed (docs/security.md).
+std::size_t stranger_limit();
+
+/// A descriptor a listener holds back for the moment the process runs out
+/// (EMFILE): released, it lets the listener take the connection waiting in
+/// its queue and close it, instead of finding it ready again at once and
+/// spinning. The client sees its connection closed and retries.
+class SpareFd {
+ public:
+  SpareFd();
+  /// Accepts one waiting connection of `listen_fd` and closes it; false when
+  /// there was none or the spare could not be freed.
+  bool drop_one(int listen_fd);
+
+ private:
+  Fd fd_;
+};
+
 /// Blocking-with-deadline full transfers on a socket of either mode. Throw
 /// Timeout or PeerLost with `what` in the message.
 void send_all(int fd, const void* data, std::size_t bytes, Deadline deadline, std::string_view what);

@@ -87,6 +87,13 @@ TEST_CASE("the log: subsystems from the source's folder, BRAID_DEBUG_SUBSYS, a t
 TEST_CASE("durations that are not finite, negative or overflow are refused") {
   for (const char* text : {"nan", "NaN", "inf", "-inf", "infinity", "nanms", "-1", "1e300", "2e9s", "9e18ms"})
     CHECK_THROWS_WITH(parse_duration(text, "BRAID_TIMEOUT"), Catch::Contains(std::string("BRAID_TIMEOUT='") + text));
+  // The bound is on the duration, not on the number: hours and minutes past
+  // the clock's range wrapped around before (2562048h timed out at once).
+  for (const char* text : {"2562048h", "471416793h", "20000000m", "300000000h"})
+    CHECK_THROWS_WITH(parse_duration(text, "BRAID_TIMEOUT"),
+                      Catch::Contains(std::string("BRAID_TIMEOUT='") + text + "' is longer than 1e9 seconds"));
+  CHECK(parse_duration("270000h", "X") == std::chrono::hours(270000));  // 30.8 years: taken
+  CHECK(parse_duration("1e9", "X") == std::chrono::seconds(1'000'000'000));
   EnvVar t("BRAID_TIMEOUT", "nan");
   CHECK_THROWS_WITH(Settings::from_env(), Catch::Contains("BRAID_TIMEOUT='nan'"));
 }

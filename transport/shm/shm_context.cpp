@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <thread>
 
+#include "core/auth.hpp"
 #include "core/log.hpp"
 #include "core/text.hpp"
 #include "core/wire.hpp"
@@ -17,7 +18,7 @@
 namespace braid {
 namespace {
 
-constexpr std::uint32_t kAddressVersion = 2;
+constexpr std::uint32_t kAddressVersion = 3;
 constexpr std::uint64_t kPairMagic = 0x62726169645f7072ull;  // "braid_pr"
 constexpr std::size_t kPage = 4096;
 
@@ -29,7 +30,21 @@ struct PairHeader {
   std::array<std::byte, 16> comm_id;
 };
 
-std::string pair_label(const CommId& id, int low, int high) { return cat(id.to_hex(), "-", low, "-", high); }
+// The pair's name in /dev/shm ends with a keyed hash of the secrets both
+// processes published through the store (128 bits each), the communicator
+// and the two ranks: a local user who cannot read the store cannot name the
+// segment ahead of the job, so cannot plant one (docs/security.md).
+std::string pair_label(const ShmSecret& low_secret, const ShmSecret& high_secret, const CommId& id, int low,
+                       int high) {
+  WireWriter w;
+  w.bytes(high_secret);
+  w.bytes(id.bytes);
+  w.u32(static_cast<std::uint32_t>(low));
+  w.u32(static_cast<std::uint32_t>(high));
+  const std::vector<std::byte> message = w.take();
+  const Digest digest = hmac_sha256(low_secret, message);
+  return to_hex(std::span(digest).first(16));
+}
 
 DoorbellWord* map_word(int fd) {
   void* p = ::mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -41,6 +56,7 @@ struct ShmAddress {
   int bell_fd;
   int pipe_fd;
   std::string pid_namespace;
+  ShmSecret secret;
 };
 
 ShmAddress parse_address(std::span<const std::byte> bytes, std::string_view who) {
@@ -53,6 +69,8 @@ ShmAddress parse_address(std::span<const std::byte> bytes, std::string_view who)
     a.bell_fd = static_cast<int>(r.u32());
     a.pipe_fd = static_cast<int>(r.u32());
     a.pid_namespace = r.str(64);
+    auto secret = r.bytes(a.secret.size());
+    std::copy(secret.begin(), secret.end(), a.secret.begin());
     r.expect_end();
     return a;
   } catch (const ProtocolMismatch& e) {
@@ -113,7 +131,8 @@ ShmPeerProcess::~ShmPeerProcess() {
 
 // ---- the process's context ----------------------------------------------------------
 
-ShmContext::ShmContext(RingGeometry geometry) : geometry_(geometry), pid_(::getpid()) {
+ShmContext::ShmContext(RingGeometry geometry)
+    : geometry_(geometry), pid_(::getpid()), secret_(CommId::random().bytes) {
   ShmRing::check(geometry_);
   // Segments whose creator died before it could unlink them (a kill -9
   // during connection set-up) go now.
@@ -149,6 +168,7 @@ std::vector<std::byte> ShmContext::local_address(const SockAddr&) const {
   w.u32(static_cast<std::uint32_t>(bell_.get()));
   w.u32(static_cast<std::uint32_t>(pipe_write_.get()));
   w.str(pid_namespace());
+  w.bytes(secret_);
   return w.take();
 }
 
@@ -212,7 +232,10 @@ std::unique_ptr<Link> ShmContext::connect_one(const LinkOwner& owner, const Peer
   // the second opens it and removes the name, which nobody needs from then
   // on. The name carries the lower rank's pid, so remove_orphans() clears
   // it once that process is gone if the second never came.
-  const std::string name = ShmSegment::name_for(low_pid, pair_label(owner.comm_id, low, high));
+  const ShmSecret& low_secret = owner.rank == low ? secret_ : a.secret;
+  const ShmSecret& high_secret = owner.rank == low ? a.secret : secret_;
+  const std::string name =
+      ShmSegment::name_for(low_pid, pair_label(low_secret, high_secret, owner.comm_id, low, high));
   std::shared_ptr<ShmPeerProcess> process;
   try {
     process = this->peer(a.pid, a.bell_fd, a.pipe_fd, who);

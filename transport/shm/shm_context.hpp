@@ -10,8 +10,12 @@
 // by a crash).
 //
 // Per pair of ranks of a communicator, one segment (ShmSegment) under a name
-// both derive (/braid-<lower rank's pid>-<pid ns>-<comm id>-<lo>-<hi>),
-// created by whichever of the two connects first:
+// both derive and nobody else can (/braid-<lower rank's pid>-<pid ns>-<keyed
+// hash of both processes' 128-bit secrets, the comm id and the two ranks>;
+// each process publishes its secret with its address through the store),
+// created by whichever of the two connects first, with O_EXCL and mode 0600;
+// the opener refuses a file another user owns or with another mode at once
+// (shm_segment.hpp):
 //
 //   page 0   pair header: magic (published last), the two ranks, comm id
 //   page 1   the lower rank's abort notice, page 2 the higher rank's
@@ -34,6 +38,7 @@
 // kill(pid, 0)) that a busy link checks every kLivenessEvery.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -78,6 +83,9 @@ class ShmPeerProcess {
 };
 
 class ShmLink;
+
+/// The 128 random bits a process publishes with its shm address.
+using ShmSecret = std::array<std::byte, 16>;
 
 class ShmContext final : public TransportContext {
  public:
@@ -128,6 +136,7 @@ class ShmContext final : public TransportContext {
 
   RingGeometry geometry_;
   int pid_;
+  ShmSecret secret_;  // part of every pair name (pair_label)
   Fd bell_;  // the memfd holding word_
   DoorbellWord* word_ = nullptr;
   Fd pipe_read_;   // in the engine's epoll

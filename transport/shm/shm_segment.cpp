@@ -1,6 +1,7 @@
 #include "transport/shm/shm_segment.hpp"
 
 #include <dirent.h>
+#include <pwd.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -9,8 +10,10 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -86,6 +89,28 @@ std::string unique_name() {
 
 SegmentHeader* header_of(std::byte* base) { return reinterpret_cast<SegmentHeader*>(base); }
 
+std::string user_name(uid_t uid) {
+  passwd entry{};
+  passwd* found = nullptr;
+  std::array<char, 1024> buffer{};
+  if (::getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found) == 0 && found != nullptr)
+    return cat("uid ", uid, " (", found->pw_name, ")");
+  return cat("uid ", uid);
+}
+
+// braid makes every segment 0600 under a name only the job knows (a hash of
+// secrets its ranks exchanged through the store), so a file at that name that
+// another user owns, with another mode or of another type, was planted:
+// refused at once, naming the file and its owner.
+[[noreturn]] void refuse_foreign(const std::string& name, const struct stat& st) {
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  throw ProtocolMismatch(cat("shared memory: ", path_of(name), " is owned by ", user_name(st.st_uid), " with mode ",
+                             mode, S_ISREG(st.st_mode) ? "" : " and is not a regular file", ", not by ",
+                             user_name(::geteuid()), " (this job's user) with mode 0600 as braid makes its segments: "
+                             "refusing it (another user or program made it; remove it, or set BRAID_TRANSPORT=tcp)"));
+}
+
 }  // namespace
 
 ShmSegment::ShmSegment(std::string name, std::byte* base, std::size_t size, bool owner)
@@ -129,12 +154,14 @@ std::optional<ShmSegment> ShmSegment::try_create(const std::string& name, std::s
 }
 
 std::optional<ShmSegment> ShmSegment::create_as(std::string name, std::size_t bytes, bool may_exist) {
-  int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     int err = errno;
     if (err == EEXIST && may_exist) return std::nullopt;
     fail("create", name, err, hint_for(err));
   }
+  // Exactly 0600 whatever the umask: the opener refuses any other mode.
+  ::fchmod(fd, 0600);
   std::size_t total = kHeaderBytes + bytes;
   // Reserve every page now: on tmpfs a plain ftruncate succeeds even when the
   // space is not there, and the first write to a missing page is a SIGBUS.
@@ -163,10 +190,15 @@ ShmSegment ShmSegment::open(const std::string& name) { return *open_as(name, fal
 std::optional<ShmSegment> ShmSegment::try_open(const std::string& name) { return open_as(name, true); }
 
 std::optional<ShmSegment> ShmSegment::open_as(const std::string& name, bool may_be_unready) {
-  int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  int fd = ::shm_open(name.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
   if (fd < 0) {
     int err = errno;
     if (err == ENOENT && may_be_unready) return std::nullopt;
+    if (err == EACCES || err == ELOOP) {
+      // Made by someone else: say whose it is now, instead of waiting for it.
+      struct stat st {};
+      if (::lstat(path_of(name).c_str(), &st) == 0) refuse_foreign(name, st);
+    }
     fail("open", name, err,
          err == ENOENT ? "the creator unlinked it already, exited, or /dev/shm is not mounted" : hint_for(err));
   }
@@ -175,6 +207,10 @@ std::optional<ShmSegment> ShmSegment::open_as(const std::string& name, bool may_
     int err = errno;
     ::close(fd);
     fail("stat", name, err);
+  }
+  if (st.st_uid != ::geteuid() || (st.st_mode & 07777) != 0600 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    refuse_foreign(name, st);
   }
   auto total = static_cast<std::size_t>(st.st_size);
   if (total < kHeaderBytes) {

@@ -2,8 +2,12 @@
 //
 // The creator picks a name that cannot collide
 // ("/braid-<pid>-<pid namespace inode>-<n>-<random>"),
-// opens it with O_CREAT|O_EXCL, sizes it and maps it; a peer on the same host
-// opens the same name and maps it too. The first page of every segment is a
+// opens it with O_CREAT|O_EXCL|O_NOFOLLOW and mode exactly 0600, sizes it
+// and maps it; a peer on the same host opens the same name and maps it too,
+// after checking with fstat that the file is a regular file of its own user
+// with mode 0600. Anything else (a file another local user planted at the
+// name) is refused at once with an error naming the file and its owner,
+// never waited for. The first page of every segment is a
 // small header (magic, size, creator pid, a count of processes that mapped
 // it); the caller's bytes start on the next page, so they are page-aligned
 // for non-temporal copies and never share a cache line with the header.

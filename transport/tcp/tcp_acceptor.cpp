@@ -20,7 +20,7 @@ constexpr std::byte kHelloFirst{'B'};     // 'BRDT', kTcpMagic in little-endian
 
 TcpAcceptor::TcpAcceptor(EventLoop& loop, Fd listener, Options options, TcpRegistry& registry)
     : loop_(loop), listener_(std::move(listener)), address_(local_address(listener_.get())),
-      options_(std::move(options)), registry_(registry) {
+      options_(std::move(options)), registry_(registry), max_pending_(stranger_limit()) {
   set_nonblocking(listener_.get(), true);
   loop_.run_sync([&] {
     listener_watch_ = loop_.watch(listener_.get(), EPOLLIN, [this](std::uint32_t) { accept_new(); });
@@ -59,21 +59,30 @@ void TcpAcceptor::accept_new() {
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-      // Out of descriptors or memory: what is pending stays queued, and the
-      // oldest silent connection makes room for it.
-      warn_limited("TCP listener ", address_.to_string(), ": cannot accept a connection: ", errno_text(errno));
-      if (!pending_.empty()) close(pending_.begin()->first);
-      return;
+      // Out of descriptors or memory: the oldest silent connection makes
+      // room for what is queued; with none, the first in the queue is
+      // taken and closed (the spare descriptor), so the listener never spins.
+      const int err = errno;
+      if (!pending_.empty()) {
+        warn_limited("TCP listener ", address_.to_string(), ": cannot accept a connection (", errno_text(err),
+                     "): closing the oldest silent one, from ", pending_.begin()->second.from.to_string());
+        close(pending_.begin()->first);
+        continue;
+      }
+      warn_limited("TCP listener ", address_.to_string(), ": cannot accept a connection (", errno_text(err),
+                   "): dropping it; raise the open-file limit (ulimit -n)");
+      if (!spare_.drop_one(listener_.get())) return;
+      continue;
     }
     Incoming c;
     c.fd = Fd(fd);
     c.from = peer_address(fd);
     c.since = Clock::now();
     c.deadline = c.since + kHelloWait;
-    if (pending_.size() >= kMaxPending) {
+    if (pending_.size() >= max_pending_) {
       // Ids grow with time: the first is the oldest.
       warn_limited("TCP listener ", address_.to_string(), ": closing the connection from ",
-                   pending_.begin()->second.from.to_string(), ": more than ", kMaxPending,
+                   pending_.begin()->second.from.to_string(), ": more than ", max_pending_,
                    " connections are in their handshake");
       close(pending_.begin()->first);
     }

@@ -48,8 +48,6 @@ class TcpAcceptor {
   static constexpr Millis kHelloWait{5000};
   /// The bound on the rest of a handshake once its first bytes came.
   static constexpr Millis kHandshakeStep{2000};
-  /// Connections in their handshake beyond this many: the oldest is closed.
-  static constexpr std::size_t kMaxPending = 1024;
 
   /// Hands a connection whose first bytes are the store's to the store this
   /// process hosts on the same port (its first bytes still unread).
@@ -117,6 +115,8 @@ class TcpAcceptor {
   SockAddr address_;
   Options options_;
   TcpRegistry& registry_;
+  std::size_t max_pending_;  // connections in their handshake beyond this many: the oldest is closed
+  SpareFd spare_;            // freed to drop a connection when the process is out of descriptors
   StoreAdopter store_;  // loop thread only, like everything below
   EventLoop::Id listener_watch_ = 0;
   EventLoop::Id ticker_ = 0;

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -102,6 +103,59 @@ TEST_CASE("a non-braid file in /dev/shm is refused", "[shm]") {
   ::close(fd);
   CHECK_THROWS_AS(ShmSegment::open(name), ProtocolMismatch);
   ::shm_unlink(name.c_str());
+}
+
+TEST_CASE("a file of another mode or another user at a segment's name is refused at once, naming its owner",
+          "[shm]") {
+  // A local user who plants a file where a job's segment will be must not
+  // make a rank wait for it (it never becomes a segment) or use it.
+  std::string name = cat("/braid-", ::getpid(), "-x-planted");
+  int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  REQUIRE(fd >= 0);
+  REQUIRE(::fchmod(fd, 0644) == 0);
+  const std::string path = cat("/dev/shm", name);
+  auto refused = [&] {
+    try {
+      (void)ShmSegment::try_open(name);  // would be nullopt (not ready yet) before the check
+    } catch (const ProtocolMismatch& e) {
+      return std::string(e.what());
+    }
+    return std::string("(not refused)");
+  };
+  CHECK_FALSE(ShmSegment::try_create(name, 4096).has_value());  // the name is taken: the creator goes to open it
+  std::string what = refused();
+  CHECK_THAT(what, Catch::Contains(path) && Catch::Contains("mode 0644") && Catch::Contains("refusing it"));
+  REQUIRE(::fchmod(fd, 0600) == 0);
+  if (::geteuid() == 0) {
+    REQUIRE(::fchown(fd, 65534, 65534) == 0);  // nobody's, as another user would plant it
+    what = refused();
+    CHECK_THAT(what, Catch::Contains(path) && Catch::Contains("owned by uid 65534") &&
+                         Catch::Contains("(this job's user) with mode 0600"));
+  } else {
+    WARN("not root: the case of a file another user owns is not run");
+  }
+  ::close(fd);
+  ::shm_unlink(name.c_str());
+}
+
+TEST_CASE("another user can neither open nor replace a segment braid made", "[shm]") {
+  if (::geteuid() != 0) {
+    WARN("not root: cannot act as another user here");
+    return;
+  }
+  ShmSegment mine = ShmSegment::create(4096);
+  const std::string name = mine.name();
+  ChildProcess child([&] {
+    child_require(::setgid(65534) == 0 && ::setuid(65534) == 0, "setuid(nobody)");
+    int fd = ::shm_open(name.c_str(), O_RDWR, 0);
+    child_require(fd < 0 && errno == EACCES, "another user opened the segment");
+    fd = ::shm_open(name.c_str(), O_RDONLY, 0);
+    child_require(fd < 0 && errno == EACCES, "another user opened the segment to read");
+    child_require(::shm_unlink(name.c_str()) != 0, "another user removed the segment's name");
+    return 0;
+  });
+  CHECK(child.join() == 0);
+  CHECK(exists_in_dev_shm(mine));
 }
 
 TEST_CASE("kill -9 of a process holding segments leaves nothing in /dev/shm", "[shm]") {
