@@ -71,9 +71,14 @@ void CommImpl::wait_for_keys(Store& store, const std::vector<std::string>& keys,
   std::chrono::seconds next_progress = kJoinProgress;
   // The indices of the keys not set yet (for ranks: the ranks missing).
   auto missing_of = [&] {
+    std::vector<std::string> absent = store.missing(keys);
     std::vector<int> missing;
-    for (std::size_t i = 0; i < keys.size(); ++i)
-      if (!store.check(std::span(&keys[i], 1))) missing.push_back(static_cast<int>(i));
+    std::size_t next = 0;  // both lists are in the keys' order
+    for (std::size_t i = 0; i < keys.size() && next < absent.size(); ++i)
+      if (keys[i] == absent[next]) {
+        missing.push_back(static_cast<int>(i));
+        ++next;
+      }
     return missing;
   };
   // A failure another rank published is looked for before and after every

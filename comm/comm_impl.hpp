@@ -370,6 +370,9 @@ class CommImpl {
   Operation* queued_head();
   /// Starts the clock of an operation that found nothing to do.
   void note_idle(Operation& op, Clock::time_point now);
+  /// "; rank 2 (vm, pid 811) is stopped ..." for each rank of this host whose
+  /// process is stopped, for a timeout's message; empty when none is.
+  std::string stopped_ranks() const;
   void note_idle(Clock::time_point now) {
     if (Operation* head = queued_head()) note_idle(*head, now);
   }

@@ -5,6 +5,7 @@
 
 #include "comm_impl.hpp"
 #include "core/log.hpp"
+#include "core/process.hpp"
 #include "core/text.hpp"
 
 namespace braid {
@@ -196,6 +197,18 @@ void CommImpl::finish(Operation& op, bool unqueued, bool release) {
   op.run_callbacks();
 }
 
+std::string CommImpl::stopped_ranks() const {
+  // The rank a timed-out operation waits on may itself wait on another; a
+  // rank of this host that is stopped is the likelier cause, so say so.
+  std::string out;
+  if (infos_.size() != static_cast<std::size_t>(size_)) return out;
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_ && infos_[r].kernel_id == infos_[rank_].kernel_id && process_stopped(infos_[r].pid))
+      out += cat("; rank ", r, " (", infos_[r].hostname, ", pid ", infos_[r].pid,
+                 ") is stopped (SIGSTOP, Ctrl-Z or a debugger), which holds up every rank that waits on it");
+  return out;
+}
+
 void CommImpl::note_idle(Operation& op, Clock::time_point now) {
   if (op.started != Clock::time_point{}) return;
   op.started = now;
@@ -223,7 +236,7 @@ Clock::time_point CommImpl::before_sleep(Clock::time_point now) {
       recorder_.waiting(head->record, pending());
       log_warn("rank ", rank_, ": timed out; the flight recorder:\n", recorder_.dump());
       throw Timeout(cat("rank ", rank_, ": ", head->what(), " (op #", head->sequence & 0x7fffffffu, ") timed out after ",
-                        seconds_of(settings_.timeout), " s; ", pending()));
+                        seconds_of(settings_.timeout), " s; ", pending(), stopped_ranks()));
     }
     // A peer this operation waits on through a link it has not made its
     // side of (Link::one_sided) cannot say on the link that it gave up: its

@@ -92,7 +92,8 @@ Rendezvous connect_to(const std::string& where, const Settings& settings, std::s
   rv.scope = job_scope(job);
   rv.advertise = advertised_address(addrs.front(), settings, rank, size);
   try {
-    rv.store = connect_tcp_store(hp, Deadline::after(settings.timeout), settings.auth_key, settings.tls, job, rank);
+    rv.store =
+        connect_tcp_store(hp, Deadline::after(settings.timeout), settings.auth_key, settings.tls, job, rank, size);
   } catch (const Error& e) {
     throw_error(e.code(), cat("rank ", rank, ": ", e.what()));
   }
@@ -137,13 +138,17 @@ Rendezvous rendezvous_at_store(const std::string& requested, int rank, int size,
                               ", braid-run --master, MASTER_ADDR), or map its host name to that address in "
                               "/etc/hosts here"));
   if (rank == 0) {
-    // A literal loopback address (127.0.0.1, ::1, localhost) is a job on this
-    // host: the store listens there only. Any other address listens on every
+    // A literal loopback address (127.0.0.1, ::1, localhost), or one that is
+    // loopback here for a job whose ranks all run here (BRAID_LOCAL_SIZE is
+    // the world size), is a job on this host: the store listens there only,
+    // out of the network's reach. Any other address listens on every
     // interface, so that a host name that is loopback here (one /etc/hosts
     // maps to 127.0.1.1) still serves the ranks of other hosts, which
     // resolve the name to a routable address.
-    const bool local_only = addrs.front().is_loopback() && (hp.host == "localhost" || hp.host == "::1" ||
-                                                            hp.host.rfind("127.", 0) == 0);
+    const bool one_host = settings.local_size && *settings.local_size >= size;
+    const bool local_only =
+        addrs.front().is_loopback() &&
+        (one_host || hp.host == "localhost" || hp.host == "::1" || hp.host.rfind("127.", 0) == 0);
     SockAddr bind = addrs.front();
     if (!local_only) {
       if (bind.family() == AF_INET) reinterpret_cast<sockaddr_in*>(&bind.storage)->sin_addr.s_addr = htonl(INADDR_ANY);

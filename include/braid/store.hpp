@@ -67,6 +67,15 @@ class Store {
     if (!check(std::span(&k, 1))) return std::nullopt;
     return get(key, Millis(0));
   }
+  /// Which of `keys` are absent now, in their order. The default asks check()
+  /// once per key; a store that can answer in one request overrides it (a
+  /// start-up that waits for 65536 ranks names the missing ones at once).
+  virtual std::vector<std::string> missing(std::span<const std::string> keys) {
+    std::vector<std::string> out;
+    for (const auto& k : keys)
+      if (!check(std::span(&k, 1))) out.push_back(k);
+    return out;
+  }
   /// This client's end of its connection ("127.0.0.1:51234"), for messages
   /// that must tell two clients apart; empty where there is none.
   virtual std::string endpoint() const { return {}; }

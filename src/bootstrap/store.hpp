@@ -81,7 +81,8 @@ class TcpStoreServer {
 /// With `tls` on, every connection runs TLS first (the store must too), and a
 /// TLS failure is ProtocolMismatch naming the address and the reason.
 ///
-/// The hello names `job` and the rank this client joins as (-1: none). A store
+/// The hello names `job`, the rank this client joins as (-1: none), the world
+/// size it joins with (0: none) and its pid. A store
 /// of another job refuses at once (ProtocolMismatch saying two jobs share the
 /// address); a sealed store (its communicator formed) is retried until the
 /// deadline, since a new store may take over the address once the old one goes.
@@ -91,6 +92,7 @@ class TcpStoreServer {
 void set_store_member(Store& store, const Bytes& token);
 
 std::unique_ptr<Store> connect_tcp_store(const HostPort& where, Deadline connect_deadline, AuthKey key = {},
-                                         TlsContext tls = {}, std::string job = {}, int rank = -1);
+                                         TlsContext tls = {}, std::string job = {}, int rank = -1,
+                                         int world_size = 0);
 
 }  // namespace braid

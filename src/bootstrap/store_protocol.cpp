@@ -261,6 +261,8 @@ Bytes encode(const Request& r) {
         throw InvalidArgument(cat("a member token of ", r.member.size(), " bytes exceeds the limit of ",
                                   kMaxMemberBytes));
       w.bytes(r.member);
+      w.u32(static_cast<std::uint32_t>(std::max(r.world_size, 0)));
+      w.u32(r.pid);
       break;
     case Op::auth: w.raw(r.nonce); w.raw(r.proof); break;
   }
@@ -334,6 +336,10 @@ std::optional<Decoded<Request>> decode_request(std::span<const std::byte> bytes)
       std::string member = in.text(kMaxMemberBytes, "member token");
       r.member.assign(reinterpret_cast<const std::byte*>(member.data()),
                       reinterpret_cast<const std::byte*>(member.data()) + member.size());
+      std::uint32_t size = in.u32("world size");
+      if (size > kMaxClaimedRank + 1) in.fail(cat("world size ", size, " is out of range"));
+      r.world_size = static_cast<int>(size);
+      r.pid = in.u32("pid");
       break;
     }
     case Op::auth:

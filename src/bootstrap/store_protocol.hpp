@@ -4,7 +4,7 @@
 // Every frame (request or reply) is an 8-byte header and a body:
 //
 //   byte 0     magic 0xB7          a stranger's bytes (HTTP, TLS, noise) fail here
-//   byte 1     version 5           another braid version fails here, by name
+//   byte 1     version 6           another braid version fails here, by name
 //   byte 2     op                  1 set, 2 get, 3 add, 4 check, 5 wait, 6 hello, 7 auth (a reply echoes it)
 //   byte 3     status              0 in a request; in a reply 0 ok, 1 timeout,
 //                                  2 invalid argument, 3 protocol error, 4 authentication failed,
@@ -24,7 +24,8 @@
 //            wait   key list, timeout                  wait   (empty)
 //            hello  u8 auth (1: has a key),            hello  u8 challenge (0 or 1), then the server nonce if 1
 //                   job id (u32 length, at most kMaxJobBytes), u32 claimed rank (0xffffffff: none),
-//                   member token (u32 length, at most kMaxMemberBytes; empty: none)
+//                   member token (u32 length, at most kMaxMemberBytes; empty: none),
+//                   u32 world size (0: none), u32 the client's pid
 //            auth   client nonce, client proof         auth   server proof
 //   reply timeout (get, wait only)   key list: the keys still missing
 //   reply invalid argument / protocol error / authentication failed, another job, sealed (hello, auth only)
@@ -47,8 +48,13 @@
 // never mixes into a running one; a member of that communicator that has to
 // reconnect (its connection dropped after a reply came late) passes the seal
 // with the token the store was sealed with (the communicator's id, which only
-// its members know). The claimed rank is not trusted for anything but naming
-// a refused rank to the others.
+// its members know). The claimed rank, the world size and the pid are not
+// trusted for anything but keeping apart the ranks of two jobs that share an
+// address without job ids: a hello whose world size differs from the one the
+// job's first rank gave, or one that claims, after the communicator formed,
+// a rank a member of it holds from another process, is answered "another job"
+// naming both claims (tcp_store_server.cpp), and naming a refused rank to the
+// others.
 //
 // A connection carries requests one after another; the server answers them in
 // order. Decoding checks every length against both its cap and the bytes that
@@ -75,7 +81,7 @@ inline constexpr std::uint8_t kMagic = 0xB7;
 // Version 3 is skipped on purpose: a frame starting B7 03 reads to a TLS
 // client (a process with BRAID_TLS=1 at a store without it) as a record of TLS
 // major version 3, so it waited for more instead of saying "not TLS".
-inline constexpr std::uint8_t kVersion = 5;
+inline constexpr std::uint8_t kVersion = 6;
 /// Names the protocol inside the authentication transcript.
 inline constexpr std::string_view kAuthProtocol = "braid-store/4";
 inline constexpr std::size_t kHeaderBytes = 8;
@@ -116,6 +122,8 @@ struct Request {
   std::string job;                // hello: the client's job id ("" when none)
   int rank = -1;                  // hello: the rank the client joins as (-1: none, e.g. a unique-id creator)
   Bytes member;                   // hello: what the store sealed with, once the client's communicator formed
+  int world_size = 0;             // hello: the number of ranks the client joins with (0: none)
+  std::uint32_t pid = 0;          // hello: the client's process id, to name its claim
   Nonce nonce{};                  // auth: the client nonce
   Digest proof{};                 // auth: the client proof
 };

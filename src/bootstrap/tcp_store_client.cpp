@@ -9,6 +9,8 @@
 // of store_protocol.hpp; a refusal (another key, or a key on one side only) is
 // ProtocolMismatch naming the store's address. With TLS, each connection runs
 // the TLS handshake (this process the client) before that.
+#include <unistd.h>
+
 #include <algorithm>
 #include <mutex>
 #include <thread>
@@ -91,6 +93,7 @@ struct Identity {
   AuthKey key;
   std::string job;
   int rank = -1;
+  int world_size = 0;
   Bytes member;  // the seal's token, once this client's communicator formed
 };
 
@@ -119,7 +122,8 @@ void handshake(Socket& socket, const Identity& id, const std::string& address, D
   };
   try {
     Bytes hello = wire::encode(
-        wire::Request{.op = wire::Op::hello, .auth = key.enabled(), .job = id.job, .rank = id.rank, .member = id.member});
+        wire::Request{.op = wire::Op::hello, .auth = key.enabled(), .job = id.job, .rank = id.rank, .member = id.member,
+                      .world_size = id.world_size, .pid = static_cast<std::uint32_t>(::getpid())});
     wire::Reply challenge = exchange(socket, hello, deadline);
     check(challenge, wire::Op::hello);
     if (!challenge.challenge) {
@@ -214,6 +218,14 @@ class Client final : public Store {
     return call(r, kReplyTimeout).all_present;
   }
 
+  std::vector<std::string> missing(std::span<const std::string> keys) override {
+    // A wait that gives up at once is answered with the keys still missing.
+    wire::Request r{.op = wire::Op::wait, .keys = std::vector<std::string>(keys.begin(), keys.end()), .timeout = Millis(0)};
+    wire::Reply reply = call(r, kReplyTimeout);
+    if (reply.status == wire::Status::timeout) return std::move(reply.missing);
+    return {};
+  }
+
   void wait(std::span<const std::string> keys, Millis timeout) override {
     timeout = std::clamp(timeout, Millis(0), wire::kMaxTimeout);
     wire::Request r{
@@ -304,10 +316,10 @@ void set_store_member(Store& store, const Bytes& token) {
 }
 
 std::unique_ptr<Store> connect_tcp_store(const HostPort& where, Deadline connect_deadline, AuthKey key,
-                                         TlsContext tls, std::string job, int rank) {
+                                         TlsContext tls, std::string job, int rank, int world_size) {
   std::string address = host_port_text(where);
   auto addrs = resolve(where, cat("the braid store address ", address));
-  Identity id{std::move(key), std::move(job), rank};
+  Identity id{std::move(key), std::move(job), rank, world_size};
   // A sealed store belongs to a communicator that formed already; a new one
   // may take over the address as soon as it goes (a loop that re-creates its
   // communicator), so retry until the deadline, saying so once.

@@ -83,6 +83,17 @@ constexpr std::size_t kMaxHandshakeFrame = 256;
 
 std::span<const std::byte> as_bytes(std::string_view s) { return std::as_bytes(std::span(s.data(), s.size())); }
 
+// "127.0.0.1:5123 pid 811": who made a claim.
+std::string claimant(const std::string& peer, std::uint32_t pid) { return cat(peer, " pid ", pid); }
+
+// The address without its port: "127.0.0.1" of "127.0.0.1:5123", "::1" of "[::1]:5123".
+std::string_view host_part(std::string_view peer) {
+  auto colon = peer.rfind(':');
+  std::string_view host = colon == std::string_view::npos ? peer : peer.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return host;
+}
+
 struct Waiter {
   wire::Request request;  // a get or a wait
   Clock::time_point deadline;
@@ -115,6 +126,9 @@ struct Connection {
   std::uint32_t events = 0;  // the epoll interest registered now
   EventLoop::Id watch = 0;
   int member_rank = -1;  // the rank this client joined as, once its handshake is done (-1: none)
+  // What its hello claimed, when it claimed a rank of this job.
+  int claimed_size = 0;
+  std::uint32_t pid = 0;
 
   std::size_t unread() const { return in.size() - in_start; }
   std::size_t read_limit() const { return handshake.done() ? wire::kMaxFrameBytes : kMaxHandshakeFrame; }
@@ -168,6 +182,11 @@ class Server final : public TcpStoreServer {
   void process(std::uint64_t id, Connection& c);
   void handle(std::uint64_t id, Connection& c, wire::Request request);
   void expire_handshakes();
+  /// Keeps what a hello claims, refusing (OtherJob) a second claim of a
+  /// rank a member holds; check_world_size() refuses another world size
+  /// than the job's, once the client is in.
+  void note_claim(Connection& c, const wire::Request& hello);
+  void check_world_size(Connection& c);
   /// Closes the connection that has been in its handshake longest.
   void shed_oldest_stranger(const std::string& why);
   void handle_add(Connection& c, const std::string& key, std::int64_t delta);
@@ -206,6 +225,12 @@ class Server final : public TcpStoreServer {
   std::unordered_map<int, int> open_by_rank_;                   // a member rank's connections open now
   std::unordered_map<int, Clock::time_point> absent_since_;   // when a member rank's last one closed
   std::uint64_t next_id_ = 1;
+  struct WorldClaim {
+    int size;
+    int rank;
+    std::string who;
+  };
+  std::optional<WorldClaim> world_;  // the world size the job's first rank joined with
   std::size_t max_strangers_ = stranger_limit();  // connections in their handshake beyond it: the oldest goes
   SpareFd spare_;  // freed to drop a client when the process is out of descriptors
 };
@@ -538,7 +563,13 @@ void Server::process(std::uint64_t id, Connection& c) {
       handle(id, c, std::move(decoded->message));
       continue;
     }
-    reply(c, c.handshake.answer(decoded->message, pending.first(decoded->consumed), sealed_.load(), seal_token_));
+    const wire::Op op = decoded->message.op;
+    if (op == wire::Op::hello) note_claim(c, decoded->message);  // may refuse a second claim of a member's rank
+    wire::Reply answer =
+        c.handshake.answer(decoded->message, pending.first(decoded->consumed), sealed_.load(), seal_token_);
+    // A world size counts once its client is in: after the proof, with a key.
+    if ((op == wire::Op::hello && !key_.enabled()) || op == wire::Op::auth) check_world_size(c);
+    reply(c, answer);
     if (c.handshake.done()) {
       handshakes_.erase({c.handshake_deadline, id});
       log_trace(name_, ": client ", c.peer, " completed the handshake");
@@ -546,6 +577,8 @@ void Server::process(std::uint64_t id, Connection& c) {
         c.member_rank = c.handshake.claimed_rank();
         ++open_by_rank_[c.member_rank];
         absent_since_.erase(c.member_rank);
+        if (c.claimed_size > 0 && !world_)
+          world_ = WorldClaim{c.claimed_size, c.member_rank, claimant(c.peer, c.pid)};
       }
     }
   }
@@ -557,6 +590,44 @@ void Server::process(std::uint64_t id, Connection& c) {
     c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(c.in_start));
     c.in_start = 0;
   }
+}
+
+// Without job ids, two jobs at one address look alike; what tells them
+// apart is refused here at once, naming both claims (docs/security.md):
+// another world size than the job's first rank gave, and, once the
+// communicator formed, a rank that a member holds from another process.
+void Server::note_claim(Connection& c, const wire::Request& hello) {
+  c.claimed_size = hello.world_size;
+  c.pid = hello.pid;
+  const bool member_token = !seal_token_.empty() && hello.member.size() == seal_token_.size() &&
+                            same_digest(hello.member, seal_token_);
+  const int rank = hello.rank;
+  if (hello.job != job_ || rank < 0 || !sealed_.load() || member_token) return;
+  // The handshake would answer "sealed", and the client retry until its
+  // timeout in case a new store takes the address (a loop re-creating its
+  // communicator: the same process). A member that holds the rank from
+  // another process says there is no such next store.
+  for (const auto& [other_id, other] : connections_) {
+    if (other.member_rank != rank || &other == &c) continue;
+    if (other.pid == c.pid && host_part(other.peer) == host_part(c.peer)) continue;  // the same process
+    throw wire::OtherJob(cat("rank ", rank, " is claimed twice: by ", claimant(other.peer, other.pid),
+                             ", a member of the communicator this store serves, which has already formed, and now by ",
+                             claimant(c.peer, c.pid), ": two jobs share the store address ", address_.to_string(),
+                             " without job ids, or rank ", rank, " was restarted while its first process still "
+                             "runs; give each job its own address or BRAID_JOB_ID"));
+  }
+}
+
+void Server::check_world_size(Connection& c) {
+  const int rank = c.handshake.claimed_rank();
+  if (!c.handshake.same_job() || rank < 0 || c.claimed_size <= 0 || !world_ || world_->size == c.claimed_size) return;
+  std::string why = cat("rank ", rank, " (", claimant(c.peer, c.pid), ") joins with world size ", c.claimed_size,
+                        ", but rank ", world_->rank, " (", world_->who, ") joined this store's job with world size ",
+                        world_->size, ": two jobs share the store address ", address_.to_string(),
+                        ", or the ranks were started with different sizes; give every rank of a job the same size, "
+                        "and each job its own address or BRAID_JOB_ID");
+  record_refusal(c, why);
+  throw wire::OtherJob(why);
 }
 
 void Server::shed_oldest_stranger(const std::string& why) {

@@ -28,6 +28,14 @@ bool process_gone(int pid) {
   return close != std::string::npos && close + 2 < line.size() && (line[close + 2] == 'Z' || line[close + 2] == 'X');
 }
 
+bool process_stopped(int pid) {
+  std::ifstream stat(cat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && (line[close + 2] == 'T' || line[close + 2] == 't');
+}
+
 ProcessWatch::ProcessWatch(int pid) : pid_(pid) {
 #ifdef SYS_pidfd_open
   if (pid != ::getpid()) pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));

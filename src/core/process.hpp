@@ -14,6 +14,9 @@ std::string pid_namespace();
 /// A process of this host (this PID namespace) that no longer runs, or is a
 /// zombie nobody reaped. False when it runs or when nothing can tell.
 bool process_gone(int pid);
+/// Whether process `pid` of this PID namespace is stopped (SIGSTOP, Ctrl-Z,
+/// a debugger): alive, but it will not run until continued.
+bool process_stopped(int pid);
 
 /// Watches one process of this host: through a pidfd where the kernel has
 /// them (no mistake after the pid is reused), else kill(pid, 0).

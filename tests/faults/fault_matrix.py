@@ -349,6 +349,12 @@ def case_stall(job):
     direct = sum(1 for w in waited.values() if w == victim)
     if direct == 0:
         problems.append(f"no rank said it timed out waiting on rank {victim}")
+    # Whoever it waited on, a rank that timed out names the stopped rank of its host.
+    for r in survivors:
+        line = r.failure_line()
+        if "timed out after" in line and not re.search(rf"rank {victim} \(\S+, pid {ranks[victim].pid}\) is stopped",
+                                                      line):
+            problems.append(f"rank {r.rank} timed out without naming the stopped rank {victim}: {line!r}")
     expect_error(ranks[victim], [r"FAILED"], problems)
     times = [r.exit_time - t0 for r in survivors]
     return finish("stall", f"case stall: {n} ranks, SIGSTOP rank {victim} mid all-reduce, survivors failed in "

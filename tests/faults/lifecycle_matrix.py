@@ -16,7 +16,16 @@ Cases (each also a Meson test, suite 'lifecycle'):
                A's rank 1 claims rank 1 again: every member fails within 2 s with
                "rank 1 joined twice".
   restart      a job of 3 ranks is running; a second process claims rank 1: it is
-               told the communicator already formed; the job completes.
+               refused at once, naming the running rank 1 and itself (the
+               communicator already formed); the job completes.
+  latejob      without job ids, job B's ranks 1 and 2 form a communicator with job
+               A's rank 0 (nothing tells them apart yet); A's ranks 1 and 2, arriving
+               after it formed, are refused at once naming both claims of their rank.
+  worldsize    without job ids, ranks 0 and 1 start with world size 3 and rank 2
+               with 4: every rank fails within 2 s naming both sizes and who gave them.
+  exhaust      rank 0 may open 256 files; 300 silent connections reach its store
+               port before ranks 1-3 start: the job completes (the listener keeps at
+               most an eighth of the limit in their handshake, oldest closed first).
   cycles       2 ranks create, all-reduce on and destroy a communicator at one
                store address 2000 times: no failure.
   strangers    a 4-rank job whose last rank starts late, with 50 silent
@@ -126,12 +135,85 @@ def case_restart(job):
     open(go, "w").close()
     job.wait_all(ranks, 10)
     problems = []
-    expect_error(again, [r"already formed", r"restarted"], problems)
+    expect_error(again, [r"rank 1 is claimed twice: by \S+ pid \d+, a member .* already formed, and now by \S+ pid "
+                         rf"{again.pid}\b", r"restarted"], problems)
+    if again.exit_time - again.start > 1.5:
+        problems.append(f"the second rank 1 took {again.exit_time - again.start:.2f} s to be refused (bound 1.5 s, "
+                        f"its timeout 2 s)")
     for r in ranks:
         if r.proc.returncode != 0 or "OK" not in r.stdout():
             problems.append(f"rank {r.rank} of the running job did not complete: {r.failure_line()!r}")
-    return finish("restart", f"case restart: a second rank 1 was told the communicator already formed "
+    return finish("restart", f"case restart: a second rank 1 was refused naming both claims "
                   f"({again.exit_time - again.start:.2f} s, its timeout 2 s); the running job completed", problems, job)
+
+
+def case_latejob(job):
+    n, timeout_s = 3, 10
+    store = f"127.0.0.1:{free_port()}"
+    go = os.path.join(job.logdir, "go")
+    args = ["garbage", "--go-file", go, "--count", "4096"]
+    a0 = start_job(job, n, store, f"{timeout_s}s", args, ranks=[0], group="A")[0]
+    job.wait_for_listen(a0, int(store.split(":")[1]), 5)
+    b = start_job(job, n, store, f"{timeout_s}s", args, ranks=[1, 2], group="B")
+    formed = [a0] + b
+    job.wait_for_output(formed, "ready", 15)
+    t0 = time.monotonic()
+    late = start_job(job, n, store, f"{timeout_s}s", ["join"], ranks=[1, 2], group="A-late")
+    job.wait_all(late, timeout_s + 5)
+    open(go, "w").close()
+    job.wait_all(formed, 10)
+    problems = []
+    for r in late:
+        expect_error(r, [rf"rank {r.rank} is claimed twice: by \S+ pid \d+, a member .* already formed, and now by "
+                         rf"\S+ pid {r.pid}\b", r"two jobs share the store address"], problems, 2.0, t0)
+    took = [r.exit_time - t0 for r in late]
+    return finish("latejob", f"case latejob: job A's ranks 1 and 2, arriving after job B's took their numbers, were "
+                  f"refused naming both claims in {span(took)} s (bound 2 s)", problems, job)
+
+
+def case_worldsize(job):
+    timeout_s = 10
+    store = f"127.0.0.1:{free_port()}"
+    first = start_job(job, 3, store, f"{timeout_s}s", ["join"], ranks=[0, 1])
+    job.wait_for_listen(first[0], int(store.split(":")[1]), 5)
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    odd = job.start(2, ["join"], job.env(2, 4, store, f"{timeout_s}s"), group="odd")
+    ranks = first + [odd]
+    job.wait_all(ranks, timeout_s + 5)
+    problems = []
+    for r in ranks:
+        expect_error(r, [r"joins with world size (3|4), but rank \d+ \(\S+ pid \d+\) joined this store's job with "
+                         r"world size (3|4)", r"different sizes"], problems, 2.0, t0)
+    took = [r.exit_time - t0 for r in ranks]
+    return finish("worldsize", f"case worldsize: ranks started with world sizes 3 and 4 at one store all failed "
+                  f"naming both in {span(took)} s (bound 2 s, timeout {timeout_s} s)", problems, job)
+
+
+def case_exhaust(job):
+    n, silent, files = 4, 300, 256
+    store = f"127.0.0.1:{free_port()}"
+    port = int(store.split(":")[1])
+    r0 = job.start(0, ["join"], job.env(0, n, store, "20s"), prefix=("prlimit", f"--nofile={files}"))
+    job.wait_for_listen(r0, port, 5)
+    held = []
+    try:
+        for _ in range(silent):
+            held.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+        others = start_job(job, n, store, "20s", ["join"], ranks=[1, 2, 3])
+        ranks = [r0] + others
+        job.wait_all(ranks, 25)
+    finally:
+        for s in held:
+            s.close()
+    problems = []
+    for r in ranks:
+        if r.proc.returncode != 0 or "OK" not in r.stdout():
+            problems.append(f"rank {r.rank} failed: {r.failure_line() or r.stdout()[-300:]!r}")
+    if "closing the connection from" not in r0.stderr():
+        problems.append("rank 0 did not say it closed silent connections")
+    return finish("exhaust", f"case exhaust: rank 0 limited to {files} open files, {len(held)} silent connections to "
+                  f"its port: the job completed", problems, job)
 
 
 def case_cycles(job):
@@ -260,6 +342,9 @@ CASES = {
     "restart": case_restart,
     "cycles": case_cycles,
     "strangers": case_strangers,
+    "latejob": case_latejob,
+    "worldsize": case_worldsize,
+    "exhaust": case_exhaust,
 }
 for _how in ("pending", "thread", "idle"):
     for _n in (4, 7):
