@@ -335,6 +335,16 @@ TEST_CASE("store protocol: the handshake frames round-trip and are checked stric
   auto hello = wire::decode_request(wire::encode(wire::Request{.op = wire::Op::hello, .auth = true}));
   REQUIRE(hello);
   CHECK(hello->message.auth);
+  auto claim = wire::decode_request(wire::encode(
+      wire::Request{.op = wire::Op::hello, .job = "j", .rank = 3, .world_size = 65536, .pid = 4000000000u}));
+  REQUIRE(claim);
+  CHECK(claim->message.rank == 3);
+  CHECK(claim->message.world_size == 65536);
+  CHECK(claim->message.pid == 4000000000u);
+  Bytes oversized = wire::encode(wire::Request{.op = wire::Op::hello, .world_size = 5});
+  oversized[oversized.size() - 8] = std::byte{0xff};  // world size 0x...ff: past any rank count
+  oversized[oversized.size() - 5] = std::byte{0x7f};
+  CHECK_THAT(thrown<ProtocolMismatch>([&] { wire::decode_request(oversized); }), Contains("world size"));
   auto auth = wire::decode_request(
       wire::encode(wire::Request{.op = wire::Op::auth, .nonce = sample_nonce(3), .proof = sample_nonce(50)}));
   REQUIRE(auth);
