@@ -3,6 +3,15 @@
 
     bench/auto_vs_forced.py [--ranks 2 4] [--rounds 3] [--small-rounds 9] [--small-max 64K] [-b 8] [-e 64M]
                             [-n 0] [-w 0] [--algos ring,direct,...] [--build build] [--json FILE]
+                            [--hosts 2x2 [--shape 1gbit]]
+
+With --hosts 2xN the job runs on two hosts of N ranks each: two network
+namespaces joined by a veth pair (bench/netns_hosts.py; root), each with its
+own host name, one braid-run per namespace (--nnodes 2), so the ranks of a
+namespace talk over shared memory and the two namespaces over TCP across the
+veth pair, as two machines on one switch would; --shape shapes the pair with
+tc tbf (1gbit, 10gbit). --ranks then counts the ranks per host, and the
+algorithms include hierarchical.
 
 Each round runs, for every rank count, `braid-run -n N braid-perf all_reduce
 -b MIN -e MAX --algo X` once per algorithm and once with no --algo (auto), in
@@ -43,11 +52,13 @@ algorithm registry), less hierarchical on one host (it runs as the ring there).
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
+from netns_hosts import TwoHosts
 from perf_rows import out_of_place_rows
 
 
@@ -67,19 +78,42 @@ def registry_algorithms(perf):
     raise SystemExit("braid-perf --help lists no all_reduce algorithms")
 
 
-def run_once(build, ranks, algo, lo, hi, iters, warmup, env, bind):
-    cmd = [str(build / "tools/braid-run"), "-n", str(ranks)] + (["--bind-to", bind] if bind else []) + [
-           str(build / "bench/braid-perf"), "all_reduce",
-           "-b", lo, "-e", hi, "-n", str(iters), "-w", str(warmup), "--json", "--no-progress", "-c", "0"]
+_launches = [0]
+
+
+def run_once(build, ranks, algo, lo, hi, iters, warmup, env, bind, hosts=None):
+    perf = [str(build.resolve() / "bench/braid-perf"), "all_reduce",
+            "-b", lo, "-e", hi, "-n", str(iters), "-w", str(warmup), "--json", "--no-progress", "-c", "0"]
     if algo != "auto":
-        cmd += ["--algo", algo]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-    if p.returncode != 0:
+        perf += ["--algo", algo]
+    run = [str(build.resolve() / "tools/braid-run"), "-n", str(ranks)] + (["--bind-to", bind] if bind else [])
+    if hosts is None:
+        cmds = [run + perf]
+    else:
+        # One braid-run per host; a port of its own per launch, so that no
+        # earlier launch's connection in TIME_WAIT is in the way.
+        _launches[0] += 1
+        master = f"{hosts.addr[0]}:{29600 + _launches[0] % 2000}"
+        cmds = [hosts.prefix(k) + run + ["--nnodes", "2", "--node-rank", str(k), "--master", master] + perf
+                for k in range(2)]
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for c in cmds]
+    outs = []
+    failed = False
+    for c, p in zip(cmds, procs):
+        try:
+            out, err = p.communicate(timeout=900)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        outs.append(out)
+        if p.returncode != 0:
+            failed = True
+            print(f"{' '.join(c)} failed ({p.returncode}):\n{out[-1000:]}\n{err[-1000:]}", file=sys.stderr)
+    if failed:
         # A failed run (a timeout on a loaded machine) costs its variant this
         # round's samples, not the whole table.
-        print(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-1000:]}\n{p.stderr[-1000:]}", file=sys.stderr)
         return {}
-    return {row["size"]: (row["time_us"], row["algorithm"]) for row in out_of_place_rows(p.stdout)}
+    return {row["size"]: (row["time_us"], row["algorithm"]) for row in out_of_place_rows(outs[0])}
 
 
 def main():
@@ -104,8 +138,23 @@ def main():
                     help="braid-run --bind-to for every launch (core: rank i on the i-th CPU, round robin, also "
                          "when ranks outnumber CPUs; default: braid-run's own choice)")
     ap.add_argument("--report", default="", help="measure nothing: print the tables of a file --json wrote")
+    ap.add_argument("--hosts", default="", help="2xN: two hosts (network namespaces) of N ranks each")
+    ap.add_argument("--shape", default="", help="with --hosts: shape the link between them (tc tbf rate: 1gbit)")
     args = ap.parse_args()
     build = Path(args.build)
+    if args.hosts and not args.report:
+        m = re.fullmatch(r"2x(\d+)", args.hosts)
+        if not m:
+            raise SystemExit(f"--hosts {args.hosts}: only two hosts are supported (2x1, 2x2, 2x4)")
+        args.ranks = [int(m.group(1))]
+        with TwoHosts(args.shape) as hosts:
+            print(f"hosts: {hosts.describe()}, {args.ranks[0]} ranks each", file=sys.stderr)
+            measure(args, build, hosts)
+        return
+    measure(args, build, None)
+
+
+def measure(args, build, hosts):
     if args.report:
         saved = json.loads(Path(args.report).read_text())
         args.ranks = [int(n) for n in saved["times"]]
@@ -117,7 +166,8 @@ def main():
         report(args, algos, variants, times, ran)
         return
     perf = str(build / "bench/braid-perf")
-    algos = args.algos.split(",") if args.algos else [a for a in registry_algorithms(perf) if a != "hierarchical"]
+    algos = args.algos.split(",") if args.algos else [a for a in registry_algorithms(perf)
+                                                      if a != "hierarchical" or hosts is not None]
     variants = algos + ["auto"]
     env = dict(os.environ)
     env.pop("BRAID_ALGO", None)
@@ -158,7 +208,7 @@ def main():
             for v in order:
                 print(f"round {r + 1}/{rounds_of} ({first}-{last} B): {n} ranks, {v}", file=sys.stderr, flush=True)
                 for size, (us, algo) in run_once(build, n, v, str(first), str(last), args.iters, args.warmup,
-                                                 env, args.bind_to).items():
+                                                 env, args.bind_to, hosts).items():
                     times[n][v].setdefault(size, []).append(us)
                     if v == "auto":
                         ran[n].setdefault(size, set()).add(algo)
@@ -174,7 +224,8 @@ def report(args, algos, variants, times, ran):
     worst = 0.0
     for n in args.ranks:
         counted = [len(t) for v in variants for t in times[n][v].values()]
-        print(f"\nall_reduce, {n} ranks, {min(counted)} interleaved rounds ({max(counted)} up to "
+        shape = f"2 hosts x {n} ranks ({args.shape or 'unshaped'})" if getattr(args, "hosts", "") else f"{n} ranks"
+        print(f"\nall_reduce, {shape}, {min(counted)} interleaved rounds ({max(counted)} up to "
               f"{args.small_max}): best / median out-of-place time (us)")
         head = f"{'size':>9} " + " ".join(f"{a:>17}" for a in algos) + f" {'auto':>17} {'auto ran':>13} " \
                f"{'best forced':>12} {'auto/best':>10} {'(median)':>8} {'verdict':>9} {'chosen/best':>11}"

@@ -1,0 +1,62 @@
+"""Two hosts on one machine for the benchmarks: two network namespaces joined
+by a veth pair (tests/netns/veth_pair.py), each process in them under a host
+name of its own (a UTS namespace), the pair optionally shaped with tc tbf.
+
+    with TwoHosts(shape="1gbit") as hosts:      # shape "" or None: unshaped
+        subprocess.run(hosts.prefix(0) + ["braid-run", ...])
+
+Host k is 10.213.1.(k+1) in namespace braid-bench-<pid>-<k>, named
+bench-host-<k>. Traffic stays inside the two namespaces; they are deleted on
+exit (and those of an earlier run that was killed, before new ones are made).
+Needs root, ip, tc and unshare: NamespacesUnavailable says why not.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "netns"))
+from veth_pair import IpFailed, NamespacesUnavailable, VethPair  # noqa: E402,F401
+
+ADDR = ("10.213.1.1", "10.213.1.2")
+HOSTNAME = ("bench-host-0", "bench-host-1")
+
+
+class TwoHosts(VethPair):
+    def __init__(self, shape=None):
+        pid = os.getpid()
+        super().__init__(ns=(f"braid-bench-{pid}-0", f"braid-bench-{pid}-1"), dev=(f"bnb{pid}a", f"bnb{pid}b"),
+                         addr=ADDR, stale=re.compile(r"braid-bench-(\d+)-[01]"))
+        self.shape = shape or ""
+
+    def __enter__(self):
+        if os.geteuid() != 0:
+            raise NamespacesUnavailable("needs root to create network namespaces")
+        for tool in ("tc", "unshare", "hostname"):
+            if shutil.which(tool) is None:
+                raise NamespacesUnavailable(f"no {tool} command")
+        super().__enter__()
+        if self.shape:
+            try:
+                for ns, dev in zip(self.ns, self.dev):
+                    p = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf",
+                                        "rate", self.shape, "burst", "256kb", "latency", "10ms"],
+                                       capture_output=True, text=True, timeout=10)
+                    if p.returncode != 0:
+                        raise IpFailed(f"tc qdisc add on {dev} failed: {p.stderr.strip()}")
+            except BaseException:
+                self.__exit__(None, None, None)
+                raise
+        return self
+
+    def prefix(self, host):
+        """A command on host `host` (0 or 1): in its namespace, under its own host name."""
+        return ["ip", "netns", "exec", self.ns[host], "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"',
+                HOSTNAME[host]]
+
+    def describe(self):
+        return f"2 namespaces joined by a veth pair ({ADDR[0]}, {ADDR[1]}), " + \
+            (f"shaped to {self.shape} with tc tbf" if self.shape else "unshaped")
