@@ -13,13 +13,11 @@ Needs root, ip, tc and unshare: NamespacesUnavailable says why not.
 
 import os
 import re
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "netns"))
-from veth_pair import IpFailed, NamespacesUnavailable, VethPair  # noqa: E402,F401
+from veth_pair import IpFailed, NamespacesUnavailable, VethPair, require_tools, shape_link  # noqa: E402,F401
 
 ADDR = ("10.213.1.1", "10.213.1.2")
 HOSTNAME = ("bench-host-0", "bench-host-1")
@@ -35,18 +33,12 @@ class TwoHosts(VethPair):
     def __enter__(self):
         if os.geteuid() != 0:
             raise NamespacesUnavailable("needs root to create network namespaces")
-        for tool in ("tc", "unshare", "hostname"):
-            if shutil.which(tool) is None:
-                raise NamespacesUnavailable(f"no {tool} command")
+        require_tools("tc", "unshare", "hostname")
         super().__enter__()
         if self.shape:
             try:
                 for ns, dev in zip(self.ns, self.dev):
-                    p = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf",
-                                        "rate", self.shape, "burst", "256kb", "latency", "10ms"],
-                                       capture_output=True, text=True, timeout=10)
-                    if p.returncode != 0:
-                        raise IpFailed(f"tc qdisc add on {dev} failed: {p.stderr.strip()}")
+                    shape_link(ns, dev, self.shape)
             except BaseException:
                 self.__exit__(None, None, None)
                 raise

@@ -51,7 +51,7 @@ from pathlib import Path
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "netns"))
-from veth_pair import IpFailed, NamespacesUnavailable, VethPair, run_ip  # noqa: E402
+from veth_pair import IpFailed, NamespacesUnavailable, VethPair, require_tools, shape_link  # noqa: E402
 
 SKIP = 77
 ADDR = ("10.213.0.1", "10.213.0.2")
@@ -83,9 +83,10 @@ class Laptops(VethPair):
     def __enter__(self):
         if os.geteuid() != 0:
             raise Skipped("needs root to create network namespaces")
-        for tool in ("tc", "unshare", "hostname"):
-            if shutil.which(tool) is None:
-                raise Skipped(f"no {tool} command")
+        try:
+            require_tools("tc", "unshare", "hostname")
+        except NamespacesUnavailable as e:
+            raise Skipped(str(e))
         for stale in Path("/etc/netns").glob("braid-lt-*") if Path("/etc/netns").is_dir() else []:
             m = re.fullmatch(r"braid-lt-(\d+)-[ab]", stale.name)
             if m and not os.path.exists(f"/proc/{m.group(1)}"):
@@ -100,11 +101,7 @@ class Laptops(VethPair):
                 os.makedirs(etc, exist_ok=True)
                 Path(etc, "hosts").write_text(text)
             for ns, dev in zip(self.ns, self.dev):
-                p = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate",
-                                    "1gbit", "burst", "256kb", "latency", "10ms"], capture_output=True, text=True,
-                                   timeout=10)
-                if p.returncode != 0:
-                    raise IpFailed(f"tc qdisc add on {dev} failed: {p.stderr.strip()}")
+                shape_link(ns, dev, "1gbit")
         except BaseException:
             self.__exit__(None, None, None)
             raise

@@ -51,6 +51,21 @@ def remove_stale_namespaces(stale):
             run_ip("netns", "delete", ns, check=False)
 
 
+def require_tools(*tools):
+    """Raises NamespacesUnavailable naming the first of tools that is missing."""
+    for tool in tools:
+        if shutil.which(tool) is None:
+            raise NamespacesUnavailable(f"no {tool} command")
+
+
+def shape_link(ns, dev, rate):
+    """Shapes veth end dev in namespace ns to rate (tc tbf: 1gbit, 10gbit)."""
+    p = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
+                        "burst", "256kb", "latency", "10ms"], capture_output=True, text=True, timeout=10)
+    if p.returncode != 0:
+        raise IpFailed(f"tc qdisc add on {dev} failed: {p.stderr.strip()}")
+
+
 class VethPair:
     """Namespaces ns[0] and ns[1] with a veth pair between them; always deleted."""
 
