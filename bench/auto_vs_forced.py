@@ -180,7 +180,7 @@ def measure(args, build, hosts):
     # minutes, and the load of other jobs drifts less between them.
     lo, hi, small_max = parse_size(args.b), parse_size(args.e), parse_size(args.small_max)
     edges = sorted({lo, hi} | {parse_size(c) for c in args.bands.split(",") if c and lo < parse_size(c) < hi})
-    bands = []
+    bands = [(lo, hi)] if lo == hi else []
     for i in range(len(edges) - 1):
         first = edges[i] if i == 0 else edges[i] * 2
         if first <= edges[i + 1]:

@@ -14,6 +14,7 @@
 #include "braid/types.hpp"
 #include "core/device.hpp"
 #include "core/log.hpp"
+#include "core/process.hpp"
 #include "core/wire.hpp"
 
 namespace braid {
@@ -78,11 +79,16 @@ RankInfo RankInfo::local(int rank) {
   info.hostname = std::string(braid::hostname());
   info.pid = static_cast<int>(::getpid());
   info.gpus = static_cast<std::uint8_t>(std::min(device::count(), 255));
-  // Ranks share a host when they share a kernel: the boot id tells that even
-  // inside containers that reuse a hostname.
+  // The boot id tells one kernel from another even inside containers that
+  // reuse a hostname. Ranks share a host for the transports when they share
+  // the kernel and the host name; they share the cores and the process table
+  // when they share the kernel and the PID namespace, whatever their host
+  // names (network namespaces with host names of their own on one machine,
+  // as bench/netns_hosts.py and the two-laptop test make them, run on the
+  // same cores).
   std::string boot_id;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
-  info.kernel_id = std::hash<std::string>{}(boot_id + "/" + info.hostname);
+  info.kernel_id = std::hash<std::string>{}(boot_id + "/pid:" + pid_namespace());
   cpu_set_t set;
   CPU_ZERO(&set);
   if (::sched_getaffinity(0, sizeof set, &set) == 0) {
@@ -92,7 +98,7 @@ RankInfo RankInfo::local(int rank) {
         info.cpus[static_cast<std::size_t>(c / 64)] |= std::uint64_t{1} << (c % 64);
       }
   }
-  info.host_id = info.kernel_id;
+  info.host_id = std::hash<std::string>{}(boot_id + "/" + info.hostname);
   if (const char* named = std::getenv("BRAID_HOST_ID"); named != nullptr && *named != '\0') {
     info.host_id = std::hash<std::string>{}(std::string("BRAID_HOST_ID/") + named);
     info.host_id_from_env = true;

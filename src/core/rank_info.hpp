@@ -15,12 +15,12 @@ struct RankInfo {
   int rank = -1;
   std::string hostname;
   /// Equal for ranks of one host, as transports (shm reaches ranks of one
-  /// host) and the planner see it: the kernel_id, unless BRAID_HOST_ID names
-  /// the host (tests and users simulating several hosts on one machine).
+  /// host) and the planner see it: boot id + host name, unless BRAID_HOST_ID
+  /// names the host (tests and users simulating several hosts on one machine).
   std::uint64_t host_id = 0;
-  /// Equal for ranks that share a kernel (boot id + hostname), whatever
-  /// BRAID_HOST_ID says: who shares the cores, whose pid is in whose process
-  /// table.
+  /// Equal for ranks that share a kernel and a PID namespace (boot id + PID
+  /// namespace), whatever BRAID_HOST_ID or their host names say: who shares
+  /// the cores, whose pid is in whose process table.
   std::uint64_t kernel_id = 0;
   bool host_id_from_env = false;  // host_id came from BRAID_HOST_ID
   int pid = 0;
