@@ -454,6 +454,25 @@ braid_result_t braid_comm_split(braid_comm_t comm, int color, int key, braid_com
   });
 }
 
+braid_result_t braid_comm_shrink(braid_comm_t comm, const int* exclude_ranks, int exclude_count,
+                                 braid_comm_t* newcomm, int flags) {
+  return guarded([&] {
+    require(newcomm, "the new communicator pointer");
+    *newcomm = nullptr;
+    if (exclude_count < 0)
+      throw braid::InvalidArgument(braid::cat("braid_comm_shrink: exclude_count ", exclude_count, " is negative"));
+    if (exclude_count > 0) require(exclude_ranks, "the list of ranks to exclude");
+    if (flags != BRAID_SHRINK_DEFAULT && flags != BRAID_SHRINK_ABORT)
+      throw braid::InvalidArgument(braid::cat("braid_comm_shrink: flags ", flags, " are neither BRAID_SHRINK_DEFAULT (",
+                                              BRAID_SHRINK_DEFAULT, ") nor BRAID_SHRINK_ABORT (", BRAID_SHRINK_ABORT,
+                                              ")"));
+    braid::Comm child = comm_of(comm).shrink(
+        std::span<const int>(exclude_ranks, static_cast<std::size_t>(exclude_count)),
+        flags == BRAID_SHRINK_ABORT ? braid::Comm::Shrink::abort : braid::Comm::Shrink::finish);
+    *newcomm = new braid_comm{std::move(child)};
+  });
+}
+
 braid_result_t braid_comm_abort(braid_comm_t comm) {
   return guarded([&] { comm_of(comm).abort(); });
 }

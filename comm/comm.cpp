@@ -278,6 +278,9 @@ Work Comm::scatterv_async(const void* send, std::span<const std::size_t> send_co
 }
 
 Comm Comm::split(int color, int key) { return Comm(impl().split(color, key)); }  // empty for kNoColor
+Comm Comm::shrink(std::span<const int> excluded, Shrink mode) {
+  return Comm(impl().shrink(excluded, mode == Shrink::abort));
+}
 void Comm::abort() {
   if (!impl_) impl();  // the empty Comm's message
   impl_->abort();

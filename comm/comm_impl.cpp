@@ -237,7 +237,8 @@ void CommImpl::enroll() {
                      .size = size_,
                      .tcp_streams = settings_.tcp_streams,
                      .tcp_buffer_bytes = settings_.tcp_buffer_bytes,
-                     .timeout = settings_.timeout};
+                     .timeout = settings_.timeout,
+                     .derived = derived_};
   if (contexts_.empty()) {
     SockAddr bind = advertise_;
     bind.set_port(0);
@@ -773,11 +774,16 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
   std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
     return all[static_cast<std::size_t>(a)].key < all[static_cast<std::size_t>(b)].key;
   });
-  child->rank_ = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
-  child->size_ = static_cast<int>(members.size());
-  child->p2p_sent_.assign(members.size(), 0);
-  child->p2p_received_.assign(members.size(), 0);
-  child->recorder_.set_owner(cat("rank ", child->rank_, " of ", child->size_));
+  adopt_members(*child, members, cat(store_name_, " (split ", split_index, ", color ", color, ")"));
+  return child;
+}
+
+void CommImpl::adopt_members(CommImpl& child, const std::vector<int>& members, std::string name) {
+  child.rank_ = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+  child.size_ = static_cast<int>(members.size());
+  child.p2p_sent_.assign(members.size(), 0);
+  child.p2p_received_.assign(members.size(), 0);
+  child.recorder_.set_owner(cat("rank ", child.rank_, " of ", child.size_));
   std::vector<RankInfo> infos;
   Addresses addresses(kinds_.size());
   for (std::size_t i = 0; i < members.size(); ++i) {
@@ -786,14 +792,64 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
     infos.push_back(info);
     for (std::size_t kind = 0; kind < kinds_.size(); ++kind) addresses[kind].push_back(addresses_[kind][members[i]]);
   }
-  child->store_ = store_;
-  child->hosted_ = hosted_;
-  child->scope_ = scope_;
+  child.store_ = store_;
+  child.hosted_ = hosted_;
+  child.scope_ = scope_;
   for (std::size_t i = 0; i < members.size(); ++i)
-    if (members[i] == store_host_) child->store_host_ = static_cast<int>(i);
-  child->store_name_ = cat(store_name_, " (split ", split_index, ", color ", color, ")");
-  child->enroll();
-  child->start(std::move(infos), std::move(addresses));
+    if (members[i] == store_host_) child.store_host_ = static_cast<int>(i);
+  child.store_name_ = std::move(name);
+  child.enroll();
+  child.start(std::move(infos), std::move(addresses));
+}
+
+std::unique_ptr<CommImpl> CommImpl::shrink(std::span<const int> excluded, bool abort_parent) {
+  Runtime::check_usable();
+  if (finalized_.load(std::memory_order_acquire)) throw_finalized();
+  std::vector<int> out(excluded.begin(), excluded.end());
+  std::sort(out.begin(), out.end());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (out[i] < 0 || out[i] >= size_)
+      throw InvalidArgument(cat("rank ", rank_, ": shrink: rank ", out[i], " is not a rank of this communicator of ",
+                                size_));
+    if (i > 0 && out[i] == out[i - 1])
+      throw InvalidArgument(cat("rank ", rank_, ": shrink: rank ", out[i], " is excluded twice"));
+  }
+  if (std::binary_search(out.begin(), out.end(), rank_))
+    throw InvalidArgument(cat("rank ", rank_, ": shrink: this rank is in the list of ranks to exclude; an excluded "
+                              "rank does not call shrink"));
+  // What is queued here goes first: aborted, or finished (its errors stay
+  // with its operations; a failed communicator is shrunk all the same).
+  if (abort_parent) {
+    abort();
+  } else {
+    try {
+      flush();
+    } catch (const Error&) {
+    }
+  }
+  // Every member counts its shrinks alike and passes the same list, so all
+  // derive the same id, apart from this one's, its splits' and every other
+  // shrink's (a member that passed another list derives another id, and its
+  // peers refuse its connections as another communicator's).
+  const std::uint32_t index = ++shrinks_;
+  WireWriter what;
+  what.str("braid shrink");
+  what.u32(index);
+  what.u32(static_cast<std::uint32_t>(out.size()));
+  for (int r : out) what.u32(static_cast<std::uint32_t>(r));
+  const Digest digest = hmac_sha256(comm_id_.bytes, what.take());
+  std::vector<int> members;
+  for (int r = 0; r < size_; ++r)
+    if (!std::binary_search(out.begin(), out.end(), r)) members.push_back(r);
+  std::unique_ptr<CommImpl> child(new CommImpl(-1, 0, settings_));
+  std::copy_n(digest.begin(), child->comm_id_.bytes.size(), child->comm_id_.bytes.begin());
+  child->advertise_ = advertise_;
+  child->kinds_ = kinds_;
+  child->contexts_ = contexts_;
+  // Its members make it without an exchange: a peer may dial before this
+  // side made it, and is told to come again (LinkOwner::derived).
+  child->derived_ = true;
+  adopt_members(*child, members, cat(store_name_, " (shrink ", index, ", without ", describe_ranks(out), ")"));
   return child;
 }
 

@@ -191,6 +191,12 @@ class CommImpl {
   /// error (an earlier failure fails every later operation).
   void flush();
   std::unique_ptr<CommImpl> split(int color, int key);
+  /// A communicator of this one's ranks less `excluded` (Comm::shrink): no
+  /// exchange with the others, so it works after a rank died; every member
+  /// passes the same list and derives the same child. `abort_parent` aborts
+  /// this one first, else what is queued here finishes first (errors stay
+  /// with those operations).
+  std::unique_ptr<CommImpl> shrink(std::span<const int> excluded, bool abort_parent);
   /// Finishes what is queued (each operation bounded by the timeout), says
   /// goodbye to every peer and lets the links go to their contexts (which
   /// keep, bounded, what a peer may still read). Later calls fail saying the
@@ -267,6 +273,10 @@ class CommImpl {
   /// The runtime's contexts of kinds_, enrolling this communicator (whose
   /// rank may be -1 yet: a split child being counted) with each.
   void enroll();
+  /// A child of this communicator (split, shrink) whose members are these
+  /// ranks here, in its rank order: its ranks, infos and addresses from
+  /// this one's, the store shared; enrolls it and starts it.
+  void adopt_members(CommImpl& child, const std::vector<int>& members, std::string name);
   /// Everything after the addresses are known: plan (`plan` when given, from
   /// a topology file; else made from `infos`), spin policy, ring links.
   void start(std::vector<RankInfo> infos, Addresses addresses, std::optional<Plan> plan = std::nullopt);
@@ -442,6 +452,8 @@ class CommImpl {
   std::vector<std::uint32_t> p2p_sent_;       // per peer: sends to it
   std::vector<std::uint32_t> p2p_received_;   // per peer: receives from it
   std::uint32_t splits_ = 0;
+  std::uint32_t shrinks_ = 0;
+  bool derived_ = false;  // made by shrink(): its members made it without an exchange
 
   FlightRecorder recorder_;
   std::uint64_t records_ = 0;

@@ -288,6 +288,22 @@ One thread at a time may call a communicator (abort() from any).)");
           "Collective: ranks passing the same color form a new Comm, ordered by key then rank; color None joins none "
           "(returns None).")
       .def(
+          "shrink",
+          [](PyComm& c, const std::vector<int>& excluded, bool abort) {
+            PyComm::Call in_call(c);
+            Comm& self = c.get();
+            Comm part;
+            {
+              py::gil_scoped_release release;
+              part = self.shrink(excluded, abort ? Comm::Shrink::abort : Comm::Shrink::finish);
+            }
+            return std::make_unique<PyComm>(std::move(part));
+          },
+          py::arg("excluded"), py::arg("abort") = false,
+          "A new Comm of this one's ranks less `excluded`, in the same order (NCCL's ncclCommShrink): every rank not "
+          "excluded calls it with the same list, an excluded rank does not (it may be dead). abort=True aborts this "
+          "one first, after an operation raised braid.PeerLost; else what was started here finishes first.")
+      .def(
           "finalize",
           &without_gil<&Comm::finalize>,
           "Ends this rank's part in order: finishes what was started, tells every peer, lets the links go (a slower "

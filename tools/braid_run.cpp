@@ -106,6 +106,10 @@ options:
   --grace T        time between SIGTERM and SIGKILL when stopping ranks
                    (default 5s)
   --no-prefix      do not put "[rank] " in front of output lines
+  --keep-going     a rank that fails or is killed does not stop the others
+                   (for jobs that go on without it: Comm::shrink); the exit
+                   status counts only the ranks that exited, not those a
+                   signal killed
   --bind-to B      core: bind rank i to the i-th CPU braid-run may use (round
                    robin when there are more ranks than CPUs); none:
                    leave placement to the kernel (default: core when the
@@ -117,7 +121,7 @@ options:
 SIGINT, SIGTERM and SIGHUP to braid-run are forwarded to the ranks.
 
 exit status: 0 when every rank exits 0; else that of the first rank to fail
-(128+S if signal S killed it); 124 after --timeout; 128+S when braid-run got
+(128+S if signal S killed it, but for --keep-going); 124 after --timeout; 128+S when braid-run got
 signal S; 127 when the program cannot be started; 2 on bad usage.
 )";
 
@@ -131,6 +135,7 @@ struct Options {
   std::optional<Millis> timeout;
   Millis grace{5000};
   bool prefix = true;
+  bool keep_going = false;
   std::optional<bool> bind;  // --bind-to: core (true), none (false); unset: core when the ranks fit the CPUs
   std::vector<std::string> command;
 };
@@ -183,6 +188,7 @@ Action parse_args(int argc, char** argv, Options& opts) {
               })
       .option({"--grace"}, [&](std::string_view name, std::string_view v) { opts.grace = parse_duration(v, name); })
       .flag({"--no-prefix"}, [&] { opts.prefix = false; })
+      .flag({"--keep-going"}, [&] { opts.keep_going = true; })
       .option({"--bind-to"},
               [&](std::string_view name, std::string_view v) {
                 if (v == "core") opts.bind = true;
@@ -517,6 +523,17 @@ class Launcher {
     rank.out->read_available();
     rank.err->read_available();
     if (phase_ != Phase::running || rank.exec_failed) return;
+    if (opts_.keep_going) {
+      // The others go on without it; a non-zero exit still decides the status.
+      if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
+        say(cat("rank ", rank.index, " exited with status ", WEXITSTATUS(status), "; the others go on (--keep-going)"));
+        if (!exit_code_) exit_code_ = WEXITSTATUS(status);
+      } else if (WIFSIGNALED(status)) {
+        say(cat("rank ", rank.index, " killed by signal ", WTERMSIG(status), " (", signal_name(WTERMSIG(status)),
+                "); the others go on (--keep-going)"));
+      }
+      return;
+    }
     if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
       say(cat("rank ", rank.index, " exited with status ", WEXITSTATUS(status)));
       stop(WEXITSTATUS(status), SIGTERM);

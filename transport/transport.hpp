@@ -243,6 +243,9 @@ struct LinkOwner {
   int tcp_streams = 1;
   std::size_t tcp_buffer_bytes = 0;
   Millis timeout{300000};
+  /// Made by its members without an exchange (Comm::shrink): a peer may not
+  /// have made its side yet when this side dials, and is asked again.
+  bool derived = false;
 };
 
 /// One kind of connection (tcp, shm, ucx, cuda_ipc) for the whole process: a

@@ -132,6 +132,20 @@ braid_result_t braid_comm_init_env(braid_comm_t* comm);
  * gets `*newcomm` = NULL and braid_success. Any other negative color fails
  * on the ranks that passed it. `*newcomm` is NULL after a failure. */
 braid_result_t braid_comm_split(braid_comm_t comm, int color, int key, braid_comm_t* newcomm);
+/** braid_comm_shrink's flags (NCCL_SHRINK_DEFAULT, NCCL_SHRINK_ABORT). */
+#define BRAID_SHRINK_DEFAULT 0
+#define BRAID_SHRINK_ABORT 1
+/** A new communicator of `comm`'s ranks less the `exclude_count` ranks in
+ * `exclude_ranks`, in the same order (NCCL's ncclCommShrink). Every rank that
+ * is not excluded calls it with the same list; an excluded rank does not (it
+ * may be dead): no message goes to it, so this works after a rank died.
+ * BRAID_SHRINK_DEFAULT first waits for the operations started on `comm`,
+ * which stays usable; BRAID_SHRINK_ABORT aborts `comm` first (after an
+ * operation failed with braid_peer_lost). braid_invalid_argument for a rank
+ * out of range, listed twice or the caller's own, or unknown flags.
+ * `*newcomm` is NULL after a failure. */
+braid_result_t braid_comm_shrink(braid_comm_t comm, const int* exclude_ranks, int exclude_count,
+                                 braid_comm_t* newcomm, int flags);
 /** Gives up on the communicator, from any thread, within milliseconds (it
  * never waits for a peer or a connection in progress): every pending and
  * later operation here fails with braid_aborted (never success, never

@@ -338,6 +338,22 @@ class Comm {
   /// others do not wait for them).
   Comm split(int color, int key);
 
+  /// What shrink() does with this communicator's operations first.
+  enum class Shrink {
+    finish,  // waits for what was started here (each bounded by the timeout); this one stays usable
+    abort,   // aborts this one first (its pending operations fail Aborted): after a failure (NCCL_SHRINK_ABORT)
+  };
+  /// A new communicator of this one's ranks less `excluded` (ranks here),
+  /// in the same order, as NCCL's ncclCommShrink: every rank that is not
+  /// excluded calls it with the same list; an excluded rank does not call
+  /// it (it may be dead). No message goes to the excluded ranks, so it works
+  /// after one of them died or left: pass Shrink::abort once an operation
+  /// failed with PeerLost. A rank that passes another list makes another
+  /// communicator, and its peers say so at their timeout. Throws
+  /// InvalidArgument for a rank out of range or listed twice, or for this
+  /// rank in the list.
+  Comm shrink(std::span<const int> excluded, Shrink mode = Shrink::finish);
+
   template <typename T>
   void all_reduce(std::span<const T> send, std::span<T> recv, ReduceOp op) {
     check_span_sizes(send.size(), recv.size(), 1, "all_reduce");

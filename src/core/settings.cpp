@@ -69,7 +69,8 @@ constexpr std::array kTable = {
                 "PMIx's rank; used last. The size comes from BRAID_WORLD_SIZE (or WORLD_SIZE), the store address "
                 "from BRAID_STORE_ADDR (or MASTER_ADDR and MASTER_PORT)."},
     SettingInfo{"BRAID_TIMEOUT", "300s",
-                "Bound on every wait: rendezvous, connection, each collective (300, 30s, 500ms, 2m)."},
+                "Bound on every wait: rendezvous, connection, each collective (300, 30s, 500ms, 2m, 1h; at most "
+                "1e9 s)."},
     SettingInfo{"BRAID_LINGER", "1s",
                 "How long, at most, a finished rank keeps serving its peers: the store a rank hosts stays up "
                 "until every rank of its job left (or this passes), and a process that exits waits as long for "

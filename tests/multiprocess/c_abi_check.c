@@ -399,6 +399,35 @@ static void split(braid_comm_t comm, int rank, int n) {
   EXPECT_OK(braid_barrier(comm));
 }
 
+/* braid_comm_shrink without rank 0 (the rank hosting the store): the others
+ * make a communicator of n - 1 ranks and all-reduce on it; rank 0 does not
+ * call it. The old communicator stays usable (BRAID_SHRINK_DEFAULT). Bad
+ * lists and flags are refused with braid_invalid_argument. */
+static void shrink(braid_comm_t comm, int rank, int n) {
+  braid_comm_t child = (braid_comm_t)&n;
+  int excluded[2] = {0, 0}, bad_rank = n, child_rank = -1, child_size = -1, sum = rank;
+  EXPECT_CODE(braid_comm_shrink(comm, &bad_rank, 1, &child, BRAID_SHRINK_DEFAULT), braid_invalid_argument);
+  EXPECT(child == NULL);
+  EXPECT(strstr(braid_last_error(), "is not a rank of this communicator") != NULL);
+  EXPECT_CODE(braid_comm_shrink(comm, excluded, 2, &child, BRAID_SHRINK_DEFAULT), braid_invalid_argument);
+  EXPECT(strstr(braid_last_error(), "excluded twice") != NULL);
+  EXPECT_CODE(braid_comm_shrink(comm, excluded, 1, &child, 7), braid_invalid_argument);
+  EXPECT_CODE(braid_comm_shrink(comm, NULL, 1, &child, BRAID_SHRINK_DEFAULT), braid_invalid_argument);
+  if (rank == 0) {
+    EXPECT_CODE(braid_comm_shrink(comm, excluded, 1, &child, BRAID_SHRINK_DEFAULT), braid_invalid_argument);
+    EXPECT(strstr(braid_last_error(), "an excluded rank does not call shrink") != NULL);
+  } else {
+    EXPECT_OK(braid_comm_shrink(comm, excluded, 1, &child, BRAID_SHRINK_DEFAULT));
+    EXPECT_OK(braid_comm_rank(child, &child_rank));
+    EXPECT_OK(braid_comm_count(child, &child_size));
+    EXPECT(child_rank == rank - 1 && child_size == n - 1);
+    EXPECT_OK(braid_all_reduce(&sum, &sum, 1, braid_i32, braid_sum, child));
+    EXPECT(sum == n * (n - 1) / 2);
+    EXPECT_OK(braid_comm_destroy(child));
+  }
+  EXPECT_OK(braid_barrier(comm)); /* the old one goes on, rank 0 included */
+}
+
 /* A second communicator from a unique id made by rank 0 and broadcast over
  * the first, with a 1 s timeout: rank 0 receives from rank 1, which never
  * sends. The wait returns the timeout; the communicator then refuses work. */
@@ -625,6 +654,7 @@ int main(void) {
   argument_errors(comm, rank, n);
   nccl_numbers(comm, rank, n);
   split(comm, rank, n);
+  shrink(comm, rank, n);
   groups(comm, rank, n);
   pre_mul_sums(comm, rank, n);
   uneven(comm, rank, n);

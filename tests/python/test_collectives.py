@@ -243,6 +243,24 @@ def test_split(comm):
     assert comm.split(None) is None
 
 
+def test_shrink(comm):
+    n, r = comm.size, comm.rank
+    # The last rank is left out and does not call shrink; the old Comm goes on.
+    if r != n - 1:
+        smaller = comm.shrink([n - 1])
+        assert (smaller.rank, smaller.size) == (r, n - 1)
+        x = np.array([r + 1], np.int64)
+        smaller.all_reduce(x)
+        assert x[0] == (n - 1) * n // 2
+        smaller.close()
+    with pytest.raises(braid.InvalidArgument, match="excluded twice"):
+        comm.shrink([0, 0])
+    if r == 0:
+        with pytest.raises(braid.InvalidArgument, match="an excluded rank does not call shrink"):
+            comm.shrink([0])
+    comm.barrier()
+
+
 def test_gil_released_while_waiting(comm):
     # Rank 0 enters the all-reduce 0.3 s late; meanwhile the others wait in
     # it, and a Python thread of theirs keeps running.

@@ -44,6 +44,9 @@ std::string_view describe(HelloStatus status) {
     case HelloStatus::finalized:
       return "the accepting rank has finalized this communicator (it ran fewer operations than the dialing rank)";
     case HelloStatus::gave_up: return "the accepting rank gave up on this communicator (it aborted or failed)";
+    case HelloStatus::not_yet:
+      return "the accepting rank has not made this communicator (yet): it did not call shrink, or passed another "
+             "list of ranks to exclude";
   }
   return "unknown refusal";
 }
@@ -54,7 +57,7 @@ std::array<std::byte, kHelloBytes> encode_hello(const Hello& hello) {
   w.u16(hello.version);
   w.u16(hello.stream);
   w.u16(hello.streams);
-  w.u16(hello.auth ? kHelloFlagAuth : 0);
+  w.u16(static_cast<std::uint16_t>((hello.auth ? kHelloFlagAuth : 0) | (hello.derived ? kHelloFlagDerived : 0)));
   w.bytes(hello.comm_id.bytes);
   w.u32(hello.from_rank);
   w.u32(hello.to_rank);
@@ -77,8 +80,10 @@ Hello decode_hello(std::span<const std::byte> bytes) {
   h.stream = r.u16();
   h.streams = r.u16();
   std::uint16_t flags = r.u16();
-  if ((flags & ~kHelloFlagAuth) != 0) throw ProtocolMismatch(cat("braid TCP hello with unknown flags ", flags));
+  if ((flags & ~(kHelloFlagAuth | kHelloFlagDerived)) != 0)
+    throw ProtocolMismatch(cat("braid TCP hello with unknown flags ", flags));
   h.auth = (flags & kHelloFlagAuth) != 0;
+  h.derived = (flags & kHelloFlagDerived) != 0;
   auto id = r.bytes(h.comm_id.bytes.size());
   std::copy(id.begin(), id.end(), h.comm_id.bytes.begin());
   h.from_rank = r.u32();
@@ -122,7 +127,7 @@ HelloReply decode_reply(std::span<const std::byte> bytes) {
   HelloReply reply;
   reply.version = r.u16();
   auto status = r.u16();
-  if (status > static_cast<std::uint16_t>(HelloStatus::gave_up))
+  if (status > static_cast<std::uint16_t>(HelloStatus::not_yet))
     throw ProtocolMismatch(cat("braid TCP hello reply has unknown status ", status));
   reply.status = static_cast<HelloStatus>(status);
   if (reply.version != kTcpProtocolVersion && reply.status != HelloStatus::wrong_version)

@@ -27,7 +27,7 @@
 // (decode_hello says so) and closes.
 //
 //   Hello (44 bytes, little-endian)
-//     u32 magic 'BRDT'  u16 version  u16 stream  u16 streams  u16 flags (bit 0: auth)
+//     u32 magic 'BRDT'  u16 version  u16 stream  u16 streams  u16 flags (bit 0: auth, bit 1: derived)
 //     u8[16] communicator id  u32 from_rank  u32 to_rank  u32 world_size  u32 reserved (0)
 //   HelloReply (8 bytes, then the 32 bytes named above where there are some)
 //     u32 magic 'BRDT'  u16 version  u16 status (HelloStatus)
@@ -57,12 +57,16 @@ inline constexpr std::size_t kHelloBytes = 44;
 inline constexpr std::size_t kHelloReplyBytes = 8;
 inline constexpr std::size_t kAuthProofBytes = kNonceBytes + kDigestBytes;
 inline constexpr std::uint16_t kHelloFlagAuth = 1;
+/// The communicator was made by its members without an exchange
+/// (Comm::shrink): an acceptor that does not know it yet answers not_yet.
+inline constexpr std::uint16_t kHelloFlagDerived = 2;
 
 struct Hello {
   std::uint16_t version = kTcpProtocolVersion;
   std::uint16_t stream = 0;
   std::uint16_t streams = 1;
   bool auth = false;  // the dialer holds a key and expects a challenge
+  bool derived = false;  // kHelloFlagDerived
   CommId comm_id;
   std::uint32_t from_rank = 0;
   std::uint32_t to_rank = 0;
@@ -83,6 +87,7 @@ enum class HelloStatus : std::uint16_t {
   tls_required = 10,    // the acceptor runs TLS (BRAID_TLS=1), the dialer sent its hello in clear
   finalized = 11,       // the acceptor's rank finalized that communicator in order
   gave_up = 12,         // the acceptor's rank gave up on that communicator (aborted or failed)
+  not_yet = 13,         // a derived communicator the acceptor's rank has not made yet: dial again
 };
 std::string_view describe(HelloStatus status);
 

@@ -387,7 +387,11 @@ void TcpAcceptor::decide(Incoming& c) {
       break;
     case TcpRegistry::Status::finalized: status = HelloStatus::finalized; break;
     case TcpRegistry::Status::gave_up: status = HelloStatus::gave_up; break;
-    case TcpRegistry::Status::unknown: break;
+    case TcpRegistry::Status::unknown:
+      // A communicator its members derive each on their own (shrink): this
+      // rank may make it a moment after the dialer did.
+      if (c.hello.derived) status = HelloStatus::not_yet;
+      break;
   }
   if (status != HelloStatus::accepted) {
     refuse(c, status);
@@ -406,8 +410,12 @@ void TcpAcceptor::refuse(Incoming& c, HelloStatus status) {
   c.sent = 0;
   c.status = status;
   c.phase = Phase::reply;
-  // A communicator that went is no stranger's fault: said at INFO.
-  if (status == HelloStatus::finalized || status == HelloStatus::gave_up)
+  // A communicator that went is no stranger's fault: said at INFO; one not
+  // made yet, at TRACE (the dialer comes again).
+  if (status == HelloStatus::not_yet)
+    log_trace("TCP listener ", address_.to_string(), ": told rank ", c.hello.from_rank, " at ", c.from.to_string(),
+              " to come again: communicator ", c.hello.comm_id.to_hex(), " is not made here yet");
+  else if (status == HelloStatus::finalized || status == HelloStatus::gave_up)
     log_info("TCP listener ", address_.to_string(), ": told rank ", c.hello.from_rank, " at ", c.from.to_string(),
              " that communicator ", c.hello.comm_id.to_hex(), " is gone here: ", describe(status));
   else

@@ -17,6 +17,12 @@
 namespace braid {
 namespace {
 
+// The peer answered not_yet: it has not made this derived communicator.
+class NotMadeYet : public ProtocolMismatch {
+ public:
+  using ProtocolMismatch::ProtocolMismatch;
+};
+
 // A healthy peer acknowledges data within milliseconds and answers keepalive
 // probes even while busy, so 10 s without either means the link or the host
 // is gone: the socket then fails instead of stalling until the operation's
@@ -108,6 +114,9 @@ void TcpContext::withdraw(const LinkOwner& owner, bool failed, std::string_view 
   std::erase_if(liveness_, [&](const auto& l) {
     return std::get<0>(l.first) == owner.comm_id && std::get<1>(l.first) == owner.rank;
   });
+  std::erase_if(again_, [&](const auto& a) {
+    return std::get<0>(a.first) == owner.comm_id && std::get<1>(a.first) == owner.rank;
+  });
 }
 
 std::string TcpContext::describe(const LinkOwner& owner) const {
@@ -121,7 +130,32 @@ std::vector<std::unique_ptr<Link>> TcpContext::connect(const LinkOwner& owner, s
     const int rank = peer.info->rank;
     if (watch) watch(rank, false);  // news that came before this try
     if (rank < owner.rank) {
-      links.push_back(dial(owner, peer, deadline, watch));
+      if (!owner.derived) {
+        links.push_back(dial(owner, peer, deadline, watch));
+        continue;
+      }
+      // A derived communicator (shrink): the peer may make its side a moment
+      // after this one; it answers not_yet until then, and is asked again
+      // after a pause that grows from 1 to 50 ms.
+      const auto key = std::make_tuple(owner.comm_id, owner.rank, rank);
+      {
+        std::lock_guard lock(liveness_mutex_);
+        if (auto it = again_.find(key); it != again_.end() && Clock::now() < it->second.at && !deadline.expired())
+          continue;
+      }
+      try {
+        links.push_back(dial(owner, peer, deadline, watch));
+        std::lock_guard lock(liveness_mutex_);
+        again_.erase(key);
+      } catch (const NotMadeYet& e) {
+        if (deadline.expired())
+          throw Timeout(cat(e.what(), "; still so at the timeout: did every rank that is not excluded call shrink "
+                                      "with the same list?"));
+        std::lock_guard lock(liveness_mutex_);
+        auto [it, fresh] = again_.try_emplace(key, Again{Clock::now(), std::chrono::milliseconds(1)});
+        if (!fresh) it->second.pause = std::min<Clock::duration>(2 * it->second.pause, std::chrono::milliseconds(50));
+        it->second.at = Clock::now() + it->second.pause;
+      }
       continue;
     }
     // The peer dials this rank; its connection is on file once it did.
@@ -251,6 +285,7 @@ std::unique_ptr<Link> TcpContext::dial(const LinkOwner& owner, const PeerRef& pe
     hello.from_rank = static_cast<std::uint32_t>(owner.rank);
     hello.to_rank = static_cast<std::uint32_t>(rank);
     hello.world_size = static_cast<std::uint32_t>(owner.size);
+    hello.derived = owner.derived;
     try {
       dial_handshake(socket, hello, deadline, what, watch);
     } catch (const PeerLost& e) {
@@ -318,6 +353,7 @@ void TcpContext::dial_handshake(Socket& socket, const Hello& hello, Deadline dea
     if (reply.status == HelloStatus::gave_up && watch) watch(static_cast<int>(hello.to_rank), true);  // the reason it published
     throw PeerLost(cat(what, ": ", braid::describe(reply.status)));
   }
+  if (reply.status == HelloStatus::not_yet) throw NotMadeYet(cat(what, ": ", braid::describe(reply.status)));
   if (reply.status == HelloStatus::wrong_version)
     refuse(cat("the peer refused the connection: ", braid::describe(reply.status), " (it speaks version ", reply.version,
                ", this rank ", kTcpProtocolVersion, ")"));

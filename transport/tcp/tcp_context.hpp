@@ -86,6 +86,13 @@ class TcpContext final : public TransportContext {
   // Touched by the engine's driving thread only (one at a time).
   std::mutex liveness_mutex_;  // connect() runs on the engine and on threads making communicators
   std::map<std::tuple<CommId, int, int>, Liveness> liveness_;  // communicator, this rank, peer
+  /// A derived communicator's peer that answered not_yet: when to dial it
+  /// again, and the pause after that (guarded by liveness_mutex_).
+  struct Again {
+    Clock::time_point at;
+    Clock::duration pause;
+  };
+  std::map<std::tuple<CommId, int, int>, Again> again_;
 };
 
 /// "127.0.0.1:40123" as bytes: the TCP transport's address format.
