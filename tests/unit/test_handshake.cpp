@@ -53,8 +53,12 @@ TEST_CASE("hello round-trips through its wire form") {
 TEST_CASE("a hello of this version with unknown flags or reserved bits is refused") {
   auto bytes = encode_hello(sample_hello());
   auto flags = bytes;
-  flags[10] = std::byte{0x02};
+  flags[10] = std::byte{0x04};
   CHECK_THROWS_WITH(decode_hello(flags), Catch::Contains("unknown flags"));
+  Hello derived = sample_hello();
+  derived.derived = true;
+  CHECK(decode_hello(encode_hello(derived)).derived);
+  CHECK_FALSE(decode_hello(bytes).derived);
   auto reserved = bytes;
   reserved[43] = std::byte{0x01};
   CHECK_THROWS_WITH(decode_hello(reserved), Catch::Contains("reserved"));
@@ -116,8 +120,9 @@ TEST_CASE("replies decode, and garbage replies are refused") {
   auto reply = encode_reply(HelloStatus::accepted);
   reply[6] = std::byte{0x7f};  // status out of range
   CHECK_THROWS_AS(decode_reply(reply), ProtocolMismatch);
-  reply = encode_reply(HelloStatus::gave_up);
-  reply[6] = std::byte{static_cast<std::uint8_t>(HelloStatus::gave_up) + 1};  // one past the last status
+  CHECK(decode_reply(encode_reply(HelloStatus::not_yet)).status == HelloStatus::not_yet);
+  reply = encode_reply(HelloStatus::not_yet);
+  reply[6] = std::byte{static_cast<std::uint8_t>(HelloStatus::not_yet) + 1};  // one past the last status
   CHECK_THROWS_WITH(decode_reply(reply), Catch::Contains("unknown status"));
   reply[0] = std::byte{0};
   CHECK_THROWS_AS(decode_reply(reply), ProtocolMismatch);
