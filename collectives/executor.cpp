@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 
 #include "core/check.hpp"
 #include "core/reduce.hpp"
@@ -114,7 +115,19 @@ Executor::Executor(const Schedule& schedule, Buffers buffers, std::span<Link* co
   in_chain_ = chain_ && buffers_.kind == MemKind::host;
 }
 
+std::int64_t monotonic_ns() {
+  timespec t;
+  ::clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+
+void Executor::time_steps(bool on) {
+  timed_ = on;
+  step_times_.assign(on ? schedule_.steps.size() : 0, StepTime{});
+}
+
 void Executor::restart(Buffers buffers, std::uint32_t sequence) {
+  if (timed_) [[unlikely]] std::fill(step_times_.begin(), step_times_.end(), StepTime{});
   if (buffers.kind != MemKind::host) check_kind(buffers.kind);
   buffers_ = buffers;
   sequence_ = sequence;
@@ -149,6 +162,7 @@ bool Executor::advance_chain() {
   while (cursor_ < n) {
     const std::uint32_t i = cursor_;
     const Step& s = schedule_.steps[i];
+    step_begins(i);
     if (s.peer < 0) {
       do_local(i);
     } else if (s.kind == StepKind::send) {
@@ -165,6 +179,7 @@ bool Executor::advance_chain() {
     } else if (!try_receive(i)) {
       return false;  // polled again by the next advance()
     }
+    step_ends(i);
     ++cursor_;
     ++done_count_;
     moved_ = true;
@@ -226,6 +241,7 @@ Tag Executor::tag_of(std::uint32_t index) const {
 }
 
 void Executor::post(std::uint32_t index) {
+  step_begins(index);
   // Small host messages take the link's short path when it has one: a send
   // is in the peer's hands at once, a receive is polled (receive_now) until
   // it arrives or the caller is about to sleep (park). No request, no queue.
@@ -308,6 +324,7 @@ void Executor::park() {
 }
 
 void Executor::run_local(std::uint32_t index) {
+  step_begins(index);
   do_local(index);
   finish(index);
 }
@@ -341,6 +358,7 @@ void Executor::combine(std::byte* dst, const std::byte* a, const std::byte* b, s
 
 void Executor::finish(std::uint32_t index) {
   state_[index] = State::done;
+  step_ends(index);
   ++done_count_;
   moved_ = true;
   for (auto k = dependents_begin_[index]; k < dependents_begin_[index + 1]; ++k) {

@@ -52,6 +52,14 @@ class ScratchPool {
   device::Memory device_;
 };
 
+/// When a step ran (monotonic_ns), for the trace: zero while it has not.
+struct StepTime {
+  std::int64_t begin_ns = 0;
+  std::int64_t end_ns = 0;
+};
+/// CLOCK_MONOTONIC in nanoseconds: the clock of traces.
+std::int64_t monotonic_ns();
+
 /// The tag of one step of a fused group of sends and receives (a
 /// braid_group_start/end block): each step matches the peer's own call, grouped
 /// or not, so it carries that call's sequence and descriptor instead of the
@@ -77,6 +85,12 @@ class Executor {
   /// Per-step tags (one per step) in place of the operation's sequence and
   /// descriptor; empty: every step uses the operation's.
   void set_step_tags(std::vector<StepTag> tags);
+
+  /// On: every run from the next restart() records when each of its steps
+  /// starts (posted, or run locally) and ends, in step_times(). Off, the
+  /// cost is one predictable branch per step.
+  void time_steps(bool on);
+  const std::vector<StepTime>& step_times() const { return step_times_; }
 
   /// One pass of posting, progress and completion. Returns true once every
   /// step is done; throws the first error of any step.
@@ -129,6 +143,13 @@ class Executor {
   /// Posts step `index` to its link as a request.
   void post_request(std::uint32_t index, const Tag& tag);
   void finish(std::uint32_t index);
+  void step_begins(std::uint32_t index) {
+    if (timed_) [[unlikely]]
+      if (step_times_[index].begin_ns == 0) step_times_[index].begin_ns = monotonic_ns();
+  }
+  void step_ends(std::uint32_t index) {
+    if (timed_) [[unlikely]] step_times_[index].end_ns = monotonic_ns();
+  }
   void run_local(std::uint32_t index);
   /// dst = a (op) b over bytes, on the host or the device as buffers_ are.
   void combine(std::byte* dst, const std::byte* a, const std::byte* b, std::size_t bytes);
@@ -171,6 +192,8 @@ class Executor {
   bool chain_ = false;
   bool in_chain_ = false;        // this run is in advance_chain's hands
   std::uint32_t cursor_ = 0;     // advance_chain: the next step
+  bool timed_ = false;              // time_steps(true)
+  std::vector<StepTime> step_times_;  // by step, while timed_
 };
 
 }  // namespace braid

@@ -39,6 +39,8 @@
 #include "core/settings.hpp"
 #include "core/spin.hpp"
 #include "flight_recorder.hpp"
+#include "op_stats.hpp"
+#include "trace_file.hpp"
 #include "rendezvous.hpp"
 #include "topology/plan.hpp"
 #include "comm/runtime.hpp"
@@ -73,6 +75,9 @@ struct OpPlan {
   std::vector<int> peers;
   std::unique_ptr<Executor> executor;  // made by the first operation that runs
   std::vector<StepTag> step_tags;      // a group's: each step's own tag (Executor::set_step_tags)
+  OpStatsTable::Row* stats_row = nullptr;         // its row of the communicator's statistics, once it finished
+  std::size_t stats_bytes = 0;                    // its size there (count x element size)
+  std::shared_ptr<const std::string> trace_args;  // its JSON in the trace, once traced (CommImpl::trace_args)
 };
 
 /// One queued collective or point-to-point operation.
@@ -114,6 +119,8 @@ class Operation {
   Clock::time_point started;  // its first pass that found nothing to do (drive), zero until then
   Deadline deadline = Deadline::never();
   unsigned connect_skips = 0;  // passes since its links were last asked for (it waits for a peer to connect)
+  std::int64_t begin_ns = 0;   // start_op's monotonic_ns(), for the statistics and the trace
+  std::int64_t queued_ns = 0;  // when it was queued, while tracing (0: it never waited in the queue)
 
  private:
   std::mutex callbacks_mutex_;
@@ -200,6 +207,8 @@ class CommImpl {
   bool finalized() const { return finalized_.load(std::memory_order_acquire); }
   /// The flight recorder's text: recent operations and who waits on whom.
   std::string dump_state() const { return recorder_.dump(); }
+  /// The statistics of the operations completed so far (op_stats.hpp).
+  std::vector<OpStats> stats() const;
   /// The error that made this communicator unusable, if any.
   std::exception_ptr async_error() const;
   /// Fails every queued and later operation here and tells the peers; safe
@@ -267,6 +276,18 @@ class CommImpl {
   /// The runtime's contexts of kinds_, enrolling this communicator (whose
   /// rank may be -1 yet: a split child being counted) with each.
   void enroll();
+  /// BRAID_TRACE: opens the process's trace file (the first communicator)
+  /// and adds this communicator's track.
+  void open_trace();
+  /// Measures, through the store, the offset from this rank's clock to rank
+  /// 0's (for the trace): every rank takes part, rank 0 answering each
+  /// in turn.
+  void measure_clock_offset(Store& store);
+  /// A finished operation's row of statistics and its trace record.
+  void account(Operation& op, std::int64_t end_ns);
+  /// The operation's arguments in the trace (collective, size, type,
+  /// algorithm, transports), formatted once per plan.
+  const std::shared_ptr<const std::string>& trace_args(OpPlan& plan) const;
   /// Everything after the addresses are known: plan (`plan` when given, from
   /// a topology file; else made from `infos`), spin policy, ring links.
   void start(std::vector<RankInfo> infos, Addresses addresses, std::optional<Plan> plan = std::nullopt);
@@ -441,6 +462,9 @@ class CommImpl {
   std::uint32_t splits_ = 0;
 
   FlightRecorder recorder_;
+  OpStatsTable stats_;                 // under the engine's mutex
+  std::shared_ptr<TraceFile> trace_;   // BRAID_TRACE: the process's timeline, else null
+  int trace_track_ = -1;               // this communicator's track in it
   std::uint64_t records_ = 0;
 
   // Under the engine's mutex.

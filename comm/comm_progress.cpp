@@ -42,6 +42,7 @@ void Operation::clear() {
   error = {};
   executor = nullptr;
   connect_skips = 0;
+  queued_ns = 0;
 }
 
 // ---- the caller's side ----------------------------------------------------------
@@ -55,6 +56,7 @@ bool CommImpl::accept_locked(const std::shared_ptr<Operation>& op) {
   }
   op->record = ++records_;
   recorder_.queued(op->record, op->sequence, op->plan->what);
+  if (trace_) [[unlikely]] op->queued_ns = monotonic_ns();
   queue_.push_back(op);
   return true;
 }
@@ -160,7 +162,9 @@ bool CommImpl::start_op(Operation& op) {
   } else {
     plan.executor = std::make_unique<Executor>(plan.schedule, op.run_buffers, link_ptrs_, op.sequence, rank_, &scratch_);
     if (!plan.step_tags.empty()) plan.executor->set_step_tags(plan.step_tags);
+    if (trace_) [[unlikely]] plan.executor->time_steps(true);
   }
+  op.begin_ns = monotonic_ns();
   op.executor = plan.executor.get();
   // The clock starts at the first pass that finds nothing to do (the
   // engine's note_idle), so an operation that never waits reads no clock.
@@ -173,9 +177,16 @@ bool CommImpl::start_op(Operation& op) {
 
 void CommImpl::finish(Operation& op, bool unqueued, bool release) {
   if (op.staged) stage_out(op);
+  const std::int64_t end_ns = monotonic_ns();
+  // While this thread drives, nobody restarts the plan's executor: its step
+  // times are this operation's.
+  if (trace_) [[unlikely]]
+    trace_->record_op(trace_track_, op.plan, trace_args(*op.plan), op.sequence, op.queued_ns, op.begin_ns, end_ns,
+                      op.plan->executor->step_times());
   std::shared_ptr<Operation> keep;  // the queue's reference, until the callbacks ran
   {
     std::lock_guard lock(engine_.mutex());
+    account(op, end_ns);
     op.done = true;
     op.executor = nullptr;
     if (unqueued) {
@@ -396,6 +407,11 @@ void CommImpl::finalize() {
     std::lock_guard lock(engine_.mutex());
     failed = !broken_.empty();
     if (!error) error = first_error_;
+  }
+  if (trace_) trace_->flush();
+  if (settings_.print_stats) {
+    const std::string table = OpStatsTable::format(stats(), cat("rank ", rank_, " of ", size_));
+    std::fwrite(table.data(), 1, table.size(), stderr);
   }
   // Nothing of this communicator is queued, so the engine does not touch its
   // links: they go to their contexts, after a goodbye unless it failed (its

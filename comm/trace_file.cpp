@@ -1,0 +1,253 @@
+#include "trace_file.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cinttypes>
+#include <ctime>
+
+#include "braid/braid.hpp"
+#include "comm_impl.hpp"
+#include "core/log.hpp"
+#include "core/text.hpp"
+
+namespace braid {
+namespace {
+
+// The process's file: opened by the first communicator that traces, kept
+// until exit (never destroyed: a TraceSpan may end during static destruction).
+std::mutex g_open_mutex;
+auto* g_file = new std::shared_ptr<TraceFile>;
+std::atomic<TraceFile*> g_current{nullptr};
+
+// Tracks: a communicator's operations on tid 64 x track, the lanes of its
+// steps (overlapping steps go to separate lanes) on the next 63; the
+// application's threads (TraceSpan) from kSpanTid.
+constexpr int kLanes = 63;
+constexpr int kSpanTid = 100000;
+
+std::string expand(const std::string& pattern, int rank) {
+  std::string out;
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '%' && i + 1 < pattern.size()) {
+      const char c = pattern[i + 1];
+      if (c == 'r') out += std::to_string(rank), ++i;
+      else if (c == 'h') out += hostname(), ++i;
+      else if (c == 'p') out += std::to_string(::getpid()), ++i;
+      else out += pattern[i];
+    } else {
+      out += pattern[i];
+    }
+  }
+  return out;
+}
+
+std::string json_string(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\', out += c;
+    else if (static_cast<unsigned char>(c) < 0x20) out += ' ';
+    else out += c;
+  }
+  return out + "\"";
+}
+
+void append_us(std::string& out, std::int64_t ns) {
+  char text[40];
+  std::snprintf(text, sizeof text, "%" PRId64 ".%03d", ns / 1000, static_cast<int>(ns % 1000));
+  out += text;
+}
+
+int thread_number() {
+  static std::atomic<int> next{0};
+  thread_local int number = next.fetch_add(1);
+  return number;
+}
+
+}  // namespace
+
+std::shared_ptr<TraceFile> TraceFile::open(const std::string& pattern, int rank, int size) {
+  std::lock_guard lock(g_open_mutex);
+  if (*g_file) return *g_file;
+  std::string path = expand(pattern, rank);
+  std::FILE* file = std::fopen(path.c_str(), "w+");
+  if (file == nullptr)
+    throw InvalidArgument(cat("BRAID_TRACE='", pattern, "': cannot write ", path, ": ", errno_text(errno)));
+  g_file->reset(new TraceFile(path, file, rank, size));
+  g_current.store(g_file->get(), std::memory_order_release);
+  // At exit whatever was recorded since the last flush is written (the
+  // runtime's own exit handler, registered earlier, then finalizes the
+  // communicators, which flush again).
+  std::atexit([] {
+    if (TraceFile* f = current()) f->flush();
+  });
+  log_info("rank ", rank, ": writing the trace to ", path);
+  return *g_file;
+}
+
+TraceFile* TraceFile::current() { return g_current.load(std::memory_order_acquire); }
+
+TraceFile::TraceFile(std::string path, std::FILE* file, int rank, int size)
+    : path_(std::move(path)), file_(file), rank_(rank), size_(size) {
+  std::fputs("{\"traceEvents\":[\n", file_);
+  footer_at_ = std::ftell(file_);
+  ops_.reserve(1024);
+  steps_.reserve(16 * 1024);
+  step_index_.reserve(16 * 1024);
+}
+
+TraceFile::~TraceFile() {
+  flush();
+  std::fclose(file_);
+}
+
+int TraceFile::add_communicator(std::string name) {
+  std::lock_guard lock(mutex_);
+  track_names_.push_back(std::move(name));
+  lanes_named_.push_back(-1);
+  return static_cast<int>(track_names_.size()) - 1;
+}
+
+void TraceFile::set_clock(double offset_us, double round_trip_us) {
+  std::lock_guard lock(mutex_);
+  if (round_trip_us_ >= 0) return;  // the process's first communicator measured it
+  offset_us_ = offset_us;
+  round_trip_us_ = round_trip_us;
+}
+
+void TraceFile::record_op(int track, const std::shared_ptr<OpPlan>& plan, const std::shared_ptr<const std::string>& args,
+                          std::uint32_t sequence, std::int64_t queued_ns, std::int64_t begin_ns, std::int64_t end_ns,
+                          const std::vector<StepTime>& steps) {
+  std::lock_guard lock(mutex_);
+  OpRecord& op = ops_.emplace_back(OpRecord{track, sequence, queued_ns, begin_ns, end_ns, plan, args, steps_.size(), 0});
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].end_ns == 0) continue;
+    steps_.push_back(steps[i]);
+    step_index_.push_back(static_cast<std::uint32_t>(i));
+    ++op.steps;
+  }
+  if (steps_.size() >= kFlushSteps || ops_.size() >= kFlushOps) flush_locked();
+}
+
+void TraceFile::record_span(const char* name, std::int64_t begin_ns, std::int64_t end_ns) {
+  const int thread = thread_number();
+  std::lock_guard lock(mutex_);
+  spans_.push_back(SpanRecord{name, thread, begin_ns, end_ns});
+  if (spans_.size() >= kFlushOps) flush_locked();
+}
+
+void TraceFile::flush() {
+  std::lock_guard lock(mutex_);
+  flush_locked();
+}
+
+void TraceFile::event(std::string& out, const std::string& body) {
+  if (any_event_) out += ",\n";
+  any_event_ = true;
+  out += body;
+}
+
+void TraceFile::write_op(std::string& out, const OpRecord& op) {
+  const int tid = 64 * op.track;
+  std::string e = cat("{\"ph\":\"X\",\"cat\":\"op\",\"pid\":", rank_, ",\"tid\":", tid, ",\"ts\":");
+  append_us(e, op.begin_ns);
+  e += ",\"dur\":";
+  append_us(e, std::max<std::int64_t>(op.end_ns - op.begin_ns, 0));
+  e += cat(",", *op.args, ",\"seq\":", op.sequence & 0x7fffffffu, ",\"queued_us\":");
+  append_us(e, op.queued_ns != 0 ? std::max<std::int64_t>(op.begin_ns - op.queued_ns, 0) : 0);
+  e += "}}";
+  event(out, e);
+  // Steps overlap (a ring sends and receives at once): each goes to the
+  // first lane free at its start, so every lane nests inside the operation.
+  std::vector<std::int64_t> lane_end;
+  const auto& steps = op.plan->schedule.steps;
+  for (std::size_t k = op.first_step; k < op.first_step + op.steps; ++k) {
+    const StepTime& t = steps_[k];
+    const Step& s = steps[step_index_[k]];
+    std::size_t lane = 0;
+    while (lane < lane_end.size() && lane_end[lane] > t.begin_ns) ++lane;
+    if (lane == lane_end.size()) lane_end.push_back(0);
+    lane_end[lane] = t.end_ns;
+    const int lane_tid = tid + 1 + static_cast<int>(std::min<std::size_t>(lane, kLanes - 1));
+    const std::size_t bytes = s.kind == StepKind::send ? s.src.bytes : s.dst.bytes;
+    std::string step = cat("{\"ph\":\"X\",\"cat\":\"step\",\"name\":\"", name_of(s.kind), "\",\"pid\":", rank_,
+                           ",\"tid\":", lane_tid, ",\"ts\":");
+    append_us(step, t.begin_ns);
+    step += ",\"dur\":";
+    append_us(step, std::max<std::int64_t>(t.end_ns - t.begin_ns, 0));
+    step += cat(",\"args\":{\"op\":", op.sequence & 0x7fffffffu, ",\"step\":", step_index_[k], ",\"peer\":", s.peer,
+                ",\"bytes\":", bytes, "}}");
+    event(out, step);
+    if (static_cast<int>(lane) > lanes_named_[static_cast<std::size_t>(op.track)]) {
+      for (int l = lanes_named_[static_cast<std::size_t>(op.track)] + 1; l <= static_cast<int>(lane) && l < kLanes; ++l)
+        event(out, cat("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":", rank_, ",\"tid\":", tid + 1 + l,
+                       ",\"args\":{\"name\":", json_string(cat(track_names_[static_cast<std::size_t>(op.track)], " steps ", l)),
+                       "}}"));
+      lanes_named_[static_cast<std::size_t>(op.track)] = static_cast<int>(lane);
+    }
+  }
+}
+
+void TraceFile::flush_locked() {
+  std::string out;
+  if (!named_threads_) {
+    named_threads_ = true;
+    event(out, cat("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":", rank_, ",\"args\":{\"name\":",
+                   json_string(cat("rank ", rank_, " (", hostname(), ":", ::getpid(), ")")), "}}"));
+    event(out, cat("{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":", rank_, ",\"args\":{\"sort_index\":", rank_,
+                   "}}"));
+  }
+  for (std::size_t t = 0; t < track_names_.size(); ++t)
+    if (thread_names_.size() <= t) {
+      thread_names_.push_back(track_names_[t]);
+      event(out, cat("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":", rank_, ",\"tid\":", 64 * t,
+                     ",\"args\":{\"name\":", json_string(track_names_[t]), "}}"));
+    }
+  for (const OpRecord& op : ops_) write_op(out, op);
+  std::vector<int> span_threads;
+  for (const SpanRecord& s : spans_) {
+    std::string e = cat("{\"ph\":\"X\",\"cat\":\"app\",\"name\":", json_string(s.name), ",\"pid\":", rank_,
+                        ",\"tid\":", kSpanTid + s.thread, ",\"ts\":");
+    append_us(e, s.begin_ns);
+    e += ",\"dur\":";
+    append_us(e, std::max<std::int64_t>(s.end_ns - s.begin_ns, 0));
+    e += "}";
+    event(out, e);
+    if (std::find(span_threads.begin(), span_threads.end(), s.thread) == span_threads.end()) {
+      span_threads.push_back(s.thread);
+      event(out, cat("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":", rank_, ",\"tid\":", kSpanTid + s.thread,
+                     ",\"args\":{\"name\":\"application thread ", s.thread, "\"}}"));
+    }
+  }
+  ops_.clear();
+  steps_.clear();
+  step_index_.clear();
+  spans_.clear();
+  char footer[512];
+  std::snprintf(footer, sizeof footer,
+                "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{\"braid_trace\":1,\"rank\":%d,\"size\":%d,\"host\":%s,"
+                "\"pid\":%d,\"clock\":\"CLOCK_MONOTONIC\",\"clock_offset_us\":%.3f,\"clock_round_trip_us\":%.3f}}\n",
+                rank_, size_, json_string(hostname()).c_str(), static_cast<int>(::getpid()), offset_us_, round_trip_us_);
+  std::fseek(file_, footer_at_, SEEK_SET);
+  std::fwrite(out.data(), 1, out.size(), file_);
+  footer_at_ = std::ftell(file_);
+  std::fputs(footer, file_);
+  std::fflush(file_);
+}
+
+}  // namespace braid
+
+namespace braid {
+
+TraceSpan::TraceSpan(const char* name) noexcept : name_(name), begin_ns_(0) {
+  if (TraceFile::current() != nullptr) [[unlikely]] begin_ns_ = monotonic_ns();
+}
+
+TraceSpan::~TraceSpan() {
+  if (begin_ns_ == 0) [[likely]] return;
+  if (TraceFile* file = TraceFile::current()) file->record_span(name_, begin_ns_, monotonic_ns());
+}
+
+}  // namespace braid

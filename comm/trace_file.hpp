@@ -1,0 +1,105 @@
+// TraceFile: the process's BRAID_TRACE timeline, in the Chrome trace-event
+// JSON format (Perfetto and chrome://tracing open it). One file per process,
+// opened by its first communicator with BRAID_TRACE set (%r: that
+// communicator's rank, which names the process in the trace); every
+// communicator of the process is a track of its own, and TraceSpan a track
+// per application thread.
+//
+// An operation is recorded as numbers when it finishes (its plan, the times
+// it was queued, started and ended, and each step's start and end), and
+// turned into JSON only when the records fill up or a communicator is
+// finalized, so formatting never runs inside a timed collective. After each
+// flush the file is complete JSON (the closing part is written again after
+// the new events), so a process that dies leaves a readable trace of what
+// it flushed.
+//
+// Clocks: timestamps are CLOCK_MONOTONIC in microseconds. At start-up each
+// rank measures its offset to rank 0's clock through the store
+// (CommImpl::measure_clock_offset), and writes it into the file's otherData;
+// braid-trace merge applies it.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "collectives/executor.hpp"
+
+namespace braid {
+
+struct OpPlan;
+
+class TraceFile {
+ public:
+  /// The process's trace file, opened (truncated) from `pattern` by the first
+  /// call; later calls return the same one. Throws Error naming the path
+  /// when it cannot be written.
+  static std::shared_ptr<TraceFile> open(const std::string& pattern, int rank, int size);
+  /// The open file, or null: for TraceSpan.
+  static TraceFile* current();
+  ~TraceFile();
+  TraceFile(const TraceFile&) = delete;
+  TraceFile& operator=(const TraceFile&) = delete;
+
+  /// A track for a communicator ("comm 0: 4 ranks"): its number.
+  int add_communicator(std::string name);
+  /// The offset to add to this process's timestamps to get rank 0's clock,
+  /// and the round trip of the exchange that measured it (its uncertainty).
+  /// The first call wins.
+  void set_clock(double offset_us, double round_trip_us);
+
+  /// One finished operation of communicator `track`. `args` is the
+  /// operation's JSON arguments (formatted once per plan); steps[i] is step
+  /// i's time (zero: the step did not run).
+  void record_op(int track, const std::shared_ptr<OpPlan>& plan, const std::shared_ptr<const std::string>& args,
+                 std::uint32_t sequence, std::int64_t queued_ns, std::int64_t begin_ns, std::int64_t end_ns,
+                 const std::vector<StepTime>& steps);
+  /// A TraceSpan of the calling thread.
+  void record_span(const char* name, std::int64_t begin_ns, std::int64_t end_ns);
+  /// Writes what is recorded; the file is complete JSON afterwards.
+  void flush();
+
+  const std::string& path() const { return path_; }
+
+ private:
+  TraceFile(std::string path, std::FILE* file, int rank, int size);
+  struct OpRecord {
+    int track;
+    std::uint32_t sequence;
+    std::int64_t queued_ns, begin_ns, end_ns;
+    std::shared_ptr<OpPlan> plan;
+    std::shared_ptr<const std::string> args;
+    std::size_t first_step, steps;  // in steps_
+  };
+  struct SpanRecord {
+    const char* name;
+    int thread;
+    std::int64_t begin_ns, end_ns;
+  };
+  static constexpr std::size_t kFlushSteps = 1 << 18;
+  static constexpr std::size_t kFlushOps = 1 << 16;
+  void flush_locked();
+  void write_op(std::string& out, const OpRecord& op);
+  void event(std::string& out, const std::string& body);
+
+  std::string path_;
+  std::FILE* file_;
+  int rank_, size_;
+  std::mutex mutex_;
+  std::vector<OpRecord> ops_;
+  std::vector<StepTime> steps_;
+  std::vector<std::uint32_t> step_index_;
+  std::vector<SpanRecord> spans_;
+  std::vector<std::string> track_names_;
+  std::vector<int> lanes_named_;  // per track: step lanes named so far
+  std::vector<std::string> thread_names_;
+  bool named_threads_ = false;
+  double offset_us_ = 0, round_trip_us_ = -1;
+  long footer_at_ = -1;  // where the closing part starts
+  bool any_event_ = false;
+};
+
+}  // namespace braid
