@@ -203,7 +203,7 @@ void CommImpl::join(Rendezvous rendezvous) {
   // Every rank is here now, so rank 0 answers the clock exchange at once.
   if (!settings_.trace_file.empty()) {
     open_trace();
-    measure_clock_offset(store);
+    measure_clock_offset(store, infos[static_cast<std::size_t>(rank_)].kernel_id == infos[0].kernel_id);
   }
   // Rank 0 declares the communicator formed, once, after a last look for a
   // failure (a duplicate claim): either every rank hears of that failure, or

@@ -281,8 +281,8 @@ class CommImpl {
   void open_trace();
   /// Measures, through the store, the offset from this rank's clock to rank
   /// 0's (for the trace): every rank takes part, rank 0 answering each
-  /// in turn.
-  void measure_clock_offset(Store& store);
+  /// in turn. `shares_clock`: this rank runs on rank 0's kernel.
+  void measure_clock_offset(Store& store, bool shares_clock);
   /// A finished operation's row of statistics and its trace record.
   void account(Operation& op, std::int64_t end_ns);
   /// The operation's arguments in the trace (collective, size, type,

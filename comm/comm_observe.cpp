@@ -15,7 +15,7 @@ namespace {
 // The clock exchange: round trips per rank (the shortest one is kept), and
 // how long a rank waits for its partner before it traces without an offset
 // (a rank whose BRAID_TRACE differs from rank 0's).
-constexpr int kClockRounds = 5;
+constexpr int kClockRounds = 8;
 constexpr Millis kClockWait{5000};
 
 std::string_view collective_of(const OpPlan& plan) {
@@ -78,12 +78,14 @@ void CommImpl::open_trace() {
   trace_track_ = trace_->add_communicator(cat("comm ", comm_id_.to_hex().substr(0, 8), " (rank ", rank_, " of ", size_, ")"));
 }
 
-void CommImpl::measure_clock_offset(Store& store) {
+void CommImpl::measure_clock_offset(Store& store, bool shares_clock) {
   // Cristian's exchange with rank 0 as the time server: a rank writes a
   // ping, rank 0 answers with its clock, and the rank takes rank 0's time
   // to be the middle of its round trip. The answer is off by at most half
   // the round trip (by much less when the two legs take as long), so the
-  // shortest of a few rounds is kept, and written beside the offset.
+  // shortest of a few rounds is kept, and written beside the offset. A
+  // rank on rank 0's kernel reads the very same CLOCK_MONOTONIC: its
+  // offset is 0 exactly, and the measured one is kept for comparison.
   auto key = [&](const char* what, int rank, int round) { return rank_key(cat("clock/", what, "/", round), rank); };
   try {
     if (rank_ == 0) {
@@ -92,7 +94,7 @@ void CommImpl::measure_clock_offset(Store& store) {
           store.get(key("ping", r, k), kClockWait);
           store.set(key("pong", r, k), std::to_string(monotonic_ns()));
         }
-      trace_->set_clock(0, 0);
+      trace_->set_clock(0, 0, 0);
       return;
     }
     double best_round_trip = -1, best_offset = 0;
@@ -107,9 +109,9 @@ void CommImpl::measure_clock_offset(Store& store) {
         best_offset = static_cast<double>(server) - (static_cast<double>(sent) + round_trip / 2);
       }
     }
-    trace_->set_clock(best_offset / 1e3, best_round_trip / 1e3);
+    trace_->set_clock(shares_clock ? 0 : best_offset / 1e3, best_offset / 1e3, best_round_trip / 1e3);
     log_info("rank ", rank_, ": clock offset to rank 0 ", best_offset / 1e3, " us (round trip ", best_round_trip / 1e3,
-             " us)");
+             " us)", shares_clock ? "; on rank 0's kernel, its clock is rank 0's" : "");
   } catch (const Timeout&) {
     log_warn("rank ", rank_, ": BRAID_TRACE: could not measure the clock offset to rank 0 through the store (does "
              "every rank set BRAID_TRACE?); its trace keeps its own clock");

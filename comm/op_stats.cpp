@@ -90,7 +90,8 @@ std::string OpStatsTable::format(const std::vector<OpStats>& rows, std::string_v
                 "size band", "count", "bytes", "total", "min", "p50", "p99", "max");
   out += line;
   for (const OpStats& s : rows) {
-    const std::string band = cat(human_bytes(s.band_min_bytes), "-", human_bytes(s.band_max_bytes));
+    const std::string band = s.band_max_bytes == 0 ? std::string("0 B")
+                                                   : cat(human_bytes(s.band_min_bytes), "-<", human_bytes(s.band_max_bytes + 1));
     std::snprintf(line, sizeof line, "  %-16s %-12s %-19s %9llu %12llu %12.1f %10.1f %10.1f %10.1f %10.1f\n",
                   s.collective.c_str(), s.algorithm.c_str(), band.c_str(), static_cast<unsigned long long>(s.count),
                   static_cast<unsigned long long>(s.bytes), s.total_us, s.min_us, s.p50_us, s.p99_us, s.max_us);

@@ -110,10 +110,11 @@ int TraceFile::add_communicator(std::string name) {
   return static_cast<int>(track_names_.size()) - 1;
 }
 
-void TraceFile::set_clock(double offset_us, double round_trip_us) {
+void TraceFile::set_clock(double offset_us, double measured_offset_us, double round_trip_us) {
   std::lock_guard lock(mutex_);
   if (round_trip_us_ >= 0) return;  // the process's first communicator measured it
   offset_us_ = offset_us;
+  measured_offset_us_ = measured_offset_us;
   round_trip_us_ = round_trip_us;
 }
 
@@ -228,8 +229,9 @@ void TraceFile::flush_locked() {
   char footer[512];
   std::snprintf(footer, sizeof footer,
                 "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{\"braid_trace\":1,\"rank\":%d,\"size\":%d,\"host\":%s,"
-                "\"pid\":%d,\"clock\":\"CLOCK_MONOTONIC\",\"clock_offset_us\":%.3f,\"clock_round_trip_us\":%.3f}}\n",
-                rank_, size_, json_string(hostname()).c_str(), static_cast<int>(::getpid()), offset_us_, round_trip_us_);
+                "\"pid\":%d,\"clock\":\"CLOCK_MONOTONIC\",\"clock_offset_us\":%.3f,\"clock_measured_offset_us\":%.3f,"
+                "\"clock_round_trip_us\":%.3f}}\n",
+                rank_, size_, json_string(hostname()).c_str(), static_cast<int>(::getpid()), offset_us_, measured_offset_us_, round_trip_us_);
   std::fseek(file_, footer_at_, SEEK_SET);
   std::fwrite(out.data(), 1, out.size(), file_);
   footer_at_ = std::ftell(file_);

@@ -46,10 +46,10 @@ class TraceFile {
 
   /// A track for a communicator ("comm 0: 4 ranks"): its number.
   int add_communicator(std::string name);
-  /// The offset to add to this process's timestamps to get rank 0's clock,
-  /// and the round trip of the exchange that measured it (its uncertainty).
-  /// The first call wins.
-  void set_clock(double offset_us, double round_trip_us);
+  /// The offset to add to this process's timestamps to get rank 0's clock;
+  /// the one the exchange through the store measured and its round trip
+  /// (the bound on its error). The first call wins.
+  void set_clock(double offset_us, double measured_offset_us, double round_trip_us);
 
   /// One finished operation of communicator `track`. `args` is the
   /// operation's JSON arguments (formatted once per plan); steps[i] is step
@@ -97,7 +97,7 @@ class TraceFile {
   std::vector<int> lanes_named_;  // per track: step lanes named so far
   std::vector<std::string> thread_names_;
   bool named_threads_ = false;
-  double offset_us_ = 0, round_trip_us_ = -1;
+  double offset_us_ = 0, measured_offset_us_ = 0, round_trip_us_ = -1;
   long footer_at_ = -1;  // where the closing part starts
   bool any_event_ = false;
 };
