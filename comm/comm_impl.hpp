@@ -465,6 +465,7 @@ class CommImpl {
   OpStatsTable stats_;                 // under the engine's mutex
   std::shared_ptr<TraceFile> trace_;   // BRAID_TRACE: the process's timeline, else null
   int trace_track_ = -1;               // this communicator's track in it
+  bool timed_ = false;                 // statistics or trace: operations read the clock
   std::uint64_t records_ = 0;
 
   // Under the engine's mutex.

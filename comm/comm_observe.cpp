@@ -73,6 +73,7 @@ const std::shared_ptr<const std::string>& CommImpl::trace_args(OpPlan& plan) con
 }
 
 void CommImpl::open_trace() {
+  timed_ = settings_.keep_stats || !settings_.trace_file.empty();
   if (settings_.trace_file.empty() || trace_) return;
   trace_ = TraceFile::open(settings_.trace_file, rank_, size_);
   trace_track_ = trace_->add_communicator(cat("comm ", comm_id_.to_hex().substr(0, 8), " (rank ", rank_, " of ", size_, ")"));

@@ -164,7 +164,7 @@ bool CommImpl::start_op(Operation& op) {
     if (!plan.step_tags.empty()) plan.executor->set_step_tags(plan.step_tags);
     if (trace_) [[unlikely]] plan.executor->time_steps(true);
   }
-  op.begin_ns = monotonic_ns();
+  if (timed_) op.begin_ns = monotonic_ns();
   op.executor = plan.executor.get();
   // The clock starts at the first pass that finds nothing to do (the
   // engine's note_idle), so an operation that never waits reads no clock.
@@ -177,7 +177,7 @@ bool CommImpl::start_op(Operation& op) {
 
 void CommImpl::finish(Operation& op, bool unqueued, bool release) {
   if (op.staged) stage_out(op);
-  const std::int64_t end_ns = monotonic_ns();
+  const std::int64_t end_ns = timed_ ? monotonic_ns() : 0;
   // While this thread drives, nobody restarts the plan's executor: its step
   // times are this operation's.
   if (trace_) [[unlikely]]
@@ -186,7 +186,7 @@ void CommImpl::finish(Operation& op, bool unqueued, bool release) {
   std::shared_ptr<Operation> keep;  // the queue's reference, until the callbacks ran
   {
     std::lock_guard lock(engine_.mutex());
-    account(op, end_ns);
+    if (timed_) account(op, end_ns);
     op.done = true;
     op.executor = nullptr;
     if (unqueued) {

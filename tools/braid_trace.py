@@ -153,11 +153,22 @@ def plot(trace, out, span=None, index=0, start=None, end=None):
     for e in trace["traceEvents"]:
         if e.get("ph") == "M" and e.get("name") == "thread_name":
             names[(e["pid"], e["tid"])] = e["args"]["name"]
-    # Rows: per rank, the application's threads, then each communicator's
-    # operations and its step lanes.
+    # Rows: per rank, the application's threads (a row per nesting depth of
+    # their spans), then each communicator's operations and its steps (all
+    # lanes on one row).
+    depth = {}
+    open_spans = {}
+    for e in sorted((e for e in shown if e.get("cat") == "app"), key=lambda e: (e["ts"], -e["dur"])):
+        stack = open_spans.setdefault((e["pid"], e["tid"]), [])
+        while stack and stack[-1] <= e["ts"]:
+            stack.pop()
+        depth[id(e)] = len(stack)
+        stack.append(e["ts"] + e["dur"])
+
     def row_key(e):
-        app = e.get("cat") == "app"
-        return (e["pid"], 0 if app else 1, e["tid"])
+        if e.get("cat") == "app":
+            return (e["pid"], 0, e["tid"], depth[id(e)])
+        return (e["pid"], 1, e["tid"] - e["tid"] % 64, 0 if e.get("cat") == "op" else 1)
     rows = sorted({row_key(e) for e in shown})
     row_of = {k: i for i, k in enumerate(rows)}
     colors = {"send": "tab:blue", "recv": "tab:orange", "recv_reduce": "tab:red", "reduce": "tab:purple",
@@ -179,9 +190,9 @@ def plot(trace, out, span=None, index=0, start=None, end=None):
         if e.get("cat") == "app" and width > (end - start) / 1e3 * 0.06:
             ax.text(left + width / 2, y, e["name"], ha="center", va="center", fontsize=7)
     labels = []
-    for pid, kind, tid in rows:
+    for pid, kind, tid, sub in rows:
         name = names.get((pid, tid), f"tid {tid}")
-        labels.append(f"rank {pid}: {name}")
+        labels.append(f"rank {pid}: {name}" + (" steps" if kind == 1 and sub == 1 else ""))
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels(labels, fontsize=7)
     ax.invert_yaxis()
