@@ -440,12 +440,14 @@ void Executor::explain(std::uint32_t index, std::exception_ptr error) const {
 }
 
 bool Executor::advance() {
+  stamp_ = 0;
   if (in_chain_) return advance_chain();
   moved_ = false;
   post_ready();
   if (finished()) return true;
   for (auto& q : peers_)
     if (links_[q.peer]->busy()) moved_ |= links_[q.peer]->progress();
+  stamp_ = 0;
   post_ready();
   return finished();
 }

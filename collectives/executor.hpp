@@ -143,12 +143,25 @@ class Executor {
   /// Posts step `index` to its link as a request.
   void post_request(std::uint32_t index, const Tag& tag);
   void finish(std::uint32_t index);
+  // Step times cost a clock read per pass, not per step: steps that begin
+  // or end in one pass share a reading (stamp_), taken afresh after
+  // whatever can take long (the links' progress, a local step, a transfer
+  // of kLongStep bytes or more, a new advance()).
+  static constexpr std::size_t kLongStep = 4096;
+  std::int64_t stamp() {
+    if (stamp_ == 0) stamp_ = monotonic_ns();
+    return stamp_;
+  }
   void step_begins(std::uint32_t index) {
     if (timed_) [[unlikely]]
-      if (step_times_[index].begin_ns == 0) step_times_[index].begin_ns = monotonic_ns();
+      if (step_times_[index].begin_ns == 0) step_times_[index].begin_ns = stamp();
   }
   void step_ends(std::uint32_t index) {
-    if (timed_) [[unlikely]] step_times_[index].end_ns = monotonic_ns();
+    if (timed_) [[unlikely]] {
+      const Step& s = schedule_.steps[index];
+      if (s.peer < 0 || std::max(s.src.bytes, s.dst.bytes) >= kLongStep) stamp_ = 0;
+      step_times_[index].end_ns = stamp();
+    }
   }
   void run_local(std::uint32_t index);
   /// dst = a (op) b over bytes, on the host or the device as buffers_ are.
@@ -194,6 +207,7 @@ class Executor {
   std::uint32_t cursor_ = 0;     // advance_chain: the next step
   bool timed_ = false;              // time_steps(true)
   std::vector<StepTime> step_times_;  // by step, while timed_
+  std::int64_t stamp_ = 0;            // this pass's clock reading, 0: none yet
 };
 
 }  // namespace braid

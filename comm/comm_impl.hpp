@@ -78,6 +78,7 @@ struct OpPlan {
   OpStatsTable::Row* stats_row = nullptr;         // its row of the communicator's statistics, once it finished
   std::size_t stats_bytes = 0;                    // its size there (count x element size)
   std::shared_ptr<const std::string> trace_args;  // its JSON in the trace, once traced (CommImpl::trace_args)
+  bool traced = false;  // TraceFile holds it until its next flush (it has records of it)
 };
 
 /// One queued collective or point-to-point operation.

@@ -181,7 +181,7 @@ void CommImpl::finish(Operation& op, bool unqueued, bool release) {
   // While this thread drives, nobody restarts the plan's executor: its step
   // times are this operation's.
   if (trace_) [[unlikely]]
-    trace_->record_op(trace_track_, op.plan, trace_args(*op.plan), op.sequence, op.queued_ns, op.begin_ns, end_ns,
+    trace_->record_op(trace_track_, op.plan, *trace_args(*op.plan), op.sequence, op.queued_ns, op.begin_ns, end_ns,
                       op.plan->executor->step_times());
   std::shared_ptr<Operation> keep;  // the queue's reference, until the callbacks ran
   {

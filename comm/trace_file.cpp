@@ -118,11 +118,16 @@ void TraceFile::set_clock(double offset_us, double measured_offset_us, double ro
   round_trip_us_ = round_trip_us;
 }
 
-void TraceFile::record_op(int track, const std::shared_ptr<OpPlan>& plan, const std::shared_ptr<const std::string>& args,
+void TraceFile::record_op(int track, const std::shared_ptr<OpPlan>& plan, const std::string& args,
                           std::uint32_t sequence, std::int64_t queued_ns, std::int64_t begin_ns, std::int64_t end_ns,
                           const std::vector<StepTime>& steps) {
   std::lock_guard lock(mutex_);
-  OpRecord& op = ops_.emplace_back(OpRecord{track, sequence, queued_ns, begin_ns, end_ns, plan, args, steps_.size(), 0});
+  if (!plan->traced) [[unlikely]] {
+    plan->traced = true;
+    plans_.push_back(plan);
+  }
+  OpRecord& op =
+      ops_.emplace_back(OpRecord{track, sequence, queued_ns, begin_ns, end_ns, plan.get(), &args, steps_.size(), 0});
   for (std::size_t i = 0; i < steps.size(); ++i) {
     if (steps[i].end_ns == 0) continue;
     steps_.push_back(steps[i]);
@@ -223,6 +228,8 @@ void TraceFile::flush_locked() {
     }
   }
   ops_.clear();
+  for (auto& plan : plans_) plan->traced = false;
+  plans_.clear();
   steps_.clear();
   step_index_.clear();
   spans_.clear();

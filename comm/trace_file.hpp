@@ -54,7 +54,7 @@ class TraceFile {
   /// One finished operation of communicator `track`. `args` is the
   /// operation's JSON arguments (formatted once per plan); steps[i] is step
   /// i's time (zero: the step did not run).
-  void record_op(int track, const std::shared_ptr<OpPlan>& plan, const std::shared_ptr<const std::string>& args,
+  void record_op(int track, const std::shared_ptr<OpPlan>& plan, const std::string& args,
                  std::uint32_t sequence, std::int64_t queued_ns, std::int64_t begin_ns, std::int64_t end_ns,
                  const std::vector<StepTime>& steps);
   /// A TraceSpan of the calling thread.
@@ -70,8 +70,8 @@ class TraceFile {
     int track;
     std::uint32_t sequence;
     std::int64_t queued_ns, begin_ns, end_ns;
-    std::shared_ptr<OpPlan> plan;
-    std::shared_ptr<const std::string> args;
+    const OpPlan* plan;       // kept alive by plans_
+    const std::string* args;  // the plan's
     std::size_t first_step, steps;  // in steps_
   };
   struct SpanRecord {
@@ -90,6 +90,9 @@ class TraceFile {
   int rank_, size_;
   std::mutex mutex_;
   std::vector<OpRecord> ops_;
+  // The plans of the operations recorded since the last flush, once each
+  // (OpPlan::traced says which), so a record holds no reference of its own.
+  std::vector<std::shared_ptr<OpPlan>> plans_;
   std::vector<StepTime> steps_;
   std::vector<std::uint32_t> step_index_;
   std::vector<SpanRecord> spans_;
