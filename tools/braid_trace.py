@@ -186,7 +186,13 @@ def plot(trace, out, span=None, index=0, start=None, end=None):
             color = op_colors[collectives.index(e["args"]["collective"]) % len(op_colors)]
         else:
             color = colors.get(e["name"], "black")
-        ax.barh(y, width, left=left, height=0.8, color=color, edgecolor="black", linewidth=0.2)
+        ax.barh(y, width, left=left, height=0.8, color=color, edgecolor="black", linewidth=0.2, zorder=2)
+        queued = e.get("args", {}).get("queued_us", 0) if e.get("cat") == "op" else 0
+        if queued > 0 and e["ts"] > start:
+            # Submitted (*_async) before it started: its wait in the queue.
+            q_left = max(e["ts"] - queued, start)
+            ax.barh(y, (e["ts"] - q_left) / 1e3, left=(q_left - start) / 1e3, height=0.5, color="white",
+                    edgecolor=color, hatch="////", linewidth=0.5, zorder=1)
         if e.get("cat") == "app" and width > (end - start) / 1e3 * 0.06:
             ax.text(left + width / 2, y, e["name"], ha="center", va="center", fontsize=7)
     labels = []
@@ -198,7 +204,8 @@ def plot(trace, out, span=None, index=0, start=None, end=None):
     ax.invert_yaxis()
     ax.set_xlabel("ms (rank 0's clock)")
     ax.set_xlim(0, (end - start) / 1e3)
-    legend = [Patch(color="0.75", label="application (TraceSpan)")]
+    legend = [Patch(color="0.75", label="application (TraceSpan)"),
+              Patch(facecolor="white", edgecolor="tab:green", hatch="////", label="queued (async)")]
     legend += [Patch(color=op_colors[i % len(op_colors)], label=c) for i, c in enumerate(collectives)]
     legend += [Patch(color=c, label=k) for k, c in colors.items()
                if any(e.get("cat") == "step" and e["name"] == k for e in shown)]
