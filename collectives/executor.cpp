@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 
 #include "core/check.hpp"
 #include "core/reduce.hpp"
@@ -113,12 +112,6 @@ Executor::Executor(const Schedule& schedule, Buffers buffers, std::span<Link* co
     chain_ = (i == 0 ? s.deps.empty() : s.deps.size() == 1 && s.deps[0] == i - 1) && (s.peer < 0 || short_[i]);
   }
   in_chain_ = chain_ && buffers_.kind == MemKind::host;
-}
-
-std::int64_t monotonic_ns() {
-  timespec t;
-  ::clock_gettime(CLOCK_MONOTONIC, &t);
-  return static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
 }
 
 void Executor::time_steps(bool on) {

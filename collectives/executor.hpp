@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "collectives/schedule.hpp"
+#include "core/ticks.hpp"
 #include "transport/transport.hpp"
 
 namespace braid {
@@ -52,13 +53,11 @@ class ScratchPool {
   device::Memory device_;
 };
 
-/// When a step ran (monotonic_ns), for the trace: zero while it has not.
+/// When a step ran, in ticks (core/ticks.hpp), for the trace: zero while it has not.
 struct StepTime {
-  std::int64_t begin_ns = 0;
-  std::int64_t end_ns = 0;
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
 };
-/// CLOCK_MONOTONIC in nanoseconds: the clock of traces.
-std::int64_t monotonic_ns();
 
 /// The tag of one step of a fused group of sends and receives (a
 /// braid_group_start/end block): each step matches the peer's own call, grouped
@@ -149,18 +148,18 @@ class Executor {
   // of kLongStep bytes or more, a new advance()).
   static constexpr std::size_t kLongStep = 4096;
   std::int64_t stamp() {
-    if (stamp_ == 0) stamp_ = monotonic_ns();
+    if (stamp_ == 0) stamp_ = ticks();
     return stamp_;
   }
   void step_begins(std::uint32_t index) {
     if (timed_) [[unlikely]]
-      if (step_times_[index].begin_ns == 0) step_times_[index].begin_ns = stamp();
+      if (step_times_[index].begin == 0) step_times_[index].begin = stamp();
   }
   void step_ends(std::uint32_t index) {
     if (timed_) [[unlikely]] {
       const Step& s = schedule_.steps[index];
       if (s.peer < 0 || std::max(s.src.bytes, s.dst.bytes) >= kLongStep) stamp_ = 0;
-      step_times_[index].end_ns = stamp();
+      step_times_[index].end = stamp();
     }
   }
   void run_local(std::uint32_t index);
@@ -207,7 +206,7 @@ class Executor {
   std::uint32_t cursor_ = 0;     // advance_chain: the next step
   bool timed_ = false;              // time_steps(true)
   std::vector<StepTime> step_times_;  // by step, while timed_
-  std::int64_t stamp_ = 0;            // this pass's clock reading, 0: none yet
+  std::int64_t stamp_ = 0;            // this pass's tick, 0: none yet
 };
 
 }  // namespace braid

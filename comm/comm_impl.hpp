@@ -120,8 +120,8 @@ class Operation {
   Clock::time_point started;  // its first pass that found nothing to do (drive), zero until then
   Deadline deadline = Deadline::never();
   unsigned connect_skips = 0;  // passes since its links were last asked for (it waits for a peer to connect)
-  std::int64_t begin_ns = 0;   // start_op's monotonic_ns(), for the statistics and the trace
-  std::int64_t queued_ns = 0;  // when it was queued, while tracing (0: it never waited in the queue)
+  std::int64_t begin_tick = 0;   // start_op's ticks(), for the statistics and the trace
+  std::int64_t queued_tick = 0;  // when it was queued, while tracing (0: it never waited in the queue)
 
  private:
   std::mutex callbacks_mutex_;
@@ -285,7 +285,7 @@ class CommImpl {
   /// in turn. `shares_clock`: this rank runs on rank 0's kernel.
   void measure_clock_offset(Store& store, bool shares_clock);
   /// A finished operation's row of statistics and its trace record.
-  void account(Operation& op, std::int64_t end_ns);
+  void account(Operation& op, std::int64_t end_tick);
   /// The operation's arguments in the trace (collective, size, type,
   /// algorithm, transports), formatted once per plan.
   const std::shared_ptr<const std::string>& trace_args(OpPlan& plan) const;

@@ -35,18 +35,19 @@ std::size_t bytes_of(const OpPlan& plan) {
 
 }  // namespace
 
-void CommImpl::account(Operation& op, std::int64_t end_ns) {
+void CommImpl::account(Operation& op, std::int64_t end_tick) {
   OpPlan& plan = *op.plan;
   if (plan.stats_row == nullptr) [[unlikely]] {
     plan.stats_bytes = bytes_of(plan);
     plan.stats_row = stats_.row(collective_of(plan), plan.schedule.algorithm, plan.stats_bytes);
   }
-  OpStatsTable::add(*plan.stats_row, plan.stats_bytes, end_ns - op.begin_ns);
+  OpStatsTable::add(*plan.stats_row, plan.stats_bytes, end_tick - op.begin_tick);
 }
 
 std::vector<OpStats> CommImpl::stats() const {
+  const double ns_per_tick = TickScale(TickAnchor::origin(), TickAnchor::now()).ns_per_tick();
   std::lock_guard lock(engine_.mutex());
-  return stats_.snapshot();
+  return stats_.snapshot(ns_per_tick);
 }
 
 const std::shared_ptr<const std::string>& CommImpl::trace_args(OpPlan& plan) const {

@@ -10,9 +10,9 @@ namespace braid {
 
 int OpStatsTable::band_of(std::size_t bytes) { return static_cast<int>(std::bit_width(bytes)); }
 
-int OpStatsTable::bucket_of(std::int64_t nanoseconds) {
+int OpStatsTable::bucket_of(std::int64_t ticks) {
   // Bucket = 16 x the power of two below the value, plus its next 4 bits.
-  const auto v = static_cast<std::uint64_t>(std::max<std::int64_t>(nanoseconds, 1));
+  const auto v = static_cast<std::uint64_t>(std::max<std::int64_t>(ticks, 1));
   const int octave = static_cast<int>(std::bit_width(v)) - 1;
   const int sub = octave >= 4 ? static_cast<int>((v >> (octave - 4)) & (kSubBuckets - 1))
                               : static_cast<int>((v << (4 - octave)) & (kSubBuckets - 1));
@@ -37,16 +37,17 @@ OpStatsTable::Row* OpStatsTable::row(std::string_view collective, std::string_vi
   return &r;
 }
 
-void OpStatsTable::add(Row& row, std::size_t bytes, std::int64_t nanoseconds) {
-  if (row.count == 0 || nanoseconds < row.min_ns) row.min_ns = nanoseconds;
-  if (nanoseconds > row.max_ns) row.max_ns = nanoseconds;
+void OpStatsTable::add(Row& row, std::size_t bytes, std::int64_t ticks) {
+  if (row.count == 0 || ticks < row.min) row.min = ticks;
+  if (ticks > row.max) row.max = ticks;
   ++row.count;
   row.bytes += bytes;
-  row.total_ns += nanoseconds;
-  ++row.histogram[static_cast<std::size_t>(bucket_of(nanoseconds))];
+  row.total += ticks;
+  ++row.histogram[static_cast<std::size_t>(bucket_of(ticks))];
 }
 
-std::vector<OpStats> OpStatsTable::snapshot() const {
+std::vector<OpStats> OpStatsTable::snapshot(double ns_per_tick) const {
+  const double us_per_tick = ns_per_tick / 1e3;
   std::vector<OpStats> out;
   for (const Row& r : rows_) {
     if (r.count == 0) continue;
@@ -57,9 +58,9 @@ std::vector<OpStats> OpStatsTable::snapshot() const {
     s.band_max_bytes = r.band == 0 ? 0 : (r.band >= 64 ? ~std::size_t{0} : (std::size_t{1} << r.band) - 1);
     s.count = r.count;
     s.bytes = r.bytes;
-    s.total_us = static_cast<double>(r.total_ns) / 1e3;
-    s.min_us = static_cast<double>(r.min_ns) / 1e3;
-    s.max_us = static_cast<double>(r.max_ns) / 1e3;
+    s.total_us = static_cast<double>(r.total) * us_per_tick;
+    s.min_us = static_cast<double>(r.min) * us_per_tick;
+    s.max_us = static_cast<double>(r.max) * us_per_tick;
     // The bucket holding the q-th operation, its middle clamped to [min, max].
     auto percentile = [&](double q) {
       const auto rank = static_cast<std::uint64_t>(q * static_cast<double>(r.count - 1));
@@ -67,7 +68,7 @@ std::vector<OpStats> OpStatsTable::snapshot() const {
       for (int b = 0; b < kBuckets; ++b) {
         seen += r.histogram[static_cast<std::size_t>(b)];
         if (seen > rank)
-          return std::clamp(bucket_value(b), static_cast<double>(r.min_ns), static_cast<double>(r.max_ns)) / 1e3;
+          return std::clamp(bucket_value(b), static_cast<double>(r.min), static_cast<double>(r.max)) * us_per_tick;
       }
       return s.max_us;
     };

@@ -24,7 +24,7 @@ namespace braid {
 
 class OpStatsTable {
  public:
-  /// 16 buckets per power of two of nanoseconds: a percentile is known to
+  /// 16 buckets per power of two of ticks: a percentile is known to
   /// within 1/16 of its value (reported at the bucket's middle).
   static constexpr int kSubBuckets = 16;
   static constexpr int kBuckets = 64 * kSubBuckets;
@@ -35,22 +35,23 @@ class OpStatsTable {
     int band = 0;  // sizes in [2^(band-1), 2^band - 1]; band 0 holds size 0
     std::uint64_t count = 0;
     std::uint64_t bytes = 0;
-    std::int64_t total_ns = 0, min_ns = 0, max_ns = 0;
+    std::int64_t total = 0, min = 0, max = 0;  // ticks (core/ticks.hpp)
     std::array<std::uint32_t, kBuckets> histogram{};
   };
 
   /// The row of (collective, algorithm, band of `bytes`), made when new.
   /// Rows never move, so a caller may keep the pointer.
   Row* row(std::string_view collective, std::string_view algorithm, std::size_t bytes);
-  static void add(Row& row, std::size_t bytes, std::int64_t nanoseconds);
+  static void add(Row& row, std::size_t bytes, std::int64_t ticks);
 
-  std::vector<OpStats> snapshot() const;
+  /// The rows, their times turned from ticks into microseconds.
+  std::vector<OpStats> snapshot(double ns_per_tick) const;
   /// A table for people: one line per row, after a header naming `owner`.
   static std::string format(const std::vector<OpStats>& rows, std::string_view owner);
 
   static int band_of(std::size_t bytes);
-  static int bucket_of(std::int64_t nanoseconds);
-  /// The middle of bucket `b`, in nanoseconds.
+  static int bucket_of(std::int64_t ticks);
+  /// The middle of bucket `b`, in ticks.
   static double bucket_value(int b);
 
  private:

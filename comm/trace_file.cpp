@@ -90,7 +90,7 @@ std::shared_ptr<TraceFile> TraceFile::open(const std::string& pattern, int rank,
 TraceFile* TraceFile::current() { return g_current.load(std::memory_order_acquire); }
 
 TraceFile::TraceFile(std::string path, std::FILE* file, int rank, int size)
-    : path_(std::move(path)), file_(file), rank_(rank), size_(size) {
+    : path_(std::move(path)), file_(file), rank_(rank), size_(size), anchor_(TickAnchor::now()) {
   std::fputs("{\"traceEvents\":[\n", file_);
   footer_at_ = std::ftell(file_);
   ops_.reserve(1024);
@@ -119,7 +119,7 @@ void TraceFile::set_clock(double offset_us, double measured_offset_us, double ro
 }
 
 void TraceFile::record_op(int track, const std::shared_ptr<OpPlan>& plan, const std::string& args,
-                          std::uint32_t sequence, std::int64_t queued_ns, std::int64_t begin_ns, std::int64_t end_ns,
+                          std::uint32_t sequence, std::int64_t queued, std::int64_t begin, std::int64_t end,
                           const std::vector<StepTime>& steps) {
   std::lock_guard lock(mutex_);
   if (!plan->traced) [[unlikely]] {
@@ -127,9 +127,9 @@ void TraceFile::record_op(int track, const std::shared_ptr<OpPlan>& plan, const 
     plans_.push_back(plan);
   }
   OpRecord& op =
-      ops_.emplace_back(OpRecord{track, sequence, queued_ns, begin_ns, end_ns, plan.get(), &args, steps_.size(), 0});
+      ops_.emplace_back(OpRecord{track, sequence, queued, begin, end, plan.get(), &args, steps_.size(), 0});
   for (std::size_t i = 0; i < steps.size(); ++i) {
-    if (steps[i].end_ns == 0) continue;
+    if (steps[i].end == 0) continue;
     steps_.push_back(steps[i]);
     step_index_.push_back(static_cast<std::uint32_t>(i));
     ++op.steps;
@@ -137,10 +137,10 @@ void TraceFile::record_op(int track, const std::shared_ptr<OpPlan>& plan, const 
   if (steps_.size() >= kFlushSteps || ops_.size() >= kFlushOps) flush_locked();
 }
 
-void TraceFile::record_span(const char* name, std::int64_t begin_ns, std::int64_t end_ns) {
+void TraceFile::record_span(const char* name, std::int64_t begin, std::int64_t end) {
   const int thread = thread_number();
   std::lock_guard lock(mutex_);
-  spans_.push_back(SpanRecord{name, thread, begin_ns, end_ns});
+  spans_.push_back(SpanRecord{name, thread, begin, end});
   if (spans_.size() >= kFlushOps) flush_locked();
 }
 
@@ -155,14 +155,15 @@ void TraceFile::event(std::string& out, const std::string& body) {
   out += body;
 }
 
-void TraceFile::write_op(std::string& out, const OpRecord& op) {
+void TraceFile::write_op(std::string& out, const OpRecord& op, const TickScale& scale) {
+  const std::int64_t begin = scale.to_ns(op.begin), end = scale.to_ns(op.end);
   const int tid = 64 * op.track;
   std::string e = cat("{\"ph\":\"X\",\"cat\":\"op\",\"pid\":", rank_, ",\"tid\":", tid, ",\"ts\":");
-  append_us(e, op.begin_ns);
+  append_us(e, begin);
   e += ",\"dur\":";
-  append_us(e, std::max<std::int64_t>(op.end_ns - op.begin_ns, 0));
+  append_us(e, std::max<std::int64_t>(end - begin, 0));
   e += cat(",", *op.args, ",\"seq\":", op.sequence & 0x7fffffffu, ",\"queued_us\":");
-  append_us(e, op.queued_ns != 0 ? std::max<std::int64_t>(op.begin_ns - op.queued_ns, 0) : 0);
+  append_us(e, op.queued != 0 ? std::max<std::int64_t>(begin - scale.to_ns(op.queued), 0) : 0);
   e += "}}";
   event(out, e);
   // Steps overlap (a ring sends and receives at once): each goes to the
@@ -170,19 +171,22 @@ void TraceFile::write_op(std::string& out, const OpRecord& op) {
   std::vector<std::int64_t> lane_end;
   const auto& steps = op.plan->schedule.steps;
   for (std::size_t k = op.first_step; k < op.first_step + op.steps; ++k) {
-    const StepTime& t = steps_[k];
+    // Clamped into the operation: a tick and a nanosecond are not the
+    // same grain, and a step must not poke out of its operation by one.
+    const std::int64_t t_begin = std::clamp(scale.to_ns(steps_[k].begin), begin, end);
+    const std::int64_t t_end = std::clamp(scale.to_ns(steps_[k].end), t_begin, end);
     const Step& s = steps[step_index_[k]];
     std::size_t lane = 0;
-    while (lane < lane_end.size() && lane_end[lane] > t.begin_ns) ++lane;
+    while (lane < lane_end.size() && lane_end[lane] > t_begin) ++lane;
     if (lane == lane_end.size()) lane_end.push_back(0);
-    lane_end[lane] = t.end_ns;
+    lane_end[lane] = t_end;
     const int lane_tid = tid + 1 + static_cast<int>(std::min<std::size_t>(lane, kLanes - 1));
     const std::size_t bytes = s.kind == StepKind::send ? s.src.bytes : s.dst.bytes;
     std::string step = cat("{\"ph\":\"X\",\"cat\":\"step\",\"name\":\"", name_of(s.kind), "\",\"pid\":", rank_,
                            ",\"tid\":", lane_tid, ",\"ts\":");
-    append_us(step, t.begin_ns);
+    append_us(step, t_begin);
     step += ",\"dur\":";
-    append_us(step, std::max<std::int64_t>(t.end_ns - t.begin_ns, 0));
+    append_us(step, t_end - t_begin);
     step += cat(",\"args\":{\"op\":", op.sequence & 0x7fffffffu, ",\"step\":", step_index_[k], ",\"peer\":", s.peer,
                 ",\"bytes\":", bytes, "}}");
     event(out, step);
@@ -211,14 +215,17 @@ void TraceFile::flush_locked() {
       event(out, cat("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":", rank_, ",\"tid\":", 64 * t,
                      ",\"args\":{\"name\":", json_string(track_names_[t]), "}}"));
     }
-  for (const OpRecord& op : ops_) write_op(out, op);
+  const TickAnchor now = TickAnchor::now();
+  const TickScale scale(anchor_, now);
+  anchor_ = now;
+  for (const OpRecord& op : ops_) write_op(out, op, scale);
   std::vector<int> span_threads;
   for (const SpanRecord& s : spans_) {
     std::string e = cat("{\"ph\":\"X\",\"cat\":\"app\",\"name\":", json_string(s.name), ",\"pid\":", rank_,
                         ",\"tid\":", kSpanTid + s.thread, ",\"ts\":");
-    append_us(e, s.begin_ns);
+    append_us(e, scale.to_ns(s.begin));
     e += ",\"dur\":";
-    append_us(e, std::max<std::int64_t>(s.end_ns - s.begin_ns, 0));
+    append_us(e, std::max<std::int64_t>(scale.to_ns(s.end) - scale.to_ns(s.begin), 0));
     e += "}";
     event(out, e);
     if (std::find(span_threads.begin(), span_threads.end(), s.thread) == span_threads.end()) {
@@ -250,13 +257,13 @@ void TraceFile::flush_locked() {
 
 namespace braid {
 
-TraceSpan::TraceSpan(const char* name) noexcept : name_(name), begin_ns_(0) {
-  if (TraceFile::current() != nullptr) [[unlikely]] begin_ns_ = monotonic_ns();
+TraceSpan::TraceSpan(const char* name) noexcept : name_(name), begin_(0) {
+  if (TraceFile::current() != nullptr) [[unlikely]] begin_ = ticks();
 }
 
 TraceSpan::~TraceSpan() {
-  if (begin_ns_ == 0) [[likely]] return;
-  if (TraceFile* file = TraceFile::current()) file->record_span(name_, begin_ns_, monotonic_ns());
+  if (begin_ == 0) [[likely]] return;
+  if (TraceFile* file = TraceFile::current()) file->record_span(name_, begin_, ticks());
 }
 
 }  // namespace braid

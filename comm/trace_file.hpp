@@ -53,12 +53,12 @@ class TraceFile {
 
   /// One finished operation of communicator `track`. `args` is the
   /// operation's JSON arguments (formatted once per plan); steps[i] is step
-  /// i's time (zero: the step did not run).
+  /// i's time (zero: the step did not run). Times are ticks (core/ticks.hpp).
   void record_op(int track, const std::shared_ptr<OpPlan>& plan, const std::string& args,
-                 std::uint32_t sequence, std::int64_t queued_ns, std::int64_t begin_ns, std::int64_t end_ns,
+                 std::uint32_t sequence, std::int64_t queued, std::int64_t begin, std::int64_t end,
                  const std::vector<StepTime>& steps);
   /// A TraceSpan of the calling thread.
-  void record_span(const char* name, std::int64_t begin_ns, std::int64_t end_ns);
+  void record_span(const char* name, std::int64_t begin, std::int64_t end);
   /// Writes what is recorded; the file is complete JSON afterwards.
   void flush();
 
@@ -69,7 +69,7 @@ class TraceFile {
   struct OpRecord {
     int track;
     std::uint32_t sequence;
-    std::int64_t queued_ns, begin_ns, end_ns;
+    std::int64_t queued, begin, end;  // ticks
     const OpPlan* plan;       // kept alive by plans_
     const std::string* args;  // the plan's
     std::size_t first_step, steps;  // in steps_
@@ -77,12 +77,12 @@ class TraceFile {
   struct SpanRecord {
     const char* name;
     int thread;
-    std::int64_t begin_ns, end_ns;
+    std::int64_t begin, end;  // ticks
   };
   static constexpr std::size_t kFlushSteps = 1 << 18;
   static constexpr std::size_t kFlushOps = 1 << 16;
   void flush_locked();
-  void write_op(std::string& out, const OpRecord& op);
+  void write_op(std::string& out, const OpRecord& op, const TickScale& scale);
   void event(std::string& out, const std::string& body);
 
   std::string path_;
@@ -102,6 +102,7 @@ class TraceFile {
   bool named_threads_ = false;
   double offset_us_ = 0, measured_offset_us_ = 0, round_trip_us_ = -1;
   long footer_at_ = -1;  // where the closing part starts
+  TickAnchor anchor_;    // at the last flush: records since are turned into nanoseconds from it
   bool any_event_ = false;
 };
 

@@ -183,7 +183,7 @@ class TraceSpan {
 
  private:
   const char* name_;
-  std::int64_t begin_ns_;  // 0 when tracing is off
+  std::int64_t begin_;  // when it began (a tick), 0 when tracing is off
 };
 
 /// A group of ranks that run collectives together. Movable, not copyable.
