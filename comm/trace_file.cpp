@@ -95,7 +95,6 @@ TraceFile::TraceFile(std::string path, std::FILE* file, int rank, int size)
   footer_at_ = std::ftell(file_);
   ops_.reserve(1024);
   steps_.reserve(16 * 1024);
-  step_index_.reserve(16 * 1024);
 }
 
 TraceFile::~TraceFile() {
@@ -128,12 +127,10 @@ void TraceFile::record_op(int track, const std::shared_ptr<OpPlan>& plan, const 
   }
   OpRecord& op =
       ops_.emplace_back(OpRecord{track, sequence, queued, begin, end, plan.get(), &args, steps_.size(), 0});
-  for (std::size_t i = 0; i < steps.size(); ++i) {
-    if (steps[i].end == 0) continue;
-    steps_.push_back(steps[i]);
-    step_index_.push_back(static_cast<std::uint32_t>(i));
-    ++op.steps;
-  }
+  // Every step's time, in one copy (the steps that did not run are left
+  // out when the JSON is written).
+  steps_.insert(steps_.end(), steps.begin(), steps.end());
+  op.steps = steps.size();
   if (steps_.size() >= kFlushSteps || ops_.size() >= kFlushOps) flush_locked();
 }
 
@@ -173,9 +170,11 @@ void TraceFile::write_op(std::string& out, const OpRecord& op, const TickScale& 
   for (std::size_t k = op.first_step; k < op.first_step + op.steps; ++k) {
     // Clamped into the operation: a tick and a nanosecond are not the
     // same grain, and a step must not poke out of its operation by one.
+    if (steps_[k].end == 0) continue;
+    const std::uint32_t index = static_cast<std::uint32_t>(k - op.first_step);
     const std::int64_t t_begin = std::clamp(scale.to_ns(steps_[k].begin), begin, end);
     const std::int64_t t_end = std::clamp(scale.to_ns(steps_[k].end), t_begin, end);
-    const Step& s = steps[step_index_[k]];
+    const Step& s = steps[index];
     std::size_t lane = 0;
     while (lane < lane_end.size() && lane_end[lane] > t_begin) ++lane;
     if (lane == lane_end.size()) lane_end.push_back(0);
@@ -187,7 +186,7 @@ void TraceFile::write_op(std::string& out, const OpRecord& op, const TickScale& 
     append_us(step, t_begin);
     step += ",\"dur\":";
     append_us(step, t_end - t_begin);
-    step += cat(",\"args\":{\"op\":", op.sequence & 0x7fffffffu, ",\"step\":", step_index_[k], ",\"peer\":", s.peer,
+    step += cat(",\"args\":{\"op\":", op.sequence & 0x7fffffffu, ",\"step\":", index, ",\"peer\":", s.peer,
                 ",\"bytes\":", bytes, "}}");
     event(out, step);
     if (static_cast<int>(lane) > lanes_named_[static_cast<std::size_t>(op.track)]) {
@@ -238,7 +237,6 @@ void TraceFile::flush_locked() {
   for (auto& plan : plans_) plan->traced = false;
   plans_.clear();
   steps_.clear();
-  step_index_.clear();
   spans_.clear();
   char footer[512];
   std::snprintf(footer, sizeof footer,

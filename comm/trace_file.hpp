@@ -94,7 +94,6 @@ class TraceFile {
   // (OpPlan::traced says which), so a record holds no reference of its own.
   std::vector<std::shared_ptr<OpPlan>> plans_;
   std::vector<StepTime> steps_;
-  std::vector<std::uint32_t> step_index_;
   std::vector<SpanRecord> spans_;
   std::vector<std::string> track_names_;
   std::vector<int> lanes_named_;  // per track: step lanes named so far
