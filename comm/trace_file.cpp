@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cinttypes>
+#include <charconv>
 #include <ctime>
 
 #include "braid/braid.hpp"
@@ -54,10 +54,21 @@ std::string json_string(std::string_view text) {
   return out + "\"";
 }
 
+template <typename Integer>
+void append_int(std::string& out, Integer value) {
+  char text[24];
+  const auto end = std::to_chars(text, text + sizeof text, value).ptr;
+  out.append(text, end);
+}
+
+// Nanoseconds as microseconds with three decimals (trace-event JSON's unit).
 void append_us(std::string& out, std::int64_t ns) {
-  char text[40];
-  std::snprintf(text, sizeof text, "%" PRId64 ".%03d", ns / 1000, static_cast<int>(ns % 1000));
-  out += text;
+  if (ns < 0) out += '-', ns = -ns;
+  append_int(out, ns / 1000);
+  const int fraction = static_cast<int>(ns % 1000);
+  const char digits[4] = {'.', static_cast<char>('0' + fraction / 100), static_cast<char>('0' + fraction / 10 % 10),
+                          static_cast<char>('0' + fraction % 10)};
+  out.append(digits, 4);
 }
 
 int thread_number() {
@@ -146,49 +157,76 @@ void TraceFile::flush() {
   flush_locked();
 }
 
-void TraceFile::event(std::string& out, const std::string& body) {
+void TraceFile::separate(std::string& out) {
   if (any_event_) out += ",\n";
   any_event_ = true;
+}
+
+void TraceFile::event(std::string& out, const std::string& body) {
+  separate(out);
   out += body;
 }
 
 void TraceFile::write_op(std::string& out, const OpRecord& op, const TickScale& scale) {
+  // Written straight into `out` with to_chars: a long run flushes millions
+  // of these, and the driving thread pays for every 65536 operations.
   const std::int64_t begin = scale.to_ns(op.begin), end = scale.to_ns(op.end);
   const int tid = 64 * op.track;
-  std::string e = cat("{\"ph\":\"X\",\"cat\":\"op\",\"pid\":", rank_, ",\"tid\":", tid, ",\"ts\":");
-  append_us(e, begin);
-  e += ",\"dur\":";
-  append_us(e, std::max<std::int64_t>(end - begin, 0));
-  e += cat(",", *op.args, ",\"seq\":", op.sequence & 0x7fffffffu, ",\"queued_us\":");
-  append_us(e, op.queued != 0 ? std::max<std::int64_t>(begin - scale.to_ns(op.queued), 0) : 0);
-  e += "}}";
-  event(out, e);
+  const std::uint32_t seq = op.sequence & 0x7fffffffu;
+  separate(out);
+  out += "{\"ph\":\"X\",\"cat\":\"op\",\"pid\":";
+  append_int(out, rank_);
+  out += ",\"tid\":";
+  append_int(out, tid);
+  out += ",\"ts\":";
+  append_us(out, begin);
+  out += ",\"dur\":";
+  append_us(out, std::max<std::int64_t>(end - begin, 0));
+  out += ',';
+  out += *op.args;
+  out += ",\"seq\":";
+  append_int(out, seq);
+  out += ",\"queued_us\":";
+  append_us(out, op.queued != 0 ? std::max<std::int64_t>(begin - scale.to_ns(op.queued), 0) : 0);
+  out += "}}";
   // Steps overlap (a ring sends and receives at once): each goes to the
   // first lane free at its start, so every lane nests inside the operation.
-  std::vector<std::int64_t> lane_end;
+  lane_end_.clear();
   const auto& steps = op.plan->schedule.steps;
   for (std::size_t k = op.first_step; k < op.first_step + op.steps; ++k) {
-    // Clamped into the operation: a tick and a nanosecond are not the
-    // same grain, and a step must not poke out of its operation by one.
     if (steps_[k].end == 0) continue;
     const std::uint32_t index = static_cast<std::uint32_t>(k - op.first_step);
+    // Clamped into the operation: a tick and a nanosecond are not the
+    // same grain, and a step must not poke out of its operation by one.
     const std::int64_t t_begin = std::clamp(scale.to_ns(steps_[k].begin), begin, end);
     const std::int64_t t_end = std::clamp(scale.to_ns(steps_[k].end), t_begin, end);
     const Step& s = steps[index];
     std::size_t lane = 0;
-    while (lane < lane_end.size() && lane_end[lane] > t_begin) ++lane;
-    if (lane == lane_end.size()) lane_end.push_back(0);
-    lane_end[lane] = t_end;
+    while (lane < lane_end_.size() && lane_end_[lane] > t_begin) ++lane;
+    if (lane == lane_end_.size()) lane_end_.push_back(0);
+    lane_end_[lane] = t_end;
     const int lane_tid = tid + 1 + static_cast<int>(std::min<std::size_t>(lane, kLanes - 1));
     const std::size_t bytes = s.kind == StepKind::send ? s.src.bytes : s.dst.bytes;
-    std::string step = cat("{\"ph\":\"X\",\"cat\":\"step\",\"name\":\"", name_of(s.kind), "\",\"pid\":", rank_,
-                           ",\"tid\":", lane_tid, ",\"ts\":");
-    append_us(step, t_begin);
-    step += ",\"dur\":";
-    append_us(step, t_end - t_begin);
-    step += cat(",\"args\":{\"op\":", op.sequence & 0x7fffffffu, ",\"step\":", index, ",\"peer\":", s.peer,
-                ",\"bytes\":", bytes, "}}");
-    event(out, step);
+    separate(out);
+    out += "{\"ph\":\"X\",\"cat\":\"step\",\"name\":\"";
+    out += name_of(s.kind);
+    out += "\",\"pid\":";
+    append_int(out, rank_);
+    out += ",\"tid\":";
+    append_int(out, lane_tid);
+    out += ",\"ts\":";
+    append_us(out, t_begin);
+    out += ",\"dur\":";
+    append_us(out, t_end - t_begin);
+    out += ",\"args\":{\"op\":";
+    append_int(out, seq);
+    out += ",\"step\":";
+    append_int(out, index);
+    out += ",\"peer\":";
+    append_int(out, s.peer);
+    out += ",\"bytes\":";
+    append_int(out, bytes);
+    out += "}}";
     if (static_cast<int>(lane) > lanes_named_[static_cast<std::size_t>(op.track)]) {
       for (int l = lanes_named_[static_cast<std::size_t>(op.track)] + 1; l <= static_cast<int>(lane) && l < kLanes; ++l)
         event(out, cat("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":", rank_, ",\"tid\":", tid + 1 + l,

@@ -84,6 +84,7 @@ class TraceFile {
   void flush_locked();
   void write_op(std::string& out, const OpRecord& op, const TickScale& scale);
   void event(std::string& out, const std::string& body);
+  void separate(std::string& out);  // the comma before every event but the first
 
   std::string path_;
   std::FILE* file_;
@@ -97,6 +98,7 @@ class TraceFile {
   std::vector<SpanRecord> spans_;
   std::vector<std::string> track_names_;
   std::vector<int> lanes_named_;  // per track: step lanes named so far
+  std::vector<std::int64_t> lane_end_;  // write_op's: when each lane's last step ends
   std::vector<std::string> thread_names_;
   bool named_threads_ = false;
   double offset_us_ = 0, measured_offset_us_ = 0, round_trip_us_ = -1;
