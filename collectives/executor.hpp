@@ -144,8 +144,8 @@ class Executor {
   void finish(std::uint32_t index);
   // Step times cost a clock read per pass, not per step: steps that begin
   // or end in one pass share a reading (stamp_), taken afresh after
-  // whatever can take long (the links' progress, a local step, a transfer
-  // of kLongStep bytes or more, a new advance()).
+  // whatever can take long (the links' progress, a step of kLongStep bytes
+  // or more, local or not, a new advance()).
   static constexpr std::size_t kLongStep = 4096;
   std::int64_t stamp() {
     if (stamp_ == 0) stamp_ = ticks();
@@ -158,7 +158,7 @@ class Executor {
   void step_ends(std::uint32_t index) {
     if (timed_) [[unlikely]] {
       const Step& s = schedule_.steps[index];
-      if (s.peer < 0 || std::max(s.src.bytes, s.dst.bytes) >= kLongStep) stamp_ = 0;
+      if (std::max(s.src.bytes, s.dst.bytes) >= kLongStep) stamp_ = 0;
       step_times_[index].end = stamp();
     }
   }
