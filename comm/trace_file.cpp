@@ -186,6 +186,10 @@ void TraceFile::write_op(std::string& out, const OpRecord& op, const TickScale& 
   out += *op.args;
   out += ",\"seq\":";
   append_int(out, seq);
+  out += ",\"p2p\":";
+  out += (op.sequence & 0x80000000u) ? "true" : "false";
+  out += ",\"id\":";
+  append_int(out, ++ops_written_);
   out += ",\"queued_us\":";
   append_us(out, op.queued != 0 ? std::max<std::int64_t>(begin - scale.to_ns(op.queued), 0) : 0);
   out += "}}";
@@ -219,7 +223,7 @@ void TraceFile::write_op(std::string& out, const OpRecord& op, const TickScale& 
     out += ",\"dur\":";
     append_us(out, t_end - t_begin);
     out += ",\"args\":{\"op\":";
-    append_int(out, seq);
+    append_int(out, ops_written_);
     out += ",\"step\":";
     append_int(out, index);
     out += ",\"peer\":";

@@ -105,6 +105,7 @@ class TraceFile {
   long footer_at_ = -1;  // where the closing part starts
   TickAnchor anchor_;    // at the last flush: records since are turned into nanoseconds from it
   bool any_event_ = false;
+  std::uint64_t ops_written_ = 0;  // an operation's "id": its steps' "op"
 };
 
 }  // namespace braid

@@ -76,13 +76,16 @@ def check(trace, ranks=None, tolerance_us=100.0):
     for r, i in info.items():
         if abs(i.get("clock_offset_us", 0.0)) > 1e6 and i.get("host") == info.get("0", {}).get("host"):
             problems.append(f"rank {r}: offset {i['clock_offset_us']} us to rank 0 on the same host")
-    ops = {}  # (rank, track, seq) -> op event
+    ops = {}  # (rank, track, seq, point-to-point) -> op event
+    by_id = {}  # (rank, id) -> op event
     steps = []
     for e in trace["traceEvents"]:
         if e.get("ph") != "X":
             continue
         if e.get("cat") == "op":
-            ops[(e["pid"], e["tid"], e["args"]["seq"], e["args"]["collective"] in ("send", "recv", "group"))] = e
+            by_id[(e["pid"], e["args"]["id"])] = e
+            if not e["args"]["p2p"]:
+                ops[(e["pid"], e["tid"], e["args"]["seq"], False)] = e
         elif e.get("cat") == "step":
             steps.append(e)
     if not ops:
@@ -104,9 +107,8 @@ def check(trace, ranks=None, tolerance_us=100.0):
     # Steps nest inside their operation, on the lanes of its track.
     epsilon = 0.002  # the timestamps' rounding, us
     for s in steps:
-        op = ops.get((s["pid"], s["tid"] - s["tid"] % 64, s["args"]["op"], False)) or \
-            ops.get((s["pid"], s["tid"] - s["tid"] % 64, s["args"]["op"], True))
-        if op is None:
+        op = by_id.get((s["pid"], s["args"]["op"]))
+        if op is None or op["tid"] != s["tid"] - s["tid"] % 64:
             problems.append(f"rank {s['pid']}: step {s['args']['step']} of op #{s['args']['op']} has no operation")
             continue
         if s["ts"] < op["ts"] - epsilon or s["ts"] + s["dur"] > op["ts"] + op["dur"] + epsilon:
