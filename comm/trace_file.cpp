@@ -104,8 +104,11 @@ TraceFile::TraceFile(std::string path, std::FILE* file, int rank, int size)
     : path_(std::move(path)), file_(file), rank_(rank), size_(size), anchor_(TickAnchor::now()) {
   std::fputs("{\"traceEvents\":[\n", file_);
   footer_at_ = std::ftell(file_);
-  ops_.reserve(1024);
-  steps_.reserve(16 * 1024);
+  // The records' buffers are made and touched once, here: recording into
+  // them never grows a vector or faults in a page (those cost an 8-byte
+  // all-reduce tens of nanoseconds).
+  ops_.resize(kFlushOps);
+  steps_.resize(kFlushSteps);
 }
 
 TraceFile::~TraceFile() {
@@ -136,13 +139,14 @@ void TraceFile::record_op(int track, const std::shared_ptr<OpPlan>& plan, const 
     plan->traced = true;
     plans_.push_back(plan);
   }
-  OpRecord& op =
-      ops_.emplace_back(OpRecord{track, sequence, queued, begin, end, plan.get(), &args, steps_.size(), 0});
+  if (op_count_ == kFlushOps || step_count_ + steps.size() > kFlushSteps) flush_locked();
   // Every step's time, in one copy (the steps that did not run are left
-  // out when the JSON is written).
-  steps_.insert(steps_.end(), steps.begin(), steps.end());
-  op.steps = steps.size();
-  if (steps_.size() >= kFlushSteps || ops_.size() >= kFlushOps) flush_locked();
+  // out when the JSON is written); a schedule longer than the buffer keeps
+  // its operation only.
+  const std::size_t kept = steps.size() <= kFlushSteps ? steps.size() : 0;
+  ops_[op_count_++] = OpRecord{track, sequence, queued, begin, end, plan.get(), &args, step_count_, kept};
+  std::copy(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(kept), steps_.begin() + static_cast<std::ptrdiff_t>(step_count_));
+  step_count_ += kept;
 }
 
 void TraceFile::record_span(const char* name, std::int64_t begin, std::int64_t end) {
@@ -242,7 +246,15 @@ void TraceFile::write_op(std::string& out, const OpRecord& op, const TickScale& 
 }
 
 void TraceFile::flush_locked() {
-  std::string out;
+  // Written in pieces of about kWriteChunk: a flush of 65536 operations of
+  // a long schedule would otherwise hold its whole JSON in memory.
+  std::fseek(file_, footer_at_, SEEK_SET);
+  std::string& out = text_;
+  out.clear();
+  auto write_out = [&] {
+    std::fwrite(out.data(), 1, out.size(), file_);
+    out.clear();
+  };
   if (!named_threads_) {
     named_threads_ = true;
     event(out, cat("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":", rank_, ",\"args\":{\"name\":",
@@ -259,7 +271,10 @@ void TraceFile::flush_locked() {
   const TickAnchor now = TickAnchor::now();
   const TickScale scale(anchor_, now);
   anchor_ = now;
-  for (const OpRecord& op : ops_) write_op(out, op, scale);
+  for (std::size_t i = 0; i < op_count_; ++i) {
+    write_op(out, ops_[i], scale);
+    if (out.size() >= kWriteChunk) write_out();
+  }
   std::vector<int> span_threads;
   for (const SpanRecord& s : spans_) {
     std::string e = cat("{\"ph\":\"X\",\"cat\":\"app\",\"name\":", json_string(s.name), ",\"pid\":", rank_,
@@ -275,10 +290,10 @@ void TraceFile::flush_locked() {
                      ",\"args\":{\"name\":\"application thread ", s.thread, "\"}}"));
     }
   }
-  ops_.clear();
+  op_count_ = 0;
+  step_count_ = 0;
   for (auto& plan : plans_) plan->traced = false;
   plans_.clear();
-  steps_.clear();
   spans_.clear();
   char footer[512];
   std::snprintf(footer, sizeof footer,
@@ -286,8 +301,7 @@ void TraceFile::flush_locked() {
                 "\"pid\":%d,\"clock\":\"CLOCK_MONOTONIC\",\"clock_offset_us\":%.3f,\"clock_measured_offset_us\":%.3f,"
                 "\"clock_round_trip_us\":%.3f}}\n",
                 rank_, size_, json_string(hostname()).c_str(), static_cast<int>(::getpid()), offset_us_, measured_offset_us_, round_trip_us_);
-  std::fseek(file_, footer_at_, SEEK_SET);
-  std::fwrite(out.data(), 1, out.size(), file_);
+  write_out();
   footer_at_ = std::ftell(file_);
   std::fputs(footer, file_);
   std::fflush(file_);

@@ -81,6 +81,7 @@ class TraceFile {
   };
   static constexpr std::size_t kFlushSteps = 1 << 18;
   static constexpr std::size_t kFlushOps = 1 << 16;
+  static constexpr std::size_t kWriteChunk = 1 << 20;
   void flush_locked();
   void write_op(std::string& out, const OpRecord& op, const TickScale& scale);
   void event(std::string& out, const std::string& body);
@@ -90,11 +91,14 @@ class TraceFile {
   std::FILE* file_;
   int rank_, size_;
   std::mutex mutex_;
-  std::vector<OpRecord> ops_;
+  std::vector<OpRecord> ops_;     // kFlushOps of them, the first op_count_ in use
+  std::size_t op_count_ = 0;
   // The plans of the operations recorded since the last flush, once each
   // (OpPlan::traced says which), so a record holds no reference of its own.
   std::vector<std::shared_ptr<OpPlan>> plans_;
-  std::vector<StepTime> steps_;
+  std::vector<StepTime> steps_;   // kFlushSteps of them, the first step_count_ in use
+  std::size_t step_count_ = 0;
+  std::string text_;              // flush_locked's JSON, kept for its capacity
   std::vector<SpanRecord> spans_;
   std::vector<std::string> track_names_;
   std::vector<int> lanes_named_;  // per track: step lanes named so far
