@@ -22,7 +22,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <atomic>
 #include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -90,7 +92,22 @@ class TraceFile {
   std::string path_;
   std::FILE* file_;
   int rank_, size_;
-  std::mutex mutex_;
+  // The records' lock. Recording holds it for a copy, while a flush holds it
+  // for milliseconds: a spin lock whose waiters yield, as its release is a
+  // plain store (a mutex's unlock is another atomic operation, about 10 ns
+  // of an 8-byte all-reduce's 140).
+  class Lock {
+   public:
+    void lock() {
+      while (held_.exchange(true, std::memory_order_acquire))
+        while (held_.load(std::memory_order_relaxed)) std::this_thread::yield();
+    }
+    void unlock() { held_.store(false, std::memory_order_release); }
+
+   private:
+    std::atomic<bool> held_{false};
+  };
+  Lock mutex_;
   std::vector<OpRecord> ops_;     // kFlushOps of them, the first op_count_ in use
   std::size_t op_count_ = 0;
   // The plans of the operations recorded since the last flush, once each
