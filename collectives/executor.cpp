@@ -114,7 +114,13 @@ Executor::Executor(const Schedule& schedule, Buffers buffers, std::span<Link* co
   in_chain_ = chain_ && buffers_.kind == MemKind::host;
 }
 
+void Executor::time_steps(bool on) {
+  timed_ = on;
+  step_times_.assign(on ? schedule_.steps.size() : 0, StepTime{});
+}
+
 void Executor::restart(Buffers buffers, std::uint32_t sequence) {
+  if (timed_) [[unlikely]] std::fill(step_times_.begin(), step_times_.end(), StepTime{});
   if (buffers.kind != MemKind::host) check_kind(buffers.kind);
   buffers_ = buffers;
   sequence_ = sequence;
@@ -149,6 +155,7 @@ bool Executor::advance_chain() {
   while (cursor_ < n) {
     const std::uint32_t i = cursor_;
     const Step& s = schedule_.steps[i];
+    step_begins(i);
     if (s.peer < 0) {
       do_local(i);
     } else if (s.kind == StepKind::send) {
@@ -165,6 +172,7 @@ bool Executor::advance_chain() {
     } else if (!try_receive(i)) {
       return false;  // polled again by the next advance()
     }
+    step_ends(i);
     ++cursor_;
     ++done_count_;
     moved_ = true;
@@ -226,6 +234,7 @@ Tag Executor::tag_of(std::uint32_t index) const {
 }
 
 void Executor::post(std::uint32_t index) {
+  step_begins(index);
   // Small host messages take the link's short path when it has one: a send
   // is in the peer's hands at once, a receive is polled (receive_now) until
   // it arrives or the caller is about to sleep (park). No request, no queue.
@@ -308,6 +317,7 @@ void Executor::park() {
 }
 
 void Executor::run_local(std::uint32_t index) {
+  step_begins(index);
   do_local(index);
   finish(index);
 }
@@ -341,6 +351,7 @@ void Executor::combine(std::byte* dst, const std::byte* a, const std::byte* b, s
 
 void Executor::finish(std::uint32_t index) {
   state_[index] = State::done;
+  step_ends(index);
   ++done_count_;
   moved_ = true;
   for (auto k = dependents_begin_[index]; k < dependents_begin_[index + 1]; ++k) {
@@ -422,12 +433,14 @@ void Executor::explain(std::uint32_t index, std::exception_ptr error) const {
 }
 
 bool Executor::advance() {
+  stamp_ = 0;
   if (in_chain_) return advance_chain();
   moved_ = false;
   post_ready();
   if (finished()) return true;
   for (auto& q : peers_)
     if (links_[q.peer]->busy()) moved_ |= links_[q.peer]->progress();
+  stamp_ = 0;
   post_ready();
   return finished();
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "collectives/schedule.hpp"
+#include "core/ticks.hpp"
 #include "transport/transport.hpp"
 
 namespace braid {
@@ -52,6 +53,12 @@ class ScratchPool {
   device::Memory device_;
 };
 
+/// When a step ran, in ticks (core/ticks.hpp), for the trace: zero while it has not.
+struct StepTime {
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+};
+
 /// The tag of one step of a fused group of sends and receives (a
 /// braid_group_start/end block): each step matches the peer's own call, grouped
 /// or not, so it carries that call's sequence and descriptor instead of the
@@ -77,6 +84,12 @@ class Executor {
   /// Per-step tags (one per step) in place of the operation's sequence and
   /// descriptor; empty: every step uses the operation's.
   void set_step_tags(std::vector<StepTag> tags);
+
+  /// On: every run from the next restart() records when each of its steps
+  /// starts (posted, or run locally) and ends, in step_times(). Off, the
+  /// cost is one predictable branch per step.
+  void time_steps(bool on);
+  const std::vector<StepTime>& step_times() const { return step_times_; }
 
   /// One pass of posting, progress and completion. Returns true once every
   /// step is done; throws the first error of any step.
@@ -129,6 +142,26 @@ class Executor {
   /// Posts step `index` to its link as a request.
   void post_request(std::uint32_t index, const Tag& tag);
   void finish(std::uint32_t index);
+  // Step times cost a clock read per pass, not per step: steps that begin
+  // or end in one pass share a reading (stamp_), taken afresh after
+  // whatever can take long (the links' progress, a step of kLongStep bytes
+  // or more, local or not, a new advance()).
+  static constexpr std::size_t kLongStep = 4096;
+  std::int64_t stamp() {
+    if (stamp_ == 0) stamp_ = ticks();
+    return stamp_;
+  }
+  void step_begins(std::uint32_t index) {
+    if (timed_) [[unlikely]]
+      if (step_times_[index].begin == 0) step_times_[index].begin = stamp();
+  }
+  void step_ends(std::uint32_t index) {
+    if (timed_) [[unlikely]] {
+      const Step& s = schedule_.steps[index];
+      if (std::max(s.src.bytes, s.dst.bytes) >= kLongStep) stamp_ = 0;
+      step_times_[index].end = stamp();
+    }
+  }
   void run_local(std::uint32_t index);
   /// dst = a (op) b over bytes, on the host or the device as buffers_ are.
   void combine(std::byte* dst, const std::byte* a, const std::byte* b, std::size_t bytes);
@@ -171,6 +204,9 @@ class Executor {
   bool chain_ = false;
   bool in_chain_ = false;        // this run is in advance_chain's hands
   std::uint32_t cursor_ = 0;     // advance_chain: the next step
+  bool timed_ = false;              // time_steps(true)
+  std::vector<StepTime> step_times_;  // by step, while timed_
+  std::int64_t stamp_ = 0;            // this pass's tick, 0: none yet
 };
 
 }  // namespace braid

@@ -59,6 +59,11 @@ OpDescriptor OpDescriptor::decode(const std::array<std::byte, 16>& bytes) {
   return d;
 }
 
+std::string_view OpDescriptor::kind_name(Kind kind) {
+  const auto k = static_cast<std::size_t>(kind);
+  return k < std::size(kKindNames) ? kKindNames[k] : kKindNames[0];
+}
+
 std::string OpDescriptor::describe() const {
   std::string out = cat(kKindNames[static_cast<std::size_t>(kind)], "(", name_of(type));
   bool reduces = kind == Kind::all_reduce || kind == Kind::reduce || kind == Kind::reduce_scatter ||

@@ -65,6 +65,8 @@ struct OpDescriptor {
 
   std::array<std::byte, 16> encode() const;
   static OpDescriptor decode(const std::array<std::byte, 16>& bytes);
+  /// "all_reduce", "broadcast", ...; "send/recv" for point_to_point.
+  static std::string_view kind_name(Kind kind);
   /// "all_reduce(f32 sum, 1024 elements, ring)".
   std::string describe() const;
   /// The algorithm registry's wire id of `name` (0 for names braid does not have).

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string_view>
 #include <new>
@@ -500,6 +501,31 @@ braid_result_t braid_comm_dump_state(braid_comm_t comm, char* buf, size_t len) {
     std::size_t n = std::min(text.size(), len - 1);
     std::memcpy(buf, text.data(), n);
     buf[n] = '\0';
+  });
+}
+
+braid_result_t braid_comm_get_stats(braid_comm_t comm, braid_op_stats_t* rows, size_t capacity, size_t* count) {
+  return guarded([&] {
+    require(count, "count");
+    if (capacity > 0) require(rows, "rows");
+    const std::vector<braid::OpStats> stats = comm_of(comm).stats();
+    *count = stats.size();
+    for (std::size_t i = 0; i < stats.size() && i < capacity; ++i) {
+      const braid::OpStats& s = stats[i];
+      braid_op_stats_t& r = rows[i];
+      r = braid_op_stats_t{};
+      std::snprintf(r.collective, sizeof r.collective, "%s", s.collective.c_str());
+      std::snprintf(r.algorithm, sizeof r.algorithm, "%s", s.algorithm.c_str());
+      r.band_min_bytes = s.band_min_bytes;
+      r.band_max_bytes = s.band_max_bytes;
+      r.count = s.count;
+      r.bytes = s.bytes;
+      r.total_us = s.total_us;
+      r.min_us = s.min_us;
+      r.max_us = s.max_us;
+      r.p50_us = s.p50_us;
+      r.p99_us = s.p99_us;
+    }
   });
 }
 

@@ -123,6 +123,7 @@ int Comm::local_rank() const { return impl().local_rank(); }
 int Comm::local_size() const { return impl().local_size(); }
 std::string Comm::describe() const { return impl().describe(); }
 std::string Comm::dump_state() const { return impl().dump_state(); }
+std::vector<OpStats> Comm::stats() const { return impl().stats(); }
 std::exception_ptr Comm::async_error() const { return impl().async_error(); }
 
 namespace {

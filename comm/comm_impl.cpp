@@ -205,6 +205,11 @@ void CommImpl::join(Rendezvous rendezvous) {
   // before every rank has read what it needs from the store.
   store.set(rank_key("fetched", rank_), std::string_view("1"));
   wait_for_ranks(store, "fetched", deadline);
+  // Every rank is here now, so rank 0 answers the clock exchange at once.
+  if (!settings_.trace_file.empty()) {
+    open_trace();
+    measure_clock_offset(store, infos[static_cast<std::size_t>(rank_)].kernel_id == infos[0].kernel_id);
+  }
   // Rank 0 declares the communicator formed, once, after a last look for a
   // failure (a duplicate claim): either every rank hears of that failure, or
   // the members formed without the latecomer, which then fails alone.
@@ -250,6 +255,7 @@ void CommImpl::enroll() {
 void CommImpl::start(std::vector<RankInfo> infos, Addresses addresses, std::optional<Plan> plan) {
   infos_ = std::move(infos);
   addresses_ = std::move(addresses);
+  open_trace();
   // BRAID_HOST_ID on some ranks only would plan some ranks of one machine as
   // apart and others as together: every rank refuses it alike.
   check_host_id_overrides(infos_, cat("rank ", rank_));

@@ -39,6 +39,8 @@
 #include "core/settings.hpp"
 #include "core/spin.hpp"
 #include "flight_recorder.hpp"
+#include "op_stats.hpp"
+#include "trace_file.hpp"
 #include "rendezvous.hpp"
 #include "topology/plan.hpp"
 #include "comm/runtime.hpp"
@@ -73,6 +75,10 @@ struct OpPlan {
   std::vector<int> peers;
   std::unique_ptr<Executor> executor;  // made by the first operation that runs
   std::vector<StepTag> step_tags;      // a group's: each step's own tag (Executor::set_step_tags)
+  OpStatsTable::Row* stats_row = nullptr;         // its row of the communicator's statistics, once it finished
+  std::size_t stats_bytes = 0;                    // its size there (count x element size)
+  std::shared_ptr<const std::string> trace_args;  // its JSON in the trace, once traced (CommImpl::trace_args)
+  bool traced = false;  // TraceFile holds it until its next flush (it has records of it)
 };
 
 /// One queued collective or point-to-point operation.
@@ -114,6 +120,8 @@ class Operation {
   Clock::time_point started;  // its first pass that found nothing to do (drive), zero until then
   Deadline deadline = Deadline::never();
   unsigned connect_skips = 0;  // passes since its links were last asked for (it waits for a peer to connect)
+  std::int64_t begin_tick = 0;   // start_op's ticks(), for the statistics and the trace
+  std::int64_t queued_tick = 0;  // when it was queued, while tracing (0: it never waited in the queue)
 
  private:
   std::mutex callbacks_mutex_;
@@ -206,6 +214,8 @@ class CommImpl {
   bool finalized() const { return finalized_.load(std::memory_order_acquire); }
   /// The flight recorder's text: recent operations and who waits on whom.
   std::string dump_state() const { return recorder_.dump(); }
+  /// The statistics of the operations completed so far (op_stats.hpp).
+  std::vector<OpStats> stats() const;
   /// The error that made this communicator unusable, if any.
   std::exception_ptr async_error() const;
   /// Fails every queued and later operation here and tells the peers; safe
@@ -277,6 +287,18 @@ class CommImpl {
   /// ranks here, in its rank order: its ranks, infos and addresses from
   /// this one's, the store shared; enrolls it and starts it.
   void adopt_members(CommImpl& child, const std::vector<int>& members, std::string name);
+  /// BRAID_TRACE: opens the process's trace file (the first communicator)
+  /// and adds this communicator's track.
+  void open_trace();
+  /// Measures, through the store, the offset from this rank's clock to rank
+  /// 0's (for the trace): every rank takes part, rank 0 answering each
+  /// in turn. `shares_clock`: this rank runs on rank 0's kernel.
+  void measure_clock_offset(Store& store, bool shares_clock);
+  /// A finished operation's row of statistics and its trace record.
+  void account(Operation& op, std::int64_t end_tick);
+  /// The operation's arguments in the trace (collective, size, type,
+  /// algorithm, transports), formatted once per plan.
+  const std::shared_ptr<const std::string>& trace_args(OpPlan& plan) const;
   /// Everything after the addresses are known: plan (`plan` when given, from
   /// a topology file; else made from `infos`), spin policy, ring links.
   void start(std::vector<RankInfo> infos, Addresses addresses, std::optional<Plan> plan = std::nullopt);
@@ -456,6 +478,10 @@ class CommImpl {
   bool derived_ = false;  // made by shrink(): its members made it without an exchange
 
   FlightRecorder recorder_;
+  OpStatsTable stats_;                 // under the engine's mutex
+  std::shared_ptr<TraceFile> trace_;   // BRAID_TRACE: the process's timeline, else null
+  int trace_track_ = -1;               // this communicator's track in it
+  bool timed_ = false;                 // statistics or trace: operations read the clock
   std::uint64_t records_ = 0;
 
   // Under the engine's mutex.

@@ -43,6 +43,7 @@ void Operation::clear() {
   error = {};
   executor = nullptr;
   connect_skips = 0;
+  queued_tick = 0;
 }
 
 // ---- the caller's side ----------------------------------------------------------
@@ -56,6 +57,7 @@ bool CommImpl::accept_locked(const std::shared_ptr<Operation>& op) {
   }
   op->record = ++records_;
   recorder_.queued(op->record, op->sequence, op->plan->what);
+  if (trace_) [[unlikely]] op->queued_tick = ticks();
   queue_.push_back(op);
   return true;
 }
@@ -161,7 +163,9 @@ bool CommImpl::start_op(Operation& op) {
   } else {
     plan.executor = std::make_unique<Executor>(plan.schedule, op.run_buffers, link_ptrs_, op.sequence, rank_, &scratch_);
     if (!plan.step_tags.empty()) plan.executor->set_step_tags(plan.step_tags);
+    if (trace_) [[unlikely]] plan.executor->time_steps(true);
   }
+  if (timed_) op.begin_tick = ticks();
   op.executor = plan.executor.get();
   // The clock starts at the first pass that finds nothing to do (the
   // engine's note_idle), so an operation that never waits reads no clock.
@@ -174,9 +178,16 @@ bool CommImpl::start_op(Operation& op) {
 
 void CommImpl::finish(Operation& op, bool unqueued, bool release) {
   if (op.staged) stage_out(op);
+  const std::int64_t end_tick = timed_ ? ticks() : 0;
+  // While this thread drives, nobody restarts the plan's executor: its step
+  // times are this operation's.
+  if (trace_) [[unlikely]]
+    trace_->record_op(trace_track_, op.plan, *trace_args(*op.plan), op.sequence, op.queued_tick, op.begin_tick, end_tick,
+                      op.plan->executor->step_times());
   std::shared_ptr<Operation> keep;  // the queue's reference, until the callbacks ran
   {
     std::lock_guard lock(engine_.mutex());
+    if (timed_) account(op, end_tick);
     op.done = true;
     op.executor = nullptr;
     if (unqueued) {
@@ -409,6 +420,11 @@ void CommImpl::finalize() {
     std::lock_guard lock(engine_.mutex());
     failed = !broken_.empty();
     if (!error) error = first_error_;
+  }
+  if (trace_) trace_->flush();
+  if (settings_.print_stats) {
+    const std::string table = OpStatsTable::format(stats(), cat("rank ", rank_, " of ", size_));
+    std::fwrite(table.data(), 1, table.size(), stderr);
   }
   // Nothing of this communicator is queued, so the engine does not touch its
   // links: they go to their contexts, after a goodbye unless it failed (its

@@ -17,7 +17,10 @@
 // prints the replica hash and verify_replicas()'s verdict. With --per-rank,
 // every rank also prints its own line per epoch (its replica hash, the step
 // time and samples/s), so that two machines each show the same hash: the
-// two-laptop demo (docs/two-machines.md). --hidden N widens the hidden layer
+// two-laptop demo (docs/two-machines.md). --trace FILE writes each rank's
+// timeline (BRAID_TRACE, %r: the rank): every step's backward pass by layer
+// beside its gradient buckets' all-reduces (docs/tracing.md).
+// --hidden N widens the hidden layer
 // (default 32), so that the gradient, 18 N + 1 floats, loads a network link;
 // --bucket-kib K fuses gradients into buckets of K KiB (default 4: several
 // buckets even for the small model, to show the mechanism).
@@ -44,6 +47,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -83,6 +87,7 @@ struct Config {
   std::string checkpoint_dir;         // --checkpoint-dir: where the chief writes braid-train.ckpt
   std::int64_t checkpoint_every = 0;  // --checkpoint-every N: steps (global batches) between checkpoints
   bool resume = false;                // --resume: continue from the checkpoint in checkpoint_dir
+  std::string trace;                  // --trace FILE: BRAID_TRACE for this run (%r: the rank)
   std::string resume_command;         // this rank's command line with --resume, for the advice
   std::string checkpoint_path() const { return (std::filesystem::path(checkpoint_dir) / kCheckpointFile).string(); }
 };
@@ -139,34 +144,62 @@ struct Params {
   std::span<float> w1, b1, w2, b2;
 };
 
-// Adds the gradient of sum(loss over `batch`) / scale into g, returns the loss sum.
+// Adds the gradient of sum(loss over `batch`) / scale into g, returns the
+// loss sum. The backward pass runs layer by layer, the output layer first,
+// and says when each gradient is final (`ready`: b2 and w2, then b1, then
+// w1), so a strategy can start a bucket's all-reduce while the rest of the
+// pass runs (GradientOptions::overlap; braid-train --trace shows it). Each
+// gradient sums its samples in batch order, as a one-pass loop would.
 double forward_backward(const Dataset& d, std::span<const std::int64_t> batch, const Params& p, const Params& g,
-                        double scale) {
+                        double scale, const std::function<void(int layer)>& ready = {}) {
   double loss = 0;
   const int kHidden = static_cast<int>(p.b1.size());
-  thread_local std::vector<float> hidden;
-  hidden.resize(p.b1.size());
-  for (std::int64_t s : batch) {
-    const float* x = &d.x[static_cast<std::size_t>(s) * kInputs];
-    float z = p.b2[0];
-    for (int h = 0; h < kHidden; ++h) {
-      float a = p.b1[static_cast<std::size_t>(h)];
-      for (int i = 0; i < kInputs; ++i) a += p.w1[static_cast<std::size_t>(i * kHidden + h)] * x[i];
-      hidden[h] = std::tanh(a);
-      z += p.w2[static_cast<std::size_t>(h)] * hidden[h];
-    }
-    const float y = d.y[static_cast<std::size_t>(s)];
-    const float prob = 1.f / (1.f + std::exp(-z));
-    loss += -(y * std::log(std::max(prob, 1e-7f)) + (1 - y) * std::log(std::max(1 - prob, 1e-7f)));
-    const float dz = static_cast<float>((prob - y) / scale);
-    g.b2[0] += dz;
-    for (int h = 0; h < kHidden; ++h) {
-      g.w2[static_cast<std::size_t>(h)] += dz * hidden[h];
-      const float da = dz * p.w2[static_cast<std::size_t>(h)] * (1 - hidden[h] * hidden[h]);
-      g.b1[static_cast<std::size_t>(h)] += da;
-      for (int i = 0; i < kInputs; ++i) g.w1[static_cast<std::size_t>(i * kHidden + h)] += da * x[i];
+  thread_local std::vector<float> hidden, dz;
+  hidden.resize(batch.size() * p.b1.size());
+  dz.resize(batch.size());
+  {
+    braid::TraceSpan span("output layer");
+    for (std::size_t k = 0; k < batch.size(); ++k) {
+      const float* x = &d.x[static_cast<std::size_t>(batch[k]) * kInputs];
+      float* h_k = &hidden[k * p.b1.size()];
+      float z = p.b2[0];
+      for (int h = 0; h < kHidden; ++h) {
+        float a = p.b1[static_cast<std::size_t>(h)];
+        for (int i = 0; i < kInputs; ++i) a += p.w1[static_cast<std::size_t>(i * kHidden + h)] * x[i];
+        h_k[h] = std::tanh(a);
+        z += p.w2[static_cast<std::size_t>(h)] * h_k[h];
+      }
+      const float y = d.y[static_cast<std::size_t>(batch[k])];
+      const float prob = 1.f / (1.f + std::exp(-z));
+      loss += -(y * std::log(std::max(prob, 1e-7f)) + (1 - y) * std::log(std::max(1 - prob, 1e-7f)));
+      dz[k] = static_cast<float>((prob - y) / scale);
+      g.b2[0] += dz[k];
+      for (int h = 0; h < kHidden; ++h) g.w2[static_cast<std::size_t>(h)] += dz[k] * h_k[h];
     }
   }
+  if (ready) ready(2);
+  // da = dz w2 (1 - tanh^2): the hidden layer's gradients, b1 first.
+  auto da = [&](std::size_t k, int h) {
+    const float t = hidden[k * p.b1.size() + static_cast<std::size_t>(h)];
+    return dz[k] * p.w2[static_cast<std::size_t>(h)] * (1 - t * t);
+  };
+  {
+    braid::TraceSpan span("hidden bias");
+    for (std::size_t k = 0; k < batch.size(); ++k)
+      for (int h = 0; h < kHidden; ++h) g.b1[static_cast<std::size_t>(h)] += da(k, h);
+  }
+  if (ready) ready(1);
+  {
+    braid::TraceSpan span("hidden weights");
+    for (std::size_t k = 0; k < batch.size(); ++k) {
+      const float* x = &d.x[static_cast<std::size_t>(batch[k]) * kInputs];
+      for (int h = 0; h < kHidden; ++h) {
+        const float a = da(k, h);
+        for (int i = 0; i < kInputs; ++i) g.w1[static_cast<std::size_t>(i * kHidden + h)] += a * x[i];
+      }
+    }
+  }
+  if (ready) ready(0);
   return loss;
 }
 
@@ -267,6 +300,7 @@ Config parse_args(int argc, char** argv) {
       if (cfg.checkpoint_every < 1) throw braid::InvalidArgument("--checkpoint-every must be at least 1 (steps)");
     }
     else if (a == "--resume") cfg.resume = true;
+    else if (a == "--trace") cfg.trace = value();
     else if (a == "--bucket-kib") cfg.bucket_bytes = static_cast<std::size_t>(std::stoul(value())) * 1024;
     else if (a == "--hidden") {
       cfg.hidden = std::stoi(value());
@@ -412,10 +446,19 @@ int train_steps(const Config& cfg, mr::Strategy& strategy_ref, const std::shared
           auto batch = shard.batch(epoch, b);
           // Asynchronous workers apply their own gradients: a per-replica mean.
           double scale = ps ? static_cast<double>(batch.size()) : static_cast<double>(shard.global_batch_samples(b));
-          double loss = forward_backward(data, batch, p, g, scale);
+          braid::TraceSpan step_span("step");
+          // Synchronous strategies start a bucket once its gradients are final.
+          auto ready = [&](int layer) {
+            if (ps != nullptr) return;
+            if (layer == 2) grads.ready(b2), grads.ready(w2);
+            else if (layer == 1) grads.ready(b1);
+            else grads.ready(w1);
+          };
+          double loss = forward_backward(data, batch, p, g, scale, ready);
           ctx.assign_add(loss_sum, std::span<const double>(&loss, 1));
           double n = static_cast<double>(batch.size());
           ctx.assign_add(seen, std::span<const double>(&n, 1));
+          braid::TraceSpan apply_span("apply_gradients");
           ctx.apply_gradients(*sgd);
         }
       });
@@ -518,6 +561,8 @@ void advise_after_lost_peer(const Config& cfg, mr::Strategy& strategy, const Pro
 int train(const Config& cfg) {
   const Dataset data = make_dataset(cfg.samples);
   auto sgd = std::make_shared<mr::Sgd>(cfg.learning_rate, cfg.momentum);
+  // Read when the communicator is made (docs/tracing.md).
+  if (!cfg.trace.empty()) ::setenv("BRAID_TRACE", cfg.trace.c_str(), 1);
   auto strategy = make_strategy(cfg, sgd);
   Progress progress;
   progress.steps_per_epoch =

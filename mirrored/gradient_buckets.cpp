@@ -116,6 +116,9 @@ void GradientBuckets::start_ready_buckets(const Start& start, bool all) {
 }
 
 void GradientBuckets::start_bucket(Bucket& b, const Start& start) {
+  // On the BRAID_TRACE timeline (docs/tracing.md): the bucket's all-reduce
+  // follows on the communicator's track.
+  TraceSpan span("start gradient bucket");
   void* first = b.storage[0].data();
   for (std::size_t r = 1; r < b.storage.size(); ++r) combine(first, b.storage[r].data(), b.count, b.type, ReduceOp::sum);
   if (options_.compression != Compression::none) {
@@ -139,6 +142,8 @@ void GradientBuckets::finish(const Start& start, std::chrono::milliseconds timeo
   for (std::size_t i = 0; i < buckets_.size(); ++i) {
     Bucket& b = buckets_[i];
     auto t0 = std::chrono::steady_clock::now();
+    // The communication the backward pass did not hide, on the timeline.
+    TraceSpan span("wait for gradient bucket");
     if (b.work && !b.work->wait(timeout))
       throw Timeout("gradient bucket " + std::to_string(i) + " (" + std::to_string(b.count) + " x " +
                     std::string(braid::name_of(b.type)) + ", first variable '" + b.variables.front()->name() +

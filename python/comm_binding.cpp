@@ -263,6 +263,35 @@ One thread at a time may call a communicator (abort() from any).)");
       .def(
           "dump_state", [](PyComm& c) { return c.get().dump_state(); }, "The last operations and their state.")
       .def(
+          "stats",
+          [](PyComm& c) {
+            std::vector<OpStats> rows;
+            {
+              py::gil_scoped_release release;
+              rows = c.get().stats();
+            }
+            py::dict out;
+            for (const OpStats& s : rows) {
+              py::dict row;
+              row["algorithm"] = s.algorithm;
+              row["band_min_bytes"] = s.band_min_bytes;
+              row["band_max_bytes"] = s.band_max_bytes;
+              row["count"] = s.count;
+              row["bytes"] = s.bytes;
+              row["total_us"] = s.total_us;
+              row["min_us"] = s.min_us;
+              row["max_us"] = s.max_us;
+              row["p50_us"] = s.p50_us;
+              row["p99_us"] = s.p99_us;
+              py::str key(s.collective);
+              if (!out.contains(key)) out[key] = py::list();
+              out[key].cast<py::list>().append(row);
+            }
+            return out;
+          },
+          "Statistics of the operations completed so far: {collective: [row, ...]}, a row per size band and "
+          "algorithm with count, bytes, total_us, min_us, max_us, p50_us, p99_us.")
+      .def(
           "abort",
           &without_gil<&Comm::abort>,
           "Gives up on this communicator, from any thread: pending and later operations raise braid.Aborted.")

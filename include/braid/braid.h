@@ -22,6 +22,7 @@
 #define BRAID_BRAID_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -162,6 +163,20 @@ braid_result_t braid_comm_get_async_error(braid_comm_t comm, braid_result_t* err
 /** Writes the flight recorder (recent operations, their state, whom a stuck
  * one waits on) into buf as a NUL-terminated string, cut to len bytes. */
 braid_result_t braid_comm_dump_state(braid_comm_t comm, char* buf, size_t len);
+/** One row of a communicator's statistics, as braid::OpStats: the
+ * operations of one collective, size band and algorithm completed so far. */
+typedef struct {
+  char collective[32]; /* "all_reduce", ..., "send", "recv", "group" */
+  char algorithm[32];  /* "ring", "tree", ... */
+  uint64_t band_min_bytes, band_max_bytes; /* sizes (count x element size) in this band */
+  uint64_t count;      /* operations */
+  uint64_t bytes;      /* their sizes, summed */
+  double total_us, min_us, max_us, p50_us, p99_us;
+} braid_op_stats_t;
+/** Copies up to `capacity` rows of the communicator's statistics into `rows`
+ * and sets *count to the number of rows there are (more than capacity: call
+ * again with room for *count). rows may be NULL when capacity is 0. */
+braid_result_t braid_comm_get_stats(braid_comm_t comm, braid_op_stats_t* rows, size_t capacity, size_t* count);
 /** Ends this rank's part in the communicator in order, as
  * braid::Comm::finalize: finishes every operation queued on it (each bounded
  * by BRAID_TIMEOUT), tells its peers, lets its links go (without waiting for

@@ -22,6 +22,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "braid/cluster.hpp"
 #include "braid/store.hpp"
@@ -151,6 +152,40 @@ void group(Calls&& calls) {
   group_end();
 }
 
+/// One row of a communicator's statistics (Comm::stats): the operations of
+/// one collective, size band and algorithm that completed so far. Sizes are
+/// count x element size as passed to the call; a band holds the sizes in
+/// [band_min_bytes, band_max_bytes] (powers of two). Times run from the
+/// operation's start (its turn in the queue) to its completion on this rank.
+struct OpStats {
+  std::string collective;  ///< "all_reduce", "broadcast", ..., "send", "recv", "group"
+  std::string algorithm;   ///< the schedule's algorithm ("ring", "tree", ...)
+  std::size_t band_min_bytes = 0;
+  std::size_t band_max_bytes = 0;
+  std::uint64_t count = 0;  ///< operations
+  std::uint64_t bytes = 0;  ///< their sizes, summed
+  double total_us = 0, min_us = 0, max_us = 0;
+  /// Percentiles from a histogram of 16 buckets per power of two (within 5%).
+  double p50_us = 0, p99_us = 0;
+};
+
+/// Marks a stretch of the calling thread's work on the BRAID_TRACE timeline
+/// (docs/tracing.md), from construction to destruction:
+///   { braid::TraceSpan span("backward"); ...; }
+/// `name` must outlive the span (a string literal). Without BRAID_TRACE it
+/// costs one branch.
+class TraceSpan {
+ public:
+  explicit TraceSpan(const char* name) noexcept;
+  ~TraceSpan();
+  TraceSpan(const TraceSpan&) = delete;
+  TraceSpan& operator=(const TraceSpan&) = delete;
+
+ private:
+  const char* name_;
+  std::int64_t begin_;  // when it began (a tick), 0 when tracing is off
+};
+
 /// A group of ranks that run collectives together. Movable, not copyable.
 /// One thread at a time may call into a given communicator (a Work may be
 /// waited for from any thread).
@@ -211,6 +246,9 @@ class Comm {
   /// The flight recorder: the last operations with their state (queued,
   /// running and whom it waits on, done, failed), oldest first.
   std::string dump_state() const;
+  /// The statistics of the operations completed so far, one row per
+  /// collective, size band and algorithm (BRAID_STATS=1 prints them at finalize).
+  std::vector<OpStats> stats() const;
   /// The error that made this communicator unusable (for example in an
   /// asynchronous operation nobody waited for yet), or null.
   std::exception_ptr async_error() const;

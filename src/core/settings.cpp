@@ -143,6 +143,15 @@ constexpr std::array kTable = {
     SettingInfo{"BRAID_DUMP_ON_SIGNAL", "(none)",
                 "On this signal (USR1, USR2, ...) every communicator of the process prints its flight "
                 "recorder (recent operations, who waits on whom) to stderr."},
+    SettingInfo{"BRAID_TRACE", "(none)",
+                "Write a timeline of every operation (collective, size, type, algorithm, transports, start and "
+                "end) and of its steps (send, receive, reduce, with peer and bytes) to this file, as Chrome "
+                "trace-event JSON: %r becomes the rank, %h the host name, %p the process id (trace.%r.json). "
+                "braid-trace merge joins the ranks' files on one clock. See docs/tracing.md."},
+    SettingInfo{"BRAID_STATS", "(kept)",
+                "Each communicator keeps statistics (per collective, size band and algorithm: count, bytes, time "
+                "sum, min, max, p50, p99) for Comm::stats, braid_comm_get_stats and comm.stats(); 1 also prints "
+                "them to stderr when it is finalized; 0 keeps none (saves two clock reads per operation)."},
     SettingInfo{"BRAID_AUTH_KEY", "(none)",
                 "Shared secret of the job. When set, every connection (the store's and each TCP one) proves "
                 "knowledge of it by an HMAC-SHA256 challenge-response, and a peer without it is refused. "
@@ -378,6 +387,11 @@ Settings Settings::from_env() {
   if (auto v = getenv_string("BRAID_DUMP_ON_SIGNAL")) s.dump_on_signal = *v;
   if (auto v = getenv_string("BRAID_TOPO_DUMP_FILE")) s.topo_dump_file = *v;
   if (auto v = getenv_string("BRAID_TOPO_FILE")) s.topo_file = *v;
+  if (auto v = getenv_string("BRAID_TRACE")) s.trace_file = *v;
+  if (auto v = env_integer("BRAID_STATS", 0, 1)) {
+    s.keep_stats = *v == 1;
+    s.print_stats = *v == 1;
+  }
   // Set but empty is a mistake (an unset variable in a launcher's script),
   // not a request to run without authentication.
   for (const char* name : {"BRAID_AUTH_KEY", "BRAID_AUTH_KEY_FILE"}) {

@@ -64,6 +64,9 @@ struct Settings {
   std::string dump_on_signal;
   std::string topo_dump_file;  // BRAID_TOPO_DUMP_FILE: write the planner's inputs and plan here (%r: the rank)
   std::string topo_file;       // BRAID_TOPO_FILE: plan from this topology file
+  std::string trace_file;      // BRAID_TRACE: the timeline's path (%r, %h, %p not yet replaced)
+  bool keep_stats = true;      // BRAID_STATS (unset or 1): time every operation for the statistics
+  bool print_stats = false;    // BRAID_STATS=1: print the statistics at finalize
   // Trust: the shared secret every connection proves (none: authentication off).
   AuthKey auth_key;
   // TLS for every connection (off unless BRAID_TLS=1); loaded and checked here.

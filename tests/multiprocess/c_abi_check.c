@@ -588,6 +588,38 @@ static void config_and_ids(braid_comm_t comm, int rank, int n) {
   EXPECT_OK(braid_comm_destroy(third));
 }
 
+/* braid_comm_get_stats on a fresh split: the operations just run, by
+ * collective and size band. */
+static void stats(braid_comm_t comm, int rank, int n) {
+  braid_comm_t child = NULL;
+  braid_op_stats_t rows[16];
+  size_t count = 99, i;
+  float x[256] = {0};
+  uint64_t small = 0, large = 0, broadcasts = 0;
+  (void)n;
+  EXPECT_OK(braid_comm_split(comm, 0, rank, &child));
+  EXPECT_OK(braid_comm_get_stats(child, NULL, 0, &count));
+  EXPECT(count == 0);
+  for (i = 0; i < 5; ++i) EXPECT_OK(braid_all_reduce(x, x, 2, braid_f32, braid_sum, child)); /* 8 bytes */
+  for (i = 0; i < 3; ++i) EXPECT_OK(braid_all_reduce(x, x, 256, braid_f32, braid_sum, child)); /* 1 KiB */
+  EXPECT_OK(braid_broadcast(x, x, 4, braid_f32, 0, child));
+  EXPECT_OK(braid_comm_get_stats(child, NULL, 0, &count));
+  EXPECT(count >= 3);
+  EXPECT(braid_comm_get_stats(child, NULL, 1, &count) == braid_invalid_argument);
+  EXPECT_OK(braid_comm_get_stats(child, rows, 16, &count));
+  for (i = 0; i < count && i < 16; ++i) {
+    const braid_op_stats_t* r = &rows[i];
+    EXPECT(r->band_min_bytes <= r->bytes / r->count && r->bytes / r->count <= r->band_max_bytes);
+    EXPECT(0 < r->min_us && r->min_us <= r->p50_us && r->p50_us <= r->p99_us && r->p99_us <= r->max_us);
+    EXPECT(r->algorithm[0] != '\0');
+    if (strcmp(r->collective, "all_reduce") == 0 && r->band_min_bytes == 8) small += r->count;
+    if (strcmp(r->collective, "all_reduce") == 0 && r->band_min_bytes == 1024) large += r->count;
+    if (strcmp(r->collective, "broadcast") == 0) broadcasts += r->count;
+  }
+  EXPECT(small == 5 && large == 3 && broadcasts == 1);
+  EXPECT_OK(braid_comm_destroy(child));
+}
+
 /* Pre-multiplied sums: every rank scales by its own rank + 1. */
 static void pre_mul_sums(braid_comm_t comm, int rank, int n) {
   braid_redop_t op, iop;
@@ -657,6 +689,7 @@ int main(void) {
   shrink(comm, rank, n);
   groups(comm, rank, n);
   pre_mul_sums(comm, rank, n);
+  stats(comm, rank, n);
   uneven(comm, rank, n);
   config_and_ids(comm, rank, n);
   unique_id_and_timeout(comm, rank, n);
