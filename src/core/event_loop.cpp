@@ -192,6 +192,14 @@ void EventLoop::run() {
   ::pthread_setname_np(::pthread_self(), name_.substr(0, 15).c_str());
   std::vector<epoll_event> events(64);
   while (true) {
+    // stop() sets stopping_, then wakes the loop. A pass that drained the
+    // wake-up counter (drain_wake) may have taken that very wake-up after
+    // its check below, so look again before sleeping: else epoll_wait
+    // without a timeout never returns and stop() never joins.
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) break;
+    }
     int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), next_timeout_ms());
     {
       std::lock_guard lock(mutex_);
