@@ -171,21 +171,32 @@ void TraceFile::event(std::string& out, const std::string& body) {
   out += body;
 }
 
+void TraceFile::complete_event(std::string& out, std::string_view cat, std::string_view name, int tid,
+                               std::int64_t ts_ns, std::int64_t dur_ns) {
+  separate(out);
+  out += "{\"ph\":\"X\",\"cat\":\"";
+  out += cat;
+  if (!name.empty()) {
+    out += "\",\"name\":\"";
+    out += name;
+  }
+  out += "\",\"pid\":";
+  append_int(out, rank_);
+  out += ",\"tid\":";
+  append_int(out, tid);
+  out += ",\"ts\":";
+  append_us(out, ts_ns);
+  out += ",\"dur\":";
+  append_us(out, dur_ns);
+}
+
 void TraceFile::write_op(std::string& out, const OpRecord& op, const TickScale& scale) {
   // Written straight into `out` with to_chars: a long run flushes millions
   // of these, and the driving thread pays for every 65536 operations.
   const std::int64_t begin = scale.to_ns(op.begin), end = scale.to_ns(op.end);
   const int tid = 64 * op.track;
   const std::uint32_t seq = op.sequence & 0x7fffffffu;
-  separate(out);
-  out += "{\"ph\":\"X\",\"cat\":\"op\",\"pid\":";
-  append_int(out, rank_);
-  out += ",\"tid\":";
-  append_int(out, tid);
-  out += ",\"ts\":";
-  append_us(out, begin);
-  out += ",\"dur\":";
-  append_us(out, std::max<std::int64_t>(end - begin, 0));
+  complete_event(out, "op", "", tid, begin, std::max<std::int64_t>(end - begin, 0));
   out += ',';
   out += *op.args;
   out += ",\"seq\":";
@@ -215,17 +226,7 @@ void TraceFile::write_op(std::string& out, const OpRecord& op, const TickScale& 
     lane_end_[lane] = t_end;
     const int lane_tid = tid + 1 + static_cast<int>(std::min<std::size_t>(lane, kLanes - 1));
     const std::size_t bytes = s.kind == StepKind::send ? s.src.bytes : s.dst.bytes;
-    separate(out);
-    out += "{\"ph\":\"X\",\"cat\":\"step\",\"name\":\"";
-    out += name_of(s.kind);
-    out += "\",\"pid\":";
-    append_int(out, rank_);
-    out += ",\"tid\":";
-    append_int(out, lane_tid);
-    out += ",\"ts\":";
-    append_us(out, t_begin);
-    out += ",\"dur\":";
-    append_us(out, t_end - t_begin);
+    complete_event(out, "step", name_of(s.kind), lane_tid, t_begin, t_end - t_begin);
     out += ",\"args\":{\"op\":";
     append_int(out, ops_written_);
     out += ",\"step\":";

@@ -26,6 +26,7 @@
 #include <mutex>
 #include <thread>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "collectives/executor.hpp"
@@ -88,6 +89,10 @@ class TraceFile {
   void write_op(std::string& out, const OpRecord& op, const TickScale& scale);
   void event(std::string& out, const std::string& body);
   void separate(std::string& out);  // the comma before every event but the first
+  /// The start of a complete ("X") event of category `cat` (and `name`, when
+  /// not empty) on thread `tid`, up to its duration; the caller adds the rest.
+  void complete_event(std::string& out, std::string_view cat, std::string_view name, int tid, std::int64_t ts_ns,
+                      std::int64_t dur_ns);
 
   std::string path_;
   std::FILE* file_;
