@@ -53,6 +53,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -147,6 +148,8 @@ def main():
         if not m:
             raise SystemExit(f"--hosts {args.hosts}: only two hosts are supported (2x1, 2x2, 2x4)")
         args.ranks = [int(m.group(1))]
+        # SIGTERM (a timeout) leaves through the with-block, which deletes the namespaces.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         with TwoHosts(args.shape) as hosts:
             print(f"hosts: {hosts.describe()}, {args.ranks[0]} ranks each", file=sys.stderr)
             measure(args, build, hosts)
