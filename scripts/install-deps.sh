@@ -3,7 +3,7 @@
 # they are all present (so it is quick to run before every build).
 #
 #   scripts/install-deps.sh           build + tests
-#   scripts/install-deps.sh --bench   also matplotlib (bench/compare.py's plots) and iperf3 (bench/limits.py)
+#   scripts/install-deps.sh --bench   also iperf3 (bench/limits.py)
 #   scripts/install-deps.sh --fuzz    also clang and its libFuzzer runtime, for scripts/fuzz.sh
 set -euo pipefail
 
@@ -26,12 +26,14 @@ set -euo pipefail
 # python3-torch, libtorch-dev: braid.torch, the torch.distributed backend
 # (python/torch/, built when found) and its tests (tests/python/torch/,
 # suite python_torch).
+# python3-matplotlib: `braid-trace plot` (tools/braid_trace.py), which
+# docs/tracing.md runs.
 packages=(g++ make cmake meson ninja-build pkg-config catch2 python3 libssl-dev openssl iproute2 libhwloc-dev libibverbs-dev ibverbs-providers libucx-dev
           openmpi-bin libopenmpi-dev libgloo-dev graphviz pybind11-dev python3-numpy python3-pytest python3-mesonpy python3-torch libtorch-dev
-          libxxhash-dev xxhash)
+          libxxhash-dev xxhash python3-matplotlib)
 for arg in "$@"; do
   case "$arg" in
-    --bench) packages+=(python3-matplotlib iperf3) ;;
+    --bench) packages+=(iperf3) ;;
     --fuzz) packages+=(clang libclang-rt-14-dev) ;;
     *) echo "install-deps: unknown option $arg (use --bench, --fuzz)" >&2; exit 2 ;;
   esac

@@ -134,7 +134,10 @@ def check(trace, ranks=None, tolerance_us=100.0):
 
 
 def plot(trace, out, span=None, index=0, start=None, end=None):
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        sys.exit("braid-trace plot: needs matplotlib (Debian: apt-get install python3-matplotlib)")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
