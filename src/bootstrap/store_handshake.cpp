@@ -5,6 +5,10 @@
 
 namespace braid::store_protocol {
 
+bool is_member_token(std::span<const std::byte> member, std::span<const std::byte> seal) {
+  return !seal.empty() && member.size() == seal.size() && same_digest(member, seal);
+}
+
 Reply ServerHandshake::answer(const Request& r, std::span<const std::byte> frame, bool sealed,
                               std::span<const std::byte> seal) {
   if (phase_ == Phase::done)
@@ -19,8 +23,7 @@ Reply ServerHandshake::answer(const Request& r, std::span<const std::byte> frame
       throw OtherJob(cat("this store serves another job than the client's (job id '", r.job.empty() ? "(none)" : r.job,
                          "'): two jobs share the store address. Give each job its own store address (port), "
                          "or start every rank of one job with the same BRAID_JOB_ID"));
-    const bool member = !seal.empty() && r.member.size() == seal.size() && same_digest(r.member, seal);
-    if (sealed && !member)
+    if (sealed && !is_member_token(r.member, seal))
       throw Sealed("the communicator this store serves has already formed, so no rank can join it any more: a "
                    "previous run's store is still up at this address, or this rank was restarted (a braid "
                    "communicator cannot be rejoined; restart the whole job)");

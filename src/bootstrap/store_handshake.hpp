@@ -43,6 +43,10 @@ class Sealed : public ProtocolMismatch {
   using ProtocolMismatch::ProtocolMismatch;
 };
 
+/// Whether a hello's member token is the seal's (not empty): a member of the
+/// store's formed communicator reconnecting.
+bool is_member_token(std::span<const std::byte> member, std::span<const std::byte> seal);
+
 class ServerHandshake {
  public:
   explicit ServerHandshake(AuthKey key, std::string job = {}) : key_(std::move(key)), job_(std::move(job)) {}

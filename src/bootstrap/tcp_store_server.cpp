@@ -599,10 +599,8 @@ void Server::process(std::uint64_t id, Connection& c) {
 void Server::note_claim(Connection& c, const wire::Request& hello) {
   c.claimed_size = hello.world_size;
   c.pid = hello.pid;
-  const bool member_token = !seal_token_.empty() && hello.member.size() == seal_token_.size() &&
-                            same_digest(hello.member, seal_token_);
   const int rank = hello.rank;
-  if (hello.job != job_ || rank < 0 || !sealed_.load() || member_token) return;
+  if (hello.job != job_ || rank < 0 || !sealed_.load() || wire::is_member_token(hello.member, seal_token_)) return;
   // The handshake would answer "sealed", and the client retry until its
   // timeout in case a new store takes the address (a loop re-creating its
   // communicator: the same process). A member that holds the rank from

@@ -19,21 +19,29 @@ std::string pid_namespace() {
   return cat(st.st_ino);
 }
 
-bool process_gone(int pid) {
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+namespace {
+
+// The state letter of /proc/<pid>/stat (after the command in parentheses,
+// which may itself hold ')'), or '\0' when it cannot be read.
+char process_state(int pid) {
   std::ifstream stat(cat("/proc/", pid, "/stat"));
   std::string line;
-  if (!std::getline(stat, line)) return false;  // no /proc: trust kill()
+  if (!std::getline(stat, line)) return '\0';
   auto close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && (line[close + 2] == 'Z' || line[close + 2] == 'X');
+  return close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '\0';
+}
+
+}  // namespace
+
+bool process_gone(int pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+  const char state = process_state(pid);  // '\0' without /proc: trust kill()
+  return state == 'Z' || state == 'X';
 }
 
 bool process_stopped(int pid) {
-  std::ifstream stat(cat("/proc/", pid, "/stat"));
-  std::string line;
-  if (!std::getline(stat, line)) return false;
-  auto close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && (line[close + 2] == 'T' || line[close + 2] == 't');
+  const char state = process_state(pid);
+  return state == 'T' || state == 't';
 }
 
 ProcessWatch::ProcessWatch(int pid) : pid_(pid) {
