@@ -743,10 +743,6 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
   what.str("braid split");
   what.u32(split_index);
   what.u32(static_cast<std::uint32_t>(color));
-  const std::vector<std::byte> message = what.take();
-  const Digest digest = hmac_sha256(comm_id_.bytes, message);
-  CommId child_id;
-  std::copy_n(digest.begin(), child_id.bytes.size(), child_id.bytes.begin());
   // The child links through the same contexts as this communicator, so its
   // members' addresses are known already: the exchange carries only colors
   // and keys. A member enrolls its child before it, so that a member that
@@ -755,11 +751,7 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
   const bool member = color >= 0;
   std::unique_ptr<CommImpl> child;
   if (member) {
-    child = std::unique_ptr<CommImpl>(new CommImpl(-1, 0, settings_));
-    child->comm_id_ = child_id;
-    child->advertise_ = advertise_;
-    child->kinds_ = kinds_;
-    child->contexts_ = contexts_;
+    child = new_child(what.take());
     child->enroll();
   }
   struct Record {
@@ -781,6 +773,16 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
     return all[static_cast<std::size_t>(a)].key < all[static_cast<std::size_t>(b)].key;
   });
   adopt_members(*child, members, cat(store_name_, " (split ", split_index, ", color ", color, ")"));
+  return child;
+}
+
+std::unique_ptr<CommImpl> CommImpl::new_child(std::span<const std::byte> derivation) const {
+  std::unique_ptr<CommImpl> child(new CommImpl(-1, 0, settings_));
+  const Digest digest = hmac_sha256(comm_id_.bytes, derivation);
+  std::copy_n(digest.begin(), child->comm_id_.bytes.size(), child->comm_id_.bytes.begin());
+  child->advertise_ = advertise_;
+  child->kinds_ = kinds_;
+  child->contexts_ = contexts_;
   return child;
 }
 
@@ -835,23 +837,18 @@ std::unique_ptr<CommImpl> CommImpl::shrink(std::span<const int> excluded, bool a
   }
   // Every member counts its shrinks alike and passes the same list, so all
   // derive the same id, apart from this one's, its splits' and every other
-  // shrink's (a member that passed another list derives another id, and its
-  // peers refuse its connections as another communicator's).
+  // shrink's (a member that passed another list derives another id, which
+  // its peers never make: its dials are answered not_yet until the timeout).
   const std::uint32_t index = ++shrinks_;
   WireWriter what;
   what.str("braid shrink");
   what.u32(index);
   what.u32(static_cast<std::uint32_t>(out.size()));
   for (int r : out) what.u32(static_cast<std::uint32_t>(r));
-  const Digest digest = hmac_sha256(comm_id_.bytes, what.take());
   std::vector<int> members;
   for (int r = 0; r < size_; ++r)
     if (!std::binary_search(out.begin(), out.end(), r)) members.push_back(r);
-  std::unique_ptr<CommImpl> child(new CommImpl(-1, 0, settings_));
-  std::copy_n(digest.begin(), child->comm_id_.bytes.size(), child->comm_id_.bytes.begin());
-  child->advertise_ = advertise_;
-  child->kinds_ = kinds_;
-  child->contexts_ = contexts_;
+  std::unique_ptr<CommImpl> child = new_child(what.take());
   // Its members make it without an exchange: a peer may dial before this
   // side made it, and is told to come again (LinkOwner::derived).
   child->derived_ = true;

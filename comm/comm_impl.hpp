@@ -283,6 +283,9 @@ class CommImpl {
   /// The runtime's contexts of kinds_, enrolling this communicator (whose
   /// rank may be -1 yet: a split child being counted) with each.
   void enroll();
+  /// A child (split, shrink) not enrolled yet: its id a keyed hash of this
+  /// one's and `derivation` (what the members agree on), its contexts this one's.
+  std::unique_ptr<CommImpl> new_child(std::span<const std::byte> derivation) const;
   /// A child of this communicator (split, shrink) whose members are these
   /// ranks here, in its rank order: its ranks, infos and addresses from
   /// this one's, the store shared; enrolls it and starts it.
