@@ -121,8 +121,9 @@ options:
 SIGINT, SIGTERM and SIGHUP to braid-run are forwarded to the ranks.
 
 exit status: 0 when every rank exits 0; else that of the first rank to fail
-(128+S if signal S killed it, but for --keep-going); 124 after --timeout; 128+S when braid-run got
-signal S; 127 when the program cannot be started; 2 on bad usage.
+(128+S if signal S killed it, but for --keep-going); 124 after --timeout;
+128+S when braid-run got signal S; 127 when the program cannot be started;
+2 on bad usage.
 )";
 
 struct Options {
@@ -523,26 +524,28 @@ class Launcher {
     rank.out->read_available();
     rank.err->read_available();
     if (phase_ != Phase::running || rank.exec_failed) return;
-    if (opts_.keep_going) {
-      // The others go on without it; a non-zero exit still decides the status.
-      if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
-        say(cat("rank ", rank.index, " exited with status ", WEXITSTATUS(status), "; the others go on (--keep-going)"));
-        if (!exit_code_) exit_code_ = WEXITSTATUS(status);
-      } else if (WIFSIGNALED(status)) {
-        say(cat("rank ", rank.index, " killed by signal ", WTERMSIG(status), " (", signal_name(WTERMSIG(status)),
-                "); the others go on (--keep-going)"));
-      }
+    std::string what;
+    int code = 0;
+    if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
+      code = WEXITSTATUS(status);
+      what = cat("rank ", rank.index, " exited with status ", code);
+    } else if (WIFSIGNALED(status)) {
+      const int signo = WTERMSIG(status);
+      code = 128 + signo;
+      what = cat("rank ", rank.index, " killed by signal ", signo, " (", signal_name(signo), ")",
+                 WCOREDUMP(status) ? ", core dumped" : "");
+    } else {
       return;
     }
-    if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
-      say(cat("rank ", rank.index, " exited with status ", WEXITSTATUS(status)));
-      stop(WEXITSTATUS(status), SIGTERM);
-    } else if (WIFSIGNALED(status)) {
-      int signo = WTERMSIG(status);
-      say(cat("rank ", rank.index, " killed by signal ", signo, " (", signal_name(signo), ")",
-              WCOREDUMP(status) ? ", core dumped" : ""));
-      stop(128 + signo, SIGTERM);
+    if (!opts_.keep_going) {
+      say(what);
+      stop(code, SIGTERM);
+      return;
     }
+    // The others go on without it; a non-zero exit still decides the status,
+    // a rank a signal killed does not.
+    say(cat(what, "; the others go on (--keep-going)"));
+    if (WIFEXITED(status) && !exit_code_) exit_code_ = code;
   }
 
   void check_deadlines() {
