@@ -362,15 +362,19 @@ std::size_t stranger_limit() {
   return std::clamp<std::size_t>(static_cast<std::size_t>(limit.rlim_cur) / 8, 8, 1024);
 }
 
-SpareFd::SpareFd() : fd_(::open("/dev/null", O_RDONLY | O_CLOEXEC)) {}
+SpareFd::SpareFd() { reserve(); }
+
+void SpareFd::reserve() {
+  if (!fd_) fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+}
 
 bool SpareFd::drop_one(int listen_fd) {
-  if (!fd_) fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  reserve();
   if (!fd_) return false;
   fd_.reset();
   int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (fd >= 0) ::close(fd);
-  fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  reserve();
   return fd >= 0;
 }
 

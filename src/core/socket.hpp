@@ -171,6 +171,7 @@ class SpareFd {
   bool drop_one(int listen_fd);
 
  private:
+  void reserve();  // holds /dev/null open when it does not yet
   Fd fd_;
 };
 
