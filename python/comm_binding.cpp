@@ -43,6 +43,16 @@ void without_gil(PyComm& c) {
   (self.*Method)();
 }
 
+// A communicator made from this one (split, shrink): `make(self)` runs with
+// the GIL released, inside a call that keeps this one from being closed.
+template <typename Make>
+Comm child_without_gil(PyComm& c, Make make) {
+  PyComm::Call in_call(c);
+  Comm& self = c.get();
+  py::gil_scoped_release release;
+  return make(self);
+}
+
 }  // namespace
 
 PyComm::~PyComm() {
@@ -303,13 +313,7 @@ One thread at a time may call a communicator (abort() from any).)");
           "split",
           [](PyComm& c, const py::object& color, int key) -> py::object {
             const int chosen = color.is_none() ? Comm::kNoColor : color.cast<int>();
-            PyComm::Call in_call(c);
-            Comm& self = c.get();
-            Comm part;
-            {
-              py::gil_scoped_release release;
-              part = self.split(chosen, key);
-            }
+            Comm part = child_without_gil(c, [&](Comm& self) { return self.split(chosen, key); });
             if (!part.valid()) return py::none();
             return py::cast(std::make_unique<PyComm>(std::move(part)));
           },
@@ -319,14 +323,9 @@ One thread at a time may call a communicator (abort() from any).)");
       .def(
           "shrink",
           [](PyComm& c, const std::vector<int>& excluded, bool abort) {
-            PyComm::Call in_call(c);
-            Comm& self = c.get();
-            Comm part;
-            {
-              py::gil_scoped_release release;
-              part = self.shrink(excluded, abort ? Comm::Shrink::abort : Comm::Shrink::finish);
-            }
-            return std::make_unique<PyComm>(std::move(part));
+            return std::make_unique<PyComm>(child_without_gil(c, [&](Comm& self) {
+              return self.shrink(excluded, abort ? Comm::Shrink::abort : Comm::Shrink::finish);
+            }));
           },
           py::arg("excluded"), py::arg("abort") = false,
           "A new Comm of this one's ranks less `excluded`, in the same order (NCCL's ncclCommShrink): every rank not "
