@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "netns"))
-from veth_pair import IpFailed, NamespacesUnavailable, VethPair, require_tools, shape_link  # noqa: E402,F401
+from veth_pair import NamespacesUnavailable, VethPair, in_namespace, require_tools, shape_link  # noqa: E402
 
 ADDR = ("10.213.1.1", "10.213.1.2")
 HOSTNAME = ("bench-host-0", "bench-host-1")
@@ -46,8 +46,7 @@ class TwoHosts(VethPair):
 
     def prefix(self, host):
         """A command on host `host` (0 or 1): in its namespace, under its own host name."""
-        return ["ip", "netns", "exec", self.ns[host], "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"',
-                HOSTNAME[host]]
+        return in_namespace(self.ns[host], HOSTNAME[host])
 
     def describe(self):
         return f"2 namespaces joined by a veth pair ({ADDR[0]}, {ADDR[1]}), " + \

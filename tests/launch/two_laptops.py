@@ -51,7 +51,7 @@ from pathlib import Path
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "netns"))
-from veth_pair import IpFailed, NamespacesUnavailable, VethPair, require_tools, shape_link  # noqa: E402
+from veth_pair import IpFailed, NamespacesUnavailable, VethPair, in_namespace, require_tools, shape_link  # noqa: E402
 
 SKIP = 77
 ADDR = ("10.213.0.1", "10.213.0.2")
@@ -114,8 +114,7 @@ class Laptops(VethPair):
 
     def prefix(self, host):
         """A command on laptop `host` (0 or 1): in its namespace, its /etc/hosts, its own hostname."""
-        return ["ip", "netns", "exec", self.ns[host], "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"',
-                HOSTNAME[host]]
+        return in_namespace(self.ns[host], HOSTNAME[host])
 
 
 def die_with_parent():

@@ -66,6 +66,15 @@ def shape_link(ns, dev, rate):
         raise IpFailed(f"tc qdisc add on {dev} failed: {p.stderr.strip()}")
 
 
+def in_namespace(ns, hostname=None):
+    """The command prefix that runs a program in namespace ns and, with
+    hostname, under that host name (a UTS namespace of its own): ip netns
+    exec, unshare and sh each exec the next, so the pid is the program's."""
+    if hostname is None:
+        return ["ip", "netns", "exec", ns]
+    return ["ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', hostname]
+
+
 class VethPair:
     """Namespaces ns[0] and ns[1] with a veth pair between them; always deleted."""
 

@@ -46,7 +46,7 @@ from pathlib import Path
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "netns"))
-from veth_pair import IpFailed, NamespacesUnavailable, VethPair, run_ip  # noqa: E402
+from veth_pair import IpFailed, NamespacesUnavailable, VethPair, in_namespace, run_ip  # noqa: E402
 
 SKIP = 77
 SUBNET = "10.213.50"
@@ -86,10 +86,7 @@ class TwoHosts(VethPair):
         """Runs a command on host 0 (a) or 1 (b): in its network namespace, under its own hostname.
 
         ip netns exec, unshare and sh each exec the next, so the pid is the program's."""
-        if self.distinct_hostnames():
-            return ["ip", "netns", "exec", self.ns[host], "unshare", "--uts", "sh", "-c",
-                    'hostname "$0" && exec "$@"', self.hostname[host]]
-        return ["ip", "netns", "exec", self.ns[host]]
+        return in_namespace(self.ns[host], self.hostname[host] if self.distinct_hostnames() else None)
 
     def veth_bytes(self, host):
         """Bytes sent and received on host's veth end so far."""
