@@ -278,6 +278,14 @@ Work Comm::scatterv_async(const void* send, std::span<const std::size_t> send_co
   return start(impl(), [&] { return impl().scatterv(send, send_counts, send_displs, recv, recv_count, type, root); });
 }
 
+Comm Comm::shrink_lost(Shrink mode) { return Comm(impl().shrink_lost(mode == Shrink::abort)); }
+Comm Comm::grow() { return Comm(impl().grow()); }  // empty when nobody waits
+Comm Comm::join(std::string_view store_addr, const CommOptions& options) {
+  Settings s = settings_with(options);
+  s.launch_source = "Comm::join";
+  Rendezvous rv = rendezvous_to_join(std::string(store_addr), s);
+  return Comm(CommImpl::join_job(std::move(rv), std::move(s)));
+}
 Comm Comm::split(int color, int key) { return Comm(impl().split(color, key)); }  // empty for kNoColor
 Comm Comm::shrink(std::span<const int> excluded, Shrink mode) {
   return Comm(impl().shrink(excluded, mode == Shrink::abort));

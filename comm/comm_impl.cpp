@@ -172,6 +172,7 @@ void CommImpl::join(Rendezvous rendezvous) {
   advertise_ = rendezvous.advertise;
   store_ = rendezvous.store;
   scope_ = rendezvous.scope;
+  job_scope_ = rendezvous.job_scope.empty() ? scope_ : rendezvous.job_scope;
   store_host_ = rendezvous.store_host;
   kinds_ = transport_order(settings_.transport);
   enroll();
@@ -230,6 +231,7 @@ void CommImpl::join(Rendezvous rendezvous) {
   const Bytes member(comm_id_.bytes.begin(), comm_id_.bytes.end());
   if (store_server_) {
     store_server_->seal(member);
+    if (settings_.elastic) store_server_->admit_joiners();
     hosted_ = std::make_shared<StoreHost>(runtime_, store_server_, scope_, comm_id_, rank_, size_, settings_.linger);
   }
   set_store_member(store, member);
@@ -801,8 +803,10 @@ void CommImpl::adopt_members(CommImpl& child, const std::vector<int>& members, s
     for (std::size_t kind = 0; kind < kinds_.size(); ++kind) addresses[kind].push_back(addresses_[kind][members[i]]);
   }
   child.store_ = store_;
+  child.store_server_ = store_server_;  // so that a grow of the child serves its newcomers from the same store
   child.hosted_ = hosted_;
   child.scope_ = scope_;
+  child.job_scope_ = job_scope_;
   for (std::size_t i = 0; i < members.size(); ++i)
     if (members[i] == store_host_) child.store_host_ = static_cast<int>(i);
   child.store_name_ = std::move(name);

@@ -205,6 +205,14 @@ class CommImpl {
   /// this one first, else what is queued here finishes first (errors stay
   /// with those operations).
   std::unique_ptr<CommImpl> shrink(std::span<const int> excluded, bool abort_parent);
+  // Elastic membership (comm/elastic.cpp, docs/elastic.md).
+  /// Comm::shrink_lost: the members that come forward agree through the
+  /// store which ranks are gone, then shrink() without them.
+  std::unique_ptr<CommImpl> shrink_lost(bool abort_parent);
+  /// Comm::grow: admits the processes waiting in Comm::join (null when none).
+  std::unique_ptr<CommImpl> grow();
+  /// Comm::join: waits at the store until a grow admits this process.
+  static std::unique_ptr<CommImpl> join_job(Rendezvous rendezvous, Settings settings);
   /// Finishes what is queued (each operation bounded by the timeout), says
   /// goodbye to every peer and lets the links go to their contexts (which
   /// keep, bounded, what a peer may still read). Later calls fail saying the
@@ -457,6 +465,7 @@ class CommImpl {
   bool root_ = false;                             // joined through the store (not split): says "left" there
   std::shared_ptr<Store> store_;                  // kept for failure notices (shared with split children)
   std::string scope_;                             // the job's key prefix
+  std::string job_scope_;  // the job's keys (scope_ of the first communicator; a grown one's scope_ is below it)
   int store_host_ = -1;                           // the rank whose process hosts the store, if one does
   bool store_lost_ = false;                       // the store stopped answering (touched by the driver only)
   std::string store_name_;
@@ -478,6 +487,7 @@ class CommImpl {
   std::vector<std::uint32_t> p2p_received_;   // per peer: receives from it
   std::uint32_t splits_ = 0;
   std::uint32_t shrinks_ = 0;
+  std::uint32_t recoveries_ = 0;  // shrink_lost calls, numbering their agreements at the store
   bool derived_ = false;  // made by shrink(): its members made it without an exchange
 
   FlightRecorder recorder_;

@@ -57,7 +57,7 @@ SockAddr advertised_address(const SockAddr& store, const Settings& settings, int
 void log_addresses(const Rendezvous& rv, int rank, const Settings& settings) {
   std::string ifname = interface_of(list_interfaces(), rv.advertise);
   const std::string ports = settings.port_range ? cat("; listening ports in ", settings.port_range->to_string()) : "";
-  log_info("rank ", rank, ": advertising ", rv.advertise.host_string(), ifname.empty() ? "" : cat(" (", ifname, ")"),
+  log_info(rank >= 0 ? cat("rank ", rank) : std::string("joining"), ": advertising ", rv.advertise.host_string(), ifname.empty() ? "" : cat(" (", ifname, ")"),
            "; store at ", rv.store_name, ports, "; identity from ",
            settings.launch_source.empty() ? std::string("the caller") : settings.launch_source);
 }
@@ -95,26 +95,10 @@ Rendezvous connect_to(const std::string& where, const Settings& settings, std::s
     rv.store =
         connect_tcp_store(hp, Deadline::after(settings.timeout), settings.auth_key, settings.tls, job, rank, size);
   } catch (const Error& e) {
-    throw_error(e.code(), cat("rank ", rank, ": ", e.what()));
+    throw_error(e.code(), cat(rank >= 0 ? cat("rank ", rank) : std::string("joining"), ": ", e.what()));
   }
   log_addresses(rv, rank, settings);
   return rv;
-}
-
-/// Rank 0 draws the communicator's id and leaves it in the store; the others
-/// read it there.
-void share_comm_id(Rendezvous& rv, int rank, const Settings& settings) {
-  const std::string id_key = rv.scope + "comm_id";
-  if (rank == 0) {
-    rv.comm_id = CommId::random();
-    rv.store->set(id_key, std::span<const std::byte>(rv.comm_id.bytes));
-    return;
-  }
-  Bytes id = rv.store->get(id_key, settings.timeout);
-  if (id.size() != rv.comm_id.bytes.size())
-    throw ProtocolMismatch(cat("rank ", rank, ": the communicator id in the braid store (", rv.store_name,
-                               ") is malformed (key ", id_key, ")"));
-  std::copy(id.begin(), id.end(), rv.comm_id.bytes.begin());
 }
 
 }  // namespace
@@ -172,6 +156,26 @@ Rendezvous rendezvous_at_store(const std::string& requested, int rank, int size,
   Rendezvous rv = connect_to(where, settings, std::move(server), settings.job_id, rank, size);
   rv.store_host = 0;
   share_comm_id(rv, rank, settings);
+  return rv;
+}
+
+void share_comm_id(Rendezvous& rv, int rank, const Settings& settings) {
+  const std::string id_key = rv.scope + "comm_id";
+  if (rank == 0) {
+    rv.comm_id = CommId::random();
+    rv.store->set(id_key, std::span<const std::byte>(rv.comm_id.bytes));
+    return;
+  }
+  Bytes id = rv.store->get(id_key, settings.timeout);
+  if (id.size() != rv.comm_id.bytes.size())
+    throw ProtocolMismatch(cat("rank ", rank, ": the communicator id in the braid store (", rv.store_name,
+                               ") is malformed (key ", id_key, ")"));
+  std::copy(id.begin(), id.end(), rv.comm_id.bytes.begin());
+}
+
+Rendezvous rendezvous_to_join(const std::string& where, const Settings& settings) {
+  Rendezvous rv = connect_to(where, settings, nullptr, settings.job_id, -1, 0);
+  rv.store_host = 0;
   return rv;
 }
 

@@ -17,6 +17,7 @@ struct Rendezvous {
   std::shared_ptr<TcpStoreServer> server;  // set on the rank that hosts the store
   std::shared_ptr<Store> store;            // kept by the communicator (and its split children)
   std::string scope;                       // job_scope(): the prefix of every key of this job
+  std::string job_scope;                   // when not scope: the job's (a grown communicator's scope is below it)
   int store_host = -1;                     // the rank whose process hosts the store (-1: none of them)
   std::string store_name;                  // "127.0.0.1:29500", for messages
   CommId comm_id;
@@ -35,6 +36,14 @@ Rendezvous rendezvous_with_store(std::shared_ptr<Store> store, int rank, int siz
 /// Joins through a UniqueId's store (hosted by whoever created the id); the
 /// id's communicator id is the job id.
 Rendezvous rendezvous_by_id(std::span<const std::byte> id, int rank, int size, const Settings& settings);
+
+/// Connects to the store at `where` as a process joining an elastic job
+/// later (Comm::join): as no rank, so that the sealed store lets it in.
+Rendezvous rendezvous_to_join(const std::string& where, const Settings& settings);
+
+/// Rank 0 draws the communicator's id and leaves it in the store under the
+/// rendezvous's scope; the others read it there.
+void share_comm_id(Rendezvous& rv, int rank, const Settings& settings);
 
 /// Starts a store for UniqueId::create and returns the id bytes.
 std::vector<std::byte> create_unique_id_bytes(const Settings& settings);

@@ -392,6 +392,29 @@ class Comm {
   /// rank in the list.
   Comm shrink(std::span<const int> excluded, Shrink mode = Shrink::finish);
 
+  // Elastic jobs (BRAID_ELASTIC=1, braid-run --elastic; docs/elastic.md).
+
+  /// shrink() without knowing whom to exclude, after an operation failed
+  /// because a rank died or became unreachable (PeerLost, Timeout): every
+  /// member still alive calls it, and they agree through the job's store on
+  /// who came forward within BRAID_ELASTIC_GRACE of the first; the others
+  /// are left out. Needs the store (the process that hosts it, rank 0 at
+  /// the start, must be among the survivors). Throws PeerLost on a member
+  /// that came too late (the others went on without it: it may join()
+  /// again) and when the store is gone.
+  Comm shrink_lost(Shrink mode = Shrink::abort);
+  /// Admits the processes waiting in join() (a collective of this
+  /// communicator's members, at a point every member reaches, such as a
+  /// step boundary): returns the grown communicator, whose first size()
+  /// ranks are this one's in order and the newcomers after them, or an
+  /// empty Comm when nobody waits. This one stays usable.
+  Comm grow();
+  /// Joins an elastic job that is already running: registers at its store
+  /// (BRAID_STORE_ADDR, braid-run's --master) and waits, bounded by the
+  /// timeout, until its members' next grow() admits this process, which
+  /// gets the next free ranks.
+  static Comm join(std::string_view store_addr, const CommOptions& options = {});
+
   template <typename T>
   void all_reduce(std::span<const T> send, std::span<T> recv, ReduceOp op) {
     check_span_sizes(send.size(), recv.size(), 1, "all_reduce");

@@ -59,7 +59,13 @@ class TcpStoreServer {
   /// The communicator has formed: clients that connect from now on are
   /// refused as too late (those connected already go on), but for a member
   /// reconnecting with `token` (set_store_member). Thread-safe.
+  /// Sealing again (a communicator grown at this store) adds a token: the
+  /// earlier communicators' members may still reconnect.
   virtual void seal(Bytes token = {}) = 0;
+  /// An elastic job (BRAID_ELASTIC): past the seal, a client of this job that
+  /// joins as no rank yet (Comm::join, to be admitted by a grow) is let in.
+  /// Thread-safe.
+  virtual void admit_joiners() = 0;
   /// Whether every one of `keys` is set (the host's own look, without a
   /// client). Thread-safe.
   virtual bool holds(const std::vector<std::string>& keys) = 0;

@@ -26,7 +26,8 @@ Reply ServerHandshake::answer(const Request& r, std::span<const std::byte> frame
     if (sealed && !is_member_token(r.member, seal))
       throw Sealed("the communicator this store serves has already formed, so no rank can join it any more: a "
                    "previous run's store is still up at this address, or this rank was restarted (a braid "
-                   "communicator cannot be rejoined; restart the whole job)");
+                   "communicator cannot be rejoined, but for an elastic job's by Comm::join: BRAID_ELASTIC=1 on "
+                   "the rank hosting the store; else restart the whole job)");
     if (key_.enabled() && !r.auth)
       throw AuthRefused("authentication required: this store has a key (BRAID_AUTH_KEY or BRAID_AUTH_KEY_FILE) "
                         "and the client has none");

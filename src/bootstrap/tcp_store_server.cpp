@@ -45,6 +45,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
@@ -143,9 +144,12 @@ class Server final : public TcpStoreServer {
   Server& operator=(const Server&) = delete;
   SockAddr address() const override { return address_; }
   void seal(Bytes token) override {
-    loop_.run_sync([&] { seal_token_ = std::move(token); });
+    loop_.run_sync([&] {
+      if (!token.empty()) seal_tokens_.push_back(std::move(token));
+    });
     sealed_.store(true);
   }
+  void admit_joiners() override { joiners_.store(true); }
   void adopt(Fd fd, SockAddr from, std::unique_ptr<TlsSession> tls) override;
   bool holds(const std::vector<std::string>& keys) override {
     bool all = false;
@@ -187,6 +191,11 @@ class Server final : public TcpStoreServer {
   /// than the job's, once the client is in.
   void note_claim(Connection& c, const wire::Request& hello);
   void check_world_size(Connection& c);
+  /// Whether a hello's member token is one this store was sealed with.
+  bool is_member(std::span<const std::byte> token) const {
+    return std::any_of(seal_tokens_.begin(), seal_tokens_.end(),
+                       [&](const Bytes& seal) { return wire::is_member_token(token, seal); });
+  }
   /// Closes the connection that has been in its handshake longest.
   void shed_oldest_stranger(const std::string& why);
   void handle_add(Connection& c, const std::string& key, std::int64_t delta);
@@ -211,7 +220,8 @@ class Server final : public TcpStoreServer {
   EventLoop::Id listener_watch_ = 0;
   EventLoop::Id ticker_ = 0;
   std::atomic<bool> sealed_{false};
-  Bytes seal_token_;  // the loop's
+  std::vector<Bytes> seal_tokens_;  // the loop's: every communicator formed here (a grown one adds its own)
+  std::atomic<bool> joiners_{false};  // an elastic job: a client joining as no rank passes the seal
   LogRateLimit refusal_log_;
   std::int64_t refusals_ = 0;
 
@@ -565,8 +575,11 @@ void Server::process(std::uint64_t id, Connection& c) {
     }
     const wire::Op op = decoded->message.op;
     if (op == wire::Op::hello) note_claim(c, decoded->message);  // may refuse a second claim of a member's rank
-    wire::Reply answer =
-        c.handshake.answer(decoded->message, pending.first(decoded->consumed), sealed_.load(), seal_token_);
+    // Past the seal come in only a member of a communicator formed here, and,
+    // in an elastic job, a process joining as no rank yet (Comm::join).
+    const bool late = sealed_.load() && op == wire::Op::hello && !is_member(decoded->message.member) &&
+                      !(joiners_.load() && decoded->message.rank < 0);
+    wire::Reply answer = c.handshake.answer(decoded->message, pending.first(decoded->consumed), late);
     // A world size counts once its client is in: after the proof, with a key.
     if ((op == wire::Op::hello && !key_.enabled()) || op == wire::Op::auth) check_world_size(c);
     reply(c, answer);
@@ -600,7 +613,7 @@ void Server::note_claim(Connection& c, const wire::Request& hello) {
   c.claimed_size = hello.world_size;
   c.pid = hello.pid;
   const int rank = hello.rank;
-  if (hello.job != job_ || rank < 0 || !sealed_.load() || wire::is_member_token(hello.member, seal_token_)) return;
+  if (hello.job != job_ || rank < 0 || !sealed_.load() || is_member(hello.member)) return;
   // The handshake would answer "sealed", and the client retry until its
   // timeout in case a new store takes the address (a loop re-creating its
   // communicator: the same process). A member that holds the rank from

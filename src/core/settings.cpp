@@ -75,6 +75,15 @@ constexpr std::array kTable = {
                 "How long, at most, a finished rank keeps serving its peers: the store a rank hosts stays up "
                 "until every rank of its job left (or this passes), and a process that exits waits as long for "
                 "what still lingers. A communicator's finalize never waits for it (1s, 200ms, 0)."},
+    SettingInfo{"BRAID_ELASTIC", "0",
+                "1: an elastic job (braid-run --elastic sets it). Its store, hosted by rank 0, lets a process "
+                "that joins later in (Comm::join, braid.Comm.join), to be admitted by the members' next "
+                "Comm::grow; survivors of a lost rank go on with Comm::shrink_lost. Anyone holding the job id "
+                "(and BRAID_AUTH_KEY, when set) may join: see docs/elastic.md."},
+    SettingInfo{"BRAID_ELASTIC_GRACE", "2s",
+                "How long Comm::shrink_lost waits for a member that has not come forward yet, once the first "
+                "survivor did, before the survivors go on without it (a member that comes later is told to "
+                "join again)."},
     SettingInfo{"BRAID_DEBUG", "WARN",
                 "Log level: NONE, WARN, INFO or TRACE. A line starts with the local date and time (to the "
                 "microsecond), [host:pid rank r], the subsystem and the level."},
@@ -352,6 +361,8 @@ Settings Settings::from_env() {
     if (s.timeout.count() == 0) throw InvalidArgument("BRAID_TIMEOUT must be greater than zero");
   }
   if (auto v = getenv_string("BRAID_LINGER")) s.linger = parse_duration(*v, "BRAID_LINGER");
+  if (auto v = env_integer("BRAID_ELASTIC", 0, 1)) s.elastic = *v == 1;
+  if (auto v = getenv_string("BRAID_ELASTIC_GRACE")) s.elastic_grace = parse_duration(*v, "BRAID_ELASTIC_GRACE");
   if (auto v = getenv_string("BRAID_DEBUG")) {
     std::string level = upper(*v);
     if (level == "NONE" || level == "OFF") s.log_level = LogLevel::none;

@@ -1,6 +1,7 @@
 #include "transport/shm/doorbell.hpp"
 
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <csignal>
 
 #include "braid/types.hpp"
 #include "core/text.hpp"
@@ -65,6 +67,32 @@ bool Doorbell::wait(std::uint32_t ticket, std::chrono::microseconds timeout) {
   return woken;
 }
 
+namespace {
+
+// Writes one byte into a peer's doorbell pipe. A peer whose process died
+// leaves the pipe without a reader: the write fails with EPIPE, and the
+// kernel's SIGPIPE would kill this process, which goes on without that peer
+// in an elastic job (Comm::shrink_lost). The signal is blocked around the
+// write and, when the write raised it, taken back.
+void write_without_sigpipe(int fd) {
+  sigset_t pipe_signal, old;
+  sigemptyset(&pipe_signal);
+  sigaddset(&pipe_signal, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_signal, &old);
+  sigset_t pending;
+  sigpending(&pending);
+  const bool was_pending = sigismember(&pending, SIGPIPE) == 1;
+  const char byte = 1;
+  if (::write(fd, &byte, 1) < 0 && errno == EPIPE && !was_pending) {
+    const timespec now{};
+    while (sigtimedwait(&pipe_signal, nullptr, &now) < 0 && errno == EINTR) {
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+}  // namespace
+
 void Doorbell::ring() {
   // Pairs with the read-modify-write in arm() (doorbell.hpp): the work was
   // published with a seq_cst store, and the owner looks for it with seq_cst
@@ -73,9 +101,7 @@ void Doorbell::ring() {
   seq_of(word_).fetch_add(1, std::memory_order_release);
   if (wake_fd_ >= 0) {
     // A full pipe is readable already: nothing is lost when this fails.
-    const char byte = 1;
-    ssize_t ignored = ::write(wake_fd_, &byte, 1);
-    (void)ignored;
+    write_without_sigpipe(wake_fd_);
   } else {
     futex(&word_->seq, FUTEX_WAKE, INT_MAX, nullptr);
   }

@@ -1,0 +1,193 @@
+// Elastic membership (docs/elastic.md): survivors agree on who is gone and go
+// on without them (shrink_lost), and processes that arrive later are admitted
+// at a point every member reaches (grow, join_job).
+//
+// Everything is agreed through the job's store, under <scope>elastic/:
+//   arrivals             counter: processes that called Comm::join so far
+//   arrival/<n>          "host pid P": the n-th of them (from 1)
+//   admitted             counter: how many of them a grow admitted
+//   generation           counter: grows so far (each makes keys g<g>/ for its
+//                        communicator's rendezvous)
+//   admit/<n>            "g rank size store_host": where the n-th one joins
+//   lost/<id>/<k>/...    the k-th shrink_lost of the communicator <id>:
+//                        alive/<rank> for each member that came forward,
+//                        proposer (counter: the first one decides) and
+//                        decision ("r,r,..." the ranks excluded)
+// One member decides each question (rank 0 for grow, the first to come
+// forward for shrink_lost), and every other reads its decision, so that all
+// make the same communicator; a member that comes too late is told so and may
+// join again.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "comm_impl.hpp"
+#include "core/log.hpp"
+#include "core/text.hpp"
+
+namespace braid {
+namespace {
+
+std::string elastic_keys(const std::string& scope) { return scope + "elastic/"; }
+
+std::vector<int> parse_ranks(const std::string& text) {
+  std::vector<int> ranks;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    std::size_t comma = text.find(',', at);
+    if (comma == std::string::npos) comma = text.size();
+    if (comma > at) ranks.push_back(std::stoi(text.substr(at, comma - at)));
+    at = comma + 1;
+  }
+  return ranks;
+}
+
+std::string join_ranks(const std::vector<int>& ranks) {
+  std::string text;
+  for (int r : ranks) text += cat(text.empty() ? "" : ",", r);
+  return text;
+}
+
+}  // namespace
+
+std::unique_ptr<CommImpl> CommImpl::shrink_lost(bool abort_parent) {
+  Runtime::check_usable();
+  if (finalized_.load(std::memory_order_acquire)) throw_finalized();
+  if (!store_)
+    throw InvalidArgument(cat("rank ", rank_, ": shrink_lost: this communicator has no store to agree through"));
+  if (abort_parent) {
+    abort();
+  } else {
+    try {
+      flush();
+    } catch (const Error&) {
+    }
+  }
+  const std::string keys = cat(elastic_keys(job_scope_), "lost/", comm_id_.to_hex().substr(0, 16), "/", ++recoveries_, "/");
+  const std::string where = cat("the braid store at ", store_name_);
+  std::vector<int> excluded;
+  try {
+    Store& store = *store_;
+    store.set(cat(keys, "alive/", rank_), std::string_view("1"));
+    if (store.add(keys + "proposer", 1) == 1) {
+      // The first to come forward waits for the others, each member that is
+      // still alive coming as soon as its own operation failed, for the
+      // grace at most; whoever has not come by then is left out.
+      std::vector<std::string> alive;
+      for (int r = 0; r < size_; ++r) alive.push_back(cat(keys, "alive/", r));
+      try {
+        store.wait(alive, settings_.elastic_grace);
+      } catch (const Timeout&) {
+      }
+      std::vector<std::string> absent = store.missing(alive);
+      for (const std::string& key : absent) excluded.push_back(std::stoi(key.substr(key.rfind('/') + 1)));
+      store.set(keys + "decision", join_ranks(excluded));
+      log_info("rank ", rank_, ": shrink_lost: decided to go on without ",
+               excluded.empty() ? std::string("nobody") : describe_ranks(excluded));
+    } else {
+      excluded = parse_ranks(store.get_string(keys + "decision", settings_.timeout + settings_.elastic_grace));
+    }
+  } catch (const Timeout& e) {
+    throw Timeout(cat("rank ", rank_, ": shrink_lost: no decision on who is gone reached this rank through ", where,
+                      " within ", seconds_of(settings_.timeout + settings_.elastic_grace), " s: ", e.what()));
+  } catch (const PeerLost& e) {
+    throw PeerLost(cat("rank ", rank_, ": shrink_lost: the survivors agree on who is gone through ", where,
+                       ", hosted by rank ", store_host_, ", which is unreachable now (that rank's process or host "
+                       "went too): ", e.what()));
+  }
+  if (std::binary_search(excluded.begin(), excluded.end(), rank_))
+    throw PeerLost(cat("rank ", rank_, ": shrink_lost: the other ranks went on without this one, which came forward "
+                       "more than BRAID_ELASTIC_GRACE (", seconds_of(settings_.elastic_grace),
+                       " s) after the first; it may join the job again (Comm::join)"));
+  if (!excluded.empty()) {
+    int chief = 0;  // the first rank left becomes rank 0
+    while (std::binary_search(excluded.begin(), excluded.end(), chief)) ++chief;
+    log_warn("rank ", rank_, ": going on without ", describe_ranks(excluded), ": ", size_ - excluded.size(), " of ",
+             size_, " ranks left", chief > 0 ? cat("; rank ", chief, " is rank 0 (the chief) now") : std::string());
+  }
+  return shrink(excluded, false);
+}
+
+std::unique_ptr<CommImpl> CommImpl::grow() {
+  Runtime::check_usable();
+  check_open();
+  if (!settings_.elastic)
+    throw InvalidArgument(cat("rank ", rank_, ": grow: the job is not elastic; start every rank with BRAID_ELASTIC=1 "
+                              "(braid-run --elastic)"));
+  if (!store_) throw InvalidArgument(cat("rank ", rank_, ": grow: this communicator has no store to admit through"));
+  const std::string keys = elastic_keys(job_scope_);
+  Store& store = *store_;
+  // Rank 0 looks who waits and tells the others, so that every member
+  // admits the same processes.
+  std::int64_t decision[3] = {0, 0, 0};  // arrivals, admitted before, generation
+  if (rank_ == 0) {
+    decision[0] = store.add(keys + "arrivals", 0);
+    decision[1] = store.add(keys + "admitted", 0);
+    if (decision[0] > decision[1]) decision[2] = store.add(keys + "generation", 1);
+  }
+  run(broadcast(decision, decision, 3, DataType::i64, 0));
+  const std::int64_t waiting = decision[0] - decision[1];
+  if (waiting <= 0) return nullptr;
+  const int size = size_ + static_cast<int>(waiting);
+  const std::int64_t generation = decision[2];
+  if (rank_ == 0) {
+    for (std::int64_t n = decision[1] + 1; n <= decision[0]; ++n)
+      store.set(cat(keys, "admit/", n),
+                cat(generation, " ", size_ + (n - decision[1] - 1), " ", size, " ", store_host_));
+    store.add(keys + "admitted", waiting);
+    log_info("rank 0: grow: admitting ", waiting, " process", waiting == 1 ? "" : "es", " (ranks ", size_, "..",
+             size - 1, ")");
+  }
+  Rendezvous rv;
+  rv.server = store_server_;
+  rv.store = store_;
+  rv.job_scope = job_scope_;
+  rv.scope = cat(job_scope_, "g", generation, "/");
+  rv.store_host = store_host_;
+  rv.store_name = store_name_;
+  rv.advertise = advertise_;
+  share_comm_id(rv, rank_, settings_);
+  return create(std::move(rv), rank_, size, settings_);
+}
+
+std::unique_ptr<CommImpl> CommImpl::join_job(Rendezvous rv, Settings settings) {
+  const std::string keys = elastic_keys(rv.scope);
+  Store& store = *rv.store;
+  const std::int64_t n = store.add(keys + "arrivals", 1);
+  store.set(cat(keys, "arrival/", n), cat(hostname(), " pid ", ::getpid()));
+  log_info("joining: arrival ", n, " at ", rv.store_name, "; waiting for the members' next grow");
+  const std::string admit = cat(keys, "admit/", n);
+  const Deadline deadline = Deadline::after(settings.timeout);
+  const auto started = Clock::now();
+  std::string text;
+  while (true) {
+    try {
+      text = store.get_string(admit, std::chrono::duration_cast<Millis>(
+                                         std::min<Clock::duration>(deadline.remaining(), kJoinProgress)));
+      break;
+    } catch (const Timeout&) {
+      if (deadline.expired())
+        throw Timeout(cat("joining: no member of the job at ", rv.store_name, " admitted this process within ",
+                          seconds_of(settings.timeout), " s (the members admit at Comm::grow; is the job elastic "
+                          "and still running?)"));
+      log_info("joining: still waiting to be admitted at ", rv.store_name, " (",
+               std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - started).count(), " s)");
+    }
+  }
+  long long generation = 0;
+  int rank = -1, size = 0, store_host = -1;
+  if (std::sscanf(text.c_str(), "%lld %d %d %d", &generation, &rank, &size, &store_host) != 4 || rank < 0 ||
+      rank >= size)
+    throw ProtocolMismatch(cat("joining: the admission in the braid store at ", rv.store_name, " is malformed (",
+                               text, ")"));
+  set_log_rank(rank);
+  log_info("rank ", rank, ": admitted as rank ", rank, " of ", size);
+  rv.job_scope = rv.scope;
+  rv.scope = cat(rv.scope, "g", generation, "/");
+  rv.store_host = store_host;
+  share_comm_id(rv, rank, settings);
+  return create(std::move(rv), rank, size, std::move(settings));
+}
+
+}  // namespace braid

@@ -1,0 +1,180 @@
+#!/usr/bin/python3
+"""Elastic jobs go on without a lost rank and take it back: start ranks of
+elastic_worker (BRAID_ELASTIC=1), take one away, check that the others go on
+with correct sums, start a process that joins the running job, and check that
+every process ends the same iterations in a communicator of the full size.
+
+    elastic_matrix.py --worker PATH --case NAME [--transport T] [--keep-logs]
+
+Cases (each its own Meson test, suite 'elastic'):
+  kill9    kill -9 rank 2 of 4: ranks 0, 1, 3 go on as 3 ranks within
+           BRAID_TIMEOUT; a new process joins and all end as 4 ranks.
+  twice    kill9, then kill -9 the process that rejoined, and rejoin again.
+  stall    SIGSTOP rank 1 of 4: the others time out, go on as 3; on SIGCONT
+           the stopped one learns it came too late and joins again, and all
+           end as 4 ranks.
+  chief    kill -9 rank 0 of 4 while braid-run --elastic hosts the store: rank
+           1 becomes the chief and says so; a new process joins; all end as 4.
+
+Every process is hard-killed after a bound. Traffic goes only to loopback.
+Exits 0 (pass), 1 (fail) or 77 (skip).
+"""
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fault_matrix import CaseFailed, Job, free_port, tail  # noqa: E402
+
+TIMEOUT_S = 4
+
+
+def elastic_env(job, rank, size, store):
+    extra = {"BRAID_ELASTIC": "1", "BRAID_ELASTIC_GRACE": "1s"}
+    if os.environ.get("BRAID_DEBUG"):
+        extra["BRAID_DEBUG"] = os.environ["BRAID_DEBUG"]
+    return job.env(rank, size, store, f"{TIMEOUT_S}s", extra)
+
+
+def count_lines(p, pattern):
+    return len(re.findall(pattern, p.stdout(), re.M))
+
+
+def wait_for_line(procs, pattern, bound_s, what, before=None):
+    """Waits until every process in procs printed one more line matching pattern than it had in before
+    (a dict of counts; none: one line); fails early on an exit."""
+    end = time.monotonic() + bound_s
+    regex = re.compile(pattern, re.M)
+    need = {p: (before or {}).get(p, 0) + 1 for p in procs}
+    while time.monotonic() < end:
+        if all(len(regex.findall(p.stdout())) >= need[p] for p in procs):
+            return time.monotonic()
+        for p in procs:
+            if p.done and len(regex.findall(p.stdout())) < need[p]:
+                raise CaseFailed(f"{what}: process {p.rank} exited ({p.proc.returncode}) before printing "
+                                 f"/{pattern}/:\n" + "\n".join(tail(q) for q in procs))
+        time.sleep(0.01)
+    raise CaseFailed(f"{what}: not every process printed /{pattern}/ within {bound_s} s:\n" +
+                     "\n".join(tail(p) for p in procs))
+
+
+def check_done(job, procs, size, iters, bound_s):
+    job.wait_all(procs, bound_s)
+    problems = []
+    for p in procs:
+        out = p.stdout()
+        if p.proc.returncode != 0:
+            problems.append(f"process {p.rank} ended with exit {p.proc.returncode}")
+        if "WRONG" in out:
+            problems.append(f"process {p.rank} saw a wrong sum: " +
+                            next(line for line in out.splitlines() if "WRONG" in line))
+        if not re.search(rf"^done rank \d+ size {size} iters {iters}$", out, re.M):
+            problems.append(f"process {p.rank} did not end as one of {size} ranks: {out.splitlines()[-1:]}")
+    ranks = sorted(int(m.group(1)) for p in procs for m in [re.search(r"^done rank (\d+)", p.stdout(), re.M)] if m)
+    if ranks != list(range(size)):
+        problems.append(f"the final ranks are {ranks}, not 0..{size - 1}")
+    if problems:
+        raise CaseFailed("\n  ".join(problems) + "\n" + "\n".join(tail(p) for p in job.ranks))
+
+
+def start_job(job, n, iters, extra=()):
+    store = f"127.0.0.1:{free_port()}"
+    args = ["--iters", str(iters), *extra]
+    procs = [job.start(r, args, elastic_env(job, r, n, store)) for r in range(n)]
+    wait_for_line(procs, r"^running rank", 20, "start")
+    return store, args, procs
+
+
+def join(job, label, store, args):
+    env = elastic_env(job, 0, 1, store)
+    env["BRAID_TIMEOUT"] = "30s"  # waits to be admitted while the members may still be recovering
+    for name in ("BRAID_RANK", "BRAID_WORLD_SIZE", "BRAID_LOCAL_RANK", "BRAID_LOCAL_SIZE"):
+        env.pop(name)
+    return job.start(label, ["--join", *args], env)
+
+
+def kill_and_rejoin(job, procs, victim, store, args, label):
+    shrunk, grown = r"^shrunk rank", r"^grown rank"
+    before = {p: (count_lines(p, shrunk), count_lines(p, grown)) for p in procs}
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.killed_by_us = True
+    t0 = time.monotonic()
+    survivors = [p for p in procs if p is not victim]
+    n = len(procs)
+    took = wait_for_line(survivors, rf"^shrunk rank \d+ size {n - 1} at", TIMEOUT_S + 8, "shrink",
+                         {p: before[p][0] for p in survivors}) - t0
+    newcomer = join(job, label, store, args)
+    t1 = time.monotonic()
+    wait_for_line(survivors + [newcomer], rf"^grown rank \d+ size {n} at", TIMEOUT_S + 10, "rejoin",
+                  {p: before[p][1] for p in survivors})
+    return survivors + [newcomer], took, time.monotonic() - t1
+
+
+def case_kill9(job, twice=False):
+    n, iters = 4, 600
+    store, args, procs = start_job(job, n, iters)
+    procs, shrink_s, rejoin_s = kill_and_rejoin(job, procs, procs[2], store, args, 4)
+    summary = f"kill -9 rank 2 of {n}: 3 went on in {shrink_s:.2f} s, the new process rejoined in {rejoin_s:.2f} s"
+    if twice:
+        procs, shrink_s, rejoin_s = kill_and_rejoin(job, procs, procs[-1], store, args, 5)
+        summary += f"; kill -9 of it: went on in {shrink_s:.2f} s, rejoined again in {rejoin_s:.2f} s"
+    check_done(job, procs, n, iters, 60)
+    return summary + f"; all {n} ended {iters} iterations with correct sums"
+
+
+def case_stall(job):
+    n, iters = 4, 600
+    store, args, procs = start_job(job, n, iters)
+    stalled = procs[1]
+    os.kill(stalled.pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    others = [p for p in procs if p is not stalled]
+    took = wait_for_line(others, rf"^shrunk rank \d+ size {n - 1} at", TIMEOUT_S + 8, "shrink") - t0
+    os.kill(stalled.pid, signal.SIGCONT)
+    t1 = time.monotonic()
+    wait_for_line(procs, rf"^grown rank \d+ size {n} at", TIMEOUT_S + 15, "rejoin")
+    if "late:" not in stalled.stdout():
+        raise CaseFailed("the stopped process rejoined without being told it came late:\n" + tail(stalled))
+    check_done(job, procs, n, iters, 60)
+    return (f"SIGSTOP rank 1 of {n}: 3 went on in {took:.2f} s (timeout {TIMEOUT_S} s); after SIGCONT it came "
+            f"late, joined again and was admitted in {time.monotonic() - t1:.2f} s; all {n} ended with correct sums")
+
+
+CASES = {"kill9": case_kill9, "twice": lambda job: case_kill9(job, twice=True), "stall": case_stall}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--worker", required=True)
+    ap.add_argument("--case", required=True, choices=sorted(CASES))
+    ap.add_argument("--transport")
+    ap.add_argument("--keep-logs", action="store_true")
+    a = ap.parse_args()
+    logdir = tempfile.mkdtemp(prefix=f"braid-elastic-{a.case}-")
+    job = Job(a.worker, logdir, a.transport)
+    ok = False
+    try:
+        summary = CASES[a.case](job)
+        print(f"case {a.case}{'_' + a.transport if a.transport else ''}: {summary}: OK")
+        ok = True
+    except CaseFailed as e:
+        print(f"case {a.case}: FAILED: {e}")
+    finally:
+        job.close()
+        if ok and not a.keep_logs:
+            shutil.rmtree(logdir, ignore_errors=True)
+        else:
+            print(f"logs in {logdir}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
