@@ -40,6 +40,17 @@ void check_rank(int rank, int size) {
 std::unique_ptr<CommImpl> join_at_store(std::string_view store_addr, int rank, int size, Settings s) {
   check_rank(rank, size);
   set_log_rank(rank);
+  // A rank of an elastic job started again (the same command as before)
+  // finds its job running without it, and joins it as a newcomer.
+  if (s.elastic && (rank != 0 || s.store_external)) {
+    Rendezvous probe = rendezvous_to_join(std::string(store_addr), s);
+    const std::string formed = probe.scope + "formed";
+    if (probe.store->check(std::span(&formed, 1))) {
+      log_warn("rank ", rank, ": the elastic job at ", store_addr, " runs already: joining it (Comm::join), to be "
+               "admitted at its members' next grow");
+      return CommImpl::join_job(std::move(probe), std::move(s));
+    }
+  }
   Rendezvous rv = rendezvous_at_store(std::string(store_addr), rank, size, s);
   return CommImpl::create(std::move(rv), rank, size, std::move(s));
 }

@@ -121,7 +121,7 @@ Rendezvous rendezvous_at_store(const std::string& requested, int rank, int size,
                               "give rank 0's routable address (for example BRAID_STORE_ADDR=192.168.1.20:", hp.port,
                               ", braid-run --master, MASTER_ADDR), or map its host name to that address in "
                               "/etc/hosts here"));
-  if (rank == 0) {
+  if (rank == 0 && !settings.store_external) {
     // A literal loopback address (127.0.0.1, ::1, localhost), or one that is
     // loopback here for a job whose ranks all run here (BRAID_LOCAL_SIZE is
     // the world size), is a job on this host: the store listens there only,
@@ -154,7 +154,7 @@ Rendezvous rendezvous_at_store(const std::string& requested, int rank, int size,
                                   server->address().port());
   }
   Rendezvous rv = connect_to(where, settings, std::move(server), settings.job_id, rank, size);
-  rv.store_host = 0;
+  rv.store_host = settings.store_external ? -1 : 0;
   share_comm_id(rv, rank, settings);
   return rv;
 }

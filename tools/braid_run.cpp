@@ -34,6 +34,7 @@
 // port 0 and closing the socket; another process could take it before rank 0
 // binds it, which --port avoids where that matters.
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -48,6 +49,7 @@
 #include <charconv>
 #include <cstdio>
 #include <cstring>  // sigabbrev_np
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -56,8 +58,10 @@
 #include <vector>
 
 #include "braid/types.hpp"
+#include "bootstrap/store.hpp"
 #include "core/comm_id.hpp"
 #include "core/deadline.hpp"
+#include "core/event_loop.hpp"
 #include "core/settings.hpp"
 #include "core/socket.hpp"
 #include "core/text.hpp"
@@ -110,6 +114,12 @@ options:
                    (for jobs that go on without it: Comm::shrink); the exit
                    status counts only the ranks that exited, not those a
                    signal killed
+  --elastic        an elastic job (docs/elastic.md): BRAID_ELASTIC=1 for
+                   every rank, --keep-going, and the store runs in this
+                   braid-run (on node 0) instead of in rank 0, so that it
+                   outlives any rank; a rank that is lost leaves the others
+                   going on (Comm::shrink_lost), and a rank started again
+                   with the same command joins the running job
   --bind-to B      core: bind rank i to the i-th CPU braid-run may use (round
                    robin when there are more ranks than CPUs); none:
                    leave placement to the kernel (default: core when the
@@ -137,6 +147,7 @@ struct Options {
   Millis grace{5000};
   bool prefix = true;
   bool keep_going = false;
+  bool elastic = false;
   std::optional<bool> bind;  // --bind-to: core (true), none (false); unset: core when the ranks fit the CPUs
   std::vector<std::string> command;
 };
@@ -190,6 +201,10 @@ Action parse_args(int argc, char** argv, Options& opts) {
       .option({"--grace"}, [&](std::string_view name, std::string_view v) { opts.grace = parse_duration(v, name); })
       .flag({"--no-prefix"}, [&] { opts.prefix = false; })
       .flag({"--keep-going"}, [&] { opts.keep_going = true; })
+      .flag({"--elastic"}, [&] {
+        opts.elastic = true;
+        opts.keep_going = true;
+      })
       .option({"--bind-to"},
               [&](std::string_view name, std::string_view v) {
                 if (v == "core") opts.bind = true;
@@ -348,6 +363,14 @@ class Launcher {
       // BRAID_JOB_ID on every host for that.
       if (!Settings::raw("BRAID_JOB_ID")) job_id_ = cat("braid-run-", CommId::random().to_hex().substr(0, 16));
     }
+    if (opts_.elastic && opts_.node_rank == 0) {
+      try {
+        host_store();
+      } catch (const Error& e) {
+        say(cat("cannot host the elastic job's store at ", store_addr_, ": ", e.what()));
+        return kExitCannotRun;
+      }
+    }
     ranks_.reserve(static_cast<std::size_t>(opts_.ranks));
     for (int r = 0; r < opts_.ranks && phase_ == Phase::running; ++r) {
       try {
@@ -373,6 +396,27 @@ class Launcher {
   static constexpr std::string_view kIdentity[] = {"BRAID_RANK", "BRAID_WORLD_SIZE", "BRAID_LOCAL_RANK",
                                                    "BRAID_LOCAL_SIZE", "BRAID_STORE_ADDR"};
 
+  // An elastic job's store lives here rather than in rank 0, so that it
+  // outlives any rank (the chief included): it listens at the store address
+  // (on every interface when the job spans hosts or the address is not
+  // loopback) until braid-run exits.
+  void host_store() {
+    Settings settings = Settings::from_env();
+    HostPort hp = parse_host_port(store_addr_, "the store address");
+    SockAddr bind = resolve(hp, "the store address").front();
+    if (opts_.nnodes > 1 || !bind.is_loopback()) {
+      if (bind.family() == AF_INET) reinterpret_cast<sockaddr_in*>(&bind.storage)->sin_addr.s_addr = htonl(INADDR_ANY);
+      else reinterpret_cast<sockaddr_in6*>(&bind.storage)->sin6_addr = in6addr_any;
+    }
+    bind.set_port(hp.port);
+    store_loop_ = std::make_unique<EventLoop>("braid-run-store");
+    store_ = TcpStoreServer::start(*store_loop_, bind, settings.auth_key, settings.tls,
+                                   job_id_.empty() ? settings.job_id : job_id_);
+    say(cat("elastic job: the store runs in this braid-run at ", store_addr_, ", so that the job outlives any rank"));
+  }
+  std::unique_ptr<EventLoop> store_loop_;
+  std::unique_ptr<TcpStoreServer> store_;
+
   void start(int index) {
     std::vector<std::string> env = env_base_;
     const int global = opts_.node_rank * opts_.ranks + index;  // the rank in the job; index is this host's
@@ -382,6 +426,10 @@ class Launcher {
     env.push_back(cat("BRAID_LOCAL_SIZE=", opts_.ranks));
     env.push_back(cat("BRAID_STORE_ADDR=", store_addr_));
     if (!job_id_.empty()) env.push_back(cat("BRAID_JOB_ID=", job_id_));
+    if (opts_.elastic) {
+      env.push_back("BRAID_ELASTIC=1");
+      env.push_back("BRAID_STORE_EXTERNAL=1");
+    }
     std::vector<char*> envp, argv;
     for (std::string& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
@@ -544,7 +592,9 @@ class Launcher {
     }
     // The others go on without it; a non-zero exit still decides the status,
     // a rank a signal killed does not.
-    say(cat(what, "; the others go on (--keep-going)"));
+    say(cat(what, opts_.elastic ? "; the others go on without it (--elastic): start it again with the same "
+                                  "command, and it joins the running job"
+                                : "; the others go on (--keep-going)"));
     if (WIFEXITED(status) && !exit_code_) exit_code_ = code;
   }
 

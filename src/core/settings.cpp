@@ -80,7 +80,10 @@ constexpr std::array kTable = {
                 "that joins later in (Comm::join, braid.Comm.join), to be admitted by the members' next "
                 "Comm::grow; survivors of a lost rank go on with Comm::shrink_lost. Anyone holding the job id "
                 "(and BRAID_AUTH_KEY, when set) may join: see docs/elastic.md."},
-    SettingInfo{"BRAID_ELASTIC_GRACE", "2s",
+    SettingInfo{"BRAID_STORE_EXTERNAL", "0",
+                "1: the store at BRAID_STORE_ADDR is already running in another process (braid-run --elastic "
+                "hosts it, so that it outlives any rank), and rank 0 does not start one."},
+    SettingInfo{"BRAID_ELASTIC_GRACE", "1s",
                 "How long Comm::shrink_lost waits for a member that has not come forward yet, once the first "
                 "survivor did, before the survivors go on without it (a member that comes later is told to "
                 "join again)."},
@@ -362,6 +365,7 @@ Settings Settings::from_env() {
   }
   if (auto v = getenv_string("BRAID_LINGER")) s.linger = parse_duration(*v, "BRAID_LINGER");
   if (auto v = env_integer("BRAID_ELASTIC", 0, 1)) s.elastic = *v == 1;
+  if (auto v = env_integer("BRAID_STORE_EXTERNAL", 0, 1)) s.store_external = *v == 1;
   if (auto v = getenv_string("BRAID_ELASTIC_GRACE")) s.elastic_grace = parse_duration(*v, "BRAID_ELASTIC_GRACE");
   if (auto v = getenv_string("BRAID_DEBUG")) {
     std::string level = upper(*v);

@@ -48,9 +48,12 @@ struct Settings {
   /// BRAID_ELASTIC=1: the job's members may shrink and grow (Comm::shrink_lost,
   /// Comm::grow, Comm::join); the store admits joiners after it formed.
   bool elastic = false;
+  /// BRAID_STORE_EXTERNAL=1: the store at the store address runs already
+  /// (braid-run --elastic hosts it), so rank 0 does not start one.
+  bool store_external = false;
   /// BRAID_ELASTIC_GRACE: how long shrink_lost waits for a survivor that has
   /// not come forward yet, once the first one did.
-  std::chrono::milliseconds elastic_grace{std::chrono::seconds(2)};
+  std::chrono::milliseconds elastic_grace{std::chrono::seconds(1)};
   LogLevel log_level = LogLevel::warn;
   unsigned log_subsystems = ~0u;  // BRAID_DEBUG_SUBSYS (core/log.hpp's LogSubsystem bits)
   std::string log_file;           // BRAID_DEBUG_FILE, %h and %p not yet replaced

@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fault_matrix import CaseFailed, Job, free_port, tail  # noqa: E402
+from fault_matrix import CaseFailed, Job, Rank, free_port, tail  # noqa: E402
 
 TIMEOUT_S = 4
 
@@ -148,7 +148,75 @@ def case_stall(job):
             f"late, joined again and was admitted in {time.monotonic() - t1:.2f} s; all {n} ended with correct sums")
 
 
-CASES = {"kill9": case_kill9, "twice": lambda job: case_kill9(job, twice=True), "stall": case_stall}
+class LaunchedRank:
+    """One rank's lines in braid-run's output ("[r] ...")."""
+
+    def __init__(self, launcher, index):
+        self.launcher, self.rank, self.prefix = launcher, index, f"[{index}] "
+        self.proc = launcher.proc
+
+    def _lines(self, text):
+        return "\n".join(line[len(self.prefix):] for line in text.splitlines() if line.startswith(self.prefix))
+
+    def stdout(self):
+        return self._lines(self.launcher.stdout())
+
+    def stderr(self):
+        return self._lines(self.launcher.stderr())
+
+    @property
+    def done(self):
+        return False
+
+
+def case_chief(job, braid_run):
+    n, iters, port = 4, 600, free_port()
+    store = f"127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BRAID_")}
+    env.update({"BRAID_TIMEOUT": f"{TIMEOUT_S}s", "BRAID_ELASTIC_GRACE": "1s", "BRAID_SOCKET_IFNAME": "lo",
+                "BRAID_JOB_ID": f"elastic-chief-{os.getpid()}"})
+    if job.transport:
+        env["BRAID_TRANSPORT"] = job.transport
+    launcher = Rank("run", [braid_run, "-n", str(n), "--elastic", "--port", str(port), "--", job.worker,
+                            "--iters", str(iters)], env, job.logdir)
+    job.ranks.append(launcher)
+    views = [LaunchedRank(launcher, r) for r in range(n)]
+    wait_for_line(views, r"^running rank", 20, "start")
+    chief_pid = int(re.search(r"^running rank 0 size \d+ pid (\d+)", views[0].stdout(), re.M).group(1))
+    os.kill(chief_pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    survivors = views[1:]
+    took = wait_for_line(survivors, rf"^shrunk rank \d+ size {n - 1} at", TIMEOUT_S + 8, "shrink") - t0
+    if not re.search(r"rank 1 is rank 0 \(the chief\) now", views[1].stderr()):
+        raise CaseFailed("no survivor said that rank 1 is the chief now:\n" + tail(views[1]))
+    # The chief's command again: it finds the job running and joins it.
+    newcomer_env = dict(env, BRAID_RANK="0", BRAID_WORLD_SIZE=str(n), BRAID_LOCAL_RANK="0", BRAID_LOCAL_SIZE=str(n),
+                        BRAID_STORE_ADDR=store, BRAID_ELASTIC="1", BRAID_STORE_EXTERNAL="1", BRAID_TIMEOUT="30s")
+    newcomer = job.start("new", ["--iters", str(iters)], newcomer_env)
+    t1 = time.monotonic()
+    wait_for_line(survivors + [newcomer], rf"^grown rank \d+ size {n} at", TIMEOUT_S + 10, "rejoin")
+    rejoin_s = time.monotonic() - t1
+    job.wait_all([launcher, newcomer], 60)
+    problems = []
+    if launcher.proc.returncode != 0:
+        problems.append(f"braid-run ended with exit {launcher.proc.returncode}")
+    if newcomer.proc.returncode != 0:
+        problems.append(f"the restarted chief ended with exit {newcomer.proc.returncode}")
+    done = sorted(int(m.group(1)) for p in survivors + [newcomer]
+                  for m in [re.search(rf"^done rank (\d+) size {n} iters {iters}$", p.stdout(), re.M)] if m)
+    if done != list(range(n)):
+        problems.append(f"the processes ended as ranks {done}, not 0..{n - 1} of {n}")
+    if any("WRONG" in p.stdout() for p in survivors + [newcomer]):
+        problems.append("a wrong sum")
+    if problems:
+        raise CaseFailed("\n  ".join(problems) + "\n" + "\n".join(tail(p) for p in survivors + [newcomer]))
+    return (f"kill -9 of the chief (rank 0 of {n}) under braid-run --elastic: the store lived on in braid-run, "
+            f"3 went on in {took:.2f} s with rank 1 as the chief; the chief's command, run again, joined in "
+            f"{rejoin_s:.2f} s; all {n} ended {iters} iterations with correct sums")
+
+
+CASES = {"kill9": case_kill9, "twice": lambda job: case_kill9(job, twice=True), "stall": case_stall,
+         "chief": None}
 
 
 def main():
@@ -156,13 +224,19 @@ def main():
     ap.add_argument("--worker", required=True)
     ap.add_argument("--case", required=True, choices=sorted(CASES))
     ap.add_argument("--transport")
+    ap.add_argument("--run", help="braid-run (the chief case)")
     ap.add_argument("--keep-logs", action="store_true")
     a = ap.parse_args()
     logdir = tempfile.mkdtemp(prefix=f"braid-elastic-{a.case}-")
     job = Job(a.worker, logdir, a.transport)
     ok = False
     try:
-        summary = CASES[a.case](job)
+        if a.case == "chief":
+            if not a.run:
+                ap.error("--case chief needs --run BRAID_RUN")
+            summary = case_chief(job, a.run)
+        else:
+            summary = CASES[a.case](job)
         print(f"case {a.case}{'_' + a.transport if a.transport else ''}: {summary}: OK")
         ok = True
     except CaseFailed as e:

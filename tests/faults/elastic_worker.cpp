@@ -12,7 +12,7 @@
 // starting with it (Comm::from_env).
 //
 // What the driver reads (stdout, one line each, flushed):
-//   "running rank R size S"      the first iteration of a communicator is done
+//   "running rank R size S pid P" the first iteration of a communicator is done
 //   "shrunk rank R size S at I"  went on without the lost ranks at iteration I
 //   "grown rank R size S at I"   admitted newcomers (or was admitted) at iteration I
 //   "late: <message>"            the others went on without this process: it joins again
@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <unistd.h>
 #include <string>
 #include <thread>
 #include <vector>
@@ -73,10 +74,16 @@ std::string store_address() {
   return addr;
 }
 
-// The iteration every member of a new communicator goes on from: the lowest
-// any of them reached (a joiner brings none: LONG_MAX).
+// The iteration the survivors go on from: the lowest any of them reached.
 long agree_on_iteration(braid::Comm& comm, long mine) {
   comm.all_reduce(std::span<long>(&mine, 1), braid::ReduceOp::min);
+  return mine;
+}
+
+// The iteration of a new or grown communicator: rank 0's (its first ranks are
+// the members, all at one iteration; a process that joined knows none).
+long rank0_iteration(braid::Comm& comm, long mine) {
+  comm.broadcast(std::span<long>(&mine, 1), 0);
   return mine;
 }
 
@@ -110,14 +117,17 @@ int main(int argc, char** argv) {
   std::vector<double> data(args.count);
   try {
     braid::Comm comm = args.join ? braid::Comm::join(store_address()) : braid::Comm::from_env();
-    long iteration = agree_on_iteration(comm, args.join ? args.iters : 0);
-    if (args.join) say("grown", comm, iteration);
+    // A process started again with the same command joins the running job
+    // as a newcomer (Comm::from_env in an elastic job), so it too takes
+    // rank 0's iteration.
+    long iteration = rank0_iteration(comm, 0);
+    if (iteration > 0 || args.join) say("grown", comm, iteration);
     bool reported = false;
     while (iteration < args.iters) {
       try {
         if (!all_reduce_and_check(comm, data, iteration)) return 5;
         if (!reported) {
-          std::printf("running rank %d size %d\n", comm.rank(), comm.size());
+          std::printf("running rank %d size %d pid %d\n", comm.rank(), comm.size(), static_cast<int>(::getpid()));
           std::fflush(stdout);
           reported = true;
         }
@@ -125,7 +135,7 @@ int main(int argc, char** argv) {
         if (args.grow_every > 0 && iteration % args.grow_every == 0) {
           if (braid::Comm grown = comm.grow(); grown.valid()) {
             comm = std::move(grown);
-            iteration = agree_on_iteration(comm, iteration);
+            iteration = rank0_iteration(comm, iteration);
             say("grown", comm, iteration);
           }
         }
@@ -142,7 +152,7 @@ int main(int argc, char** argv) {
           std::printf("late: %s\n", late.what());
           std::fflush(stdout);
           comm = braid::Comm::join(store_address());
-          iteration = agree_on_iteration(comm, args.iters);
+          iteration = rank0_iteration(comm, 0);
           say("grown", comm, iteration);
           continue;
         }
