@@ -290,6 +290,7 @@ Work Comm::scatterv_async(const void* send, std::span<const std::size_t> send_co
 }
 
 Comm Comm::shrink_lost(Shrink mode) { return Comm(impl().shrink_lost(mode == Shrink::abort)); }
+bool Comm::joined_running_job() const { return impl().joined_running_job(); }
 Comm Comm::grow() { return Comm(impl().grow()); }  // empty when nobody waits
 Comm Comm::join(std::string_view store_addr, const CommOptions& options) {
   Settings s = settings_with(options);

@@ -143,6 +143,8 @@ class CommImpl {
   int size() const { return size_; }
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
+  /// Made by join_job: this process joined an elastic job that was running.
+  bool joined_running_job() const { return joined_running_job_; }
   std::string describe() const;
 
   std::shared_ptr<Operation> all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
@@ -489,6 +491,7 @@ class CommImpl {
   std::uint32_t shrinks_ = 0;
   std::uint32_t recoveries_ = 0;  // shrink_lost calls, numbering their agreements at the store
   bool derived_ = false;  // made by shrink(): its members made it without an exchange
+  bool joined_running_job_ = false;  // made by join_job
 
   FlightRecorder recorder_;
   OpStatsTable stats_;                 // under the engine's mutex

@@ -187,7 +187,9 @@ std::unique_ptr<CommImpl> CommImpl::join_job(Rendezvous rv, Settings settings) {
   rv.scope = cat(rv.scope, "g", generation, "/");
   rv.store_host = store_host;
   share_comm_id(rv, rank, settings);
-  return create(std::move(rv), rank, size, std::move(settings));
+  std::unique_ptr<CommImpl> comm = create(std::move(rv), rank, size, std::move(settings));
+  comm->joined_running_job_ = true;
+  return comm;
 }
 
 }  // namespace braid

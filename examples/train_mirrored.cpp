@@ -20,6 +20,10 @@
 // two-laptop demo (docs/two-machines.md). --trace FILE writes each rank's
 // timeline (BRAID_TRACE, %r: the rank): every step's backward pass by layer
 // beside its gradient buckets' all-reduces (docs/tracing.md).
+// --elastic (under braid-run --elastic; docs/elastic.md): a replica that is
+// lost leaves the others training from where they are, and the same command
+// run again joins the running job and takes the chief's state; every rank
+// prints its replica hash per epoch with --per-rank.
 // --hidden N widens the hidden layer
 // (default 32), so that the gradient, 18 N + 1 floats, loads a network link;
 // --bucket-kib K fuses gradients into buckets of K KiB (default 4: several
@@ -88,6 +92,7 @@ struct Config {
   std::int64_t checkpoint_every = 0;  // --checkpoint-every N: steps (global batches) between checkpoints
   bool resume = false;                // --resume: continue from the checkpoint in checkpoint_dir
   std::string trace;                  // --trace FILE: BRAID_TRACE for this run (%r: the rank)
+  bool elastic = false;               // --elastic: go on without a lost replica, take in one that joins
   std::string resume_command;         // this rank's command line with --resume, for the advice
   std::string checkpoint_path() const { return (std::filesystem::path(checkpoint_dir) / kCheckpointFile).string(); }
 };
@@ -250,6 +255,7 @@ std::unique_ptr<mr::Strategy> make_strategy(const Config& cfg, std::shared_ptr<m
   options.gradients.aggregation = mr::Aggregation::sum;  // gradients are already divided by the global batch
   options.gradients.compression = parse_compression(cfg.compression);
   options.gradients.bucket_bytes = cfg.bucket_bytes;
+  options.elastic.enabled = cfg.elastic;
   if (cfg.strategy == "multi_worker_mirrored") return mr::MultiWorkerMirrored::from_env(options);
   if (cfg.strategy == "mirrored") return std::make_unique<mr::Mirrored>(braid::Comm::from_env(), cfg.local_replicas, options);
   if (cfg.strategy == "central_storage")
@@ -300,6 +306,7 @@ Config parse_args(int argc, char** argv) {
       if (cfg.checkpoint_every < 1) throw braid::InvalidArgument("--checkpoint-every must be at least 1 (steps)");
     }
     else if (a == "--resume") cfg.resume = true;
+    else if (a == "--elastic") cfg.elastic = true;
     else if (a == "--trace") cfg.trace = value();
     else if (a == "--bucket-kib") cfg.bucket_bytes = static_cast<std::size_t>(std::stoul(value())) * 1024;
     else if (a == "--hidden") {
@@ -313,6 +320,11 @@ Config parse_args(int argc, char** argv) {
   if ((!cfg.checkpoint_dir.empty() || cfg.resume) && cfg.strategy == "parameter_server")
     throw braid::InvalidArgument("--checkpoint-dir and --resume are for the synchronous strategies (a parameter "
                                  "server's asynchronous run cannot be resumed identically); use --save and --restore");
+  if (cfg.elastic && cfg.strategy != "multi_worker_mirrored")
+    throw braid::InvalidArgument("--elastic is for --strategy multi_worker_mirrored");
+  if (cfg.elastic && (cfg.resume || cfg.checkpoint_every > 0))
+    throw braid::InvalidArgument("--elastic goes on without a lost replica instead of resuming from a checkpoint: "
+                                 "leave out --resume and --checkpoint-every");
   cfg.resume_command = braid_train::resume_command(argc, argv);
   return cfg;
 }
@@ -349,6 +361,99 @@ mr::TrainingPosition restore_requested(const Config& cfg, mr::Strategy& strategy
   return restored.position;
 }
 
+// --elastic: one elastic_step per global batch. A lost replica leaves the
+// others going from the new chief's state; a process that joins (the same
+// command run again) is admitted before a step and takes the chief's state.
+// The global batch stays the same, re-divided over the replicas in sync, so
+// the loss follows the course of an uninterrupted run. Every member prints
+// its replica hash at every epoch's end.
+int train_elastic(const Config& cfg, mr::Strategy& strategy, mr::Sgd& sgd, const Dataset& data, Progress& progress,
+                  const std::vector<mr::MirroredVariable<float>>& params, mr::MirroredVariable<double>& loss_sum,
+                  mr::MirroredVariable<double>& seen) {
+  const mr::ShardOptions sharding{.dataset_size = cfg.samples, .global_batch_size = cfg.global_batch, .seed = 7};
+  const std::int64_t steps_per_epoch = progress.steps_per_epoch;
+  auto say_change = [&](const mr::MembershipChange& change, const mr::TrainingPosition& at) {
+    if (!change.changed()) return;
+    braid::Comm* comm = strategy.comm();
+    std::printf("[elastic] rank %d of %d on %s: %s; going on at %s%s\n", comm->rank(), comm->size(),
+                braid_host_name().c_str(), change.describe().c_str(),
+                describe_position(at.epoch, at.batch_in_epoch, steps_per_epoch).c_str(),
+                strategy.is_chief() ? " as the chief" : "");
+    std::fflush(stdout);
+  };
+  if (strategy.is_chief() && !strategy.comm()->joined_running_job())
+    std::printf("%s (elastic): %d replicas, %lld samples, global batch %lld\n", std::string(strategy.name()).c_str(),
+                strategy.num_replicas_in_sync(), static_cast<long long>(cfg.samples),
+                static_cast<long long>(cfg.global_batch));
+  mr::TrainingPosition at{};
+  double last_loss = 0;
+  bool consistent = true;
+  while (at.epoch < cfg.epochs) {
+    progress.epoch = at.epoch;
+    progress.batch = at.batch_in_epoch;
+    const mr::TrainingPosition step_at = at;
+    mr::MembershipChange change = strategy.elastic_step(at, [&](mr::ReplicaContext& ctx) {
+      const mr::DataShard shard = strategy.shard(sharding, ctx);
+      auto& grads = ctx.gradients();
+      Params p{params[0].value(ctx), params[1].value(ctx), params[2].value(ctx), params[3].value(ctx)};
+      Params g{grads.of(params[0]), grads.of(params[1]), grads.of(params[2]), grads.of(params[3])};
+      // The position is the chief's once elastic_step admitted someone.
+      auto batch = shard.batch(at.epoch, at.batch_in_epoch);
+      braid::TraceSpan step_span("step");
+      double loss = forward_backward(data, batch, p, g, static_cast<double>(shard.global_batch_samples(at.batch_in_epoch)),
+                                     [&](int layer) {
+                                       if (layer == 2) grads.ready(params[3]), grads.ready(params[2]);
+                                       else if (layer == 1) grads.ready(params[1]);
+                                       else grads.ready(params[0]);
+                                     });
+      ctx.assign_add(loss_sum, std::span<const double>(&loss, 1));
+      double n = static_cast<double>(batch.size());
+      ctx.assign_add(seen, std::span<const double>(&n, 1));
+      ctx.apply_gradients(sgd);
+    });
+    (void)step_at;
+    say_change(change, at);
+    if (!change.step_done) continue;
+    ++at.step;
+    if (++at.batch_in_epoch < steps_per_epoch) continue;
+    // The epoch's end: its metrics and hashes, at the next epoch's position
+    // (a replica lost now leaves the others there).
+    const int epoch = static_cast<int>(at.epoch);
+    at = mr::TrainingPosition{.step = at.step, .epoch = at.epoch + 1, .batch_in_epoch = 0};
+    try {
+      const double total = strategy.read(loss_sum).at(0), count = strategy.read(seen).at(0);
+      const std::vector<double> zero{0.0};
+      strategy.assign(loss_sum.variable(), std::as_bytes(std::span(zero)));
+      strategy.assign(seen.variable(), std::as_bytes(std::span(zero)));
+      const mr::ReplicaReport report = strategy.verify_replicas();
+      consistent = consistent && report.consistent();
+      last_loss = total / count;
+      braid::Comm* comm = strategy.comm();
+      if (cfg.per_rank) {
+        std::printf("rank %d of %d on %s: epoch %d  replica hash %016llx\n", comm->rank(), comm->size(),
+                    braid_host_name().c_str(), epoch + 1, static_cast<unsigned long long>(strategy.replica_hash()));
+        std::fflush(stdout);
+      }
+      if (strategy.is_chief()) {
+        std::printf("  epoch %d  loss %.6f  %d replicas  replica hash %016llx  %s\n", epoch + 1, last_loss,
+                    strategy.num_replicas_in_sync(), static_cast<unsigned long long>(strategy.replica_hash()),
+                    report.describe().c_str());
+        std::fflush(stdout);
+      }
+    } catch (const braid::Error& e) {
+      if (e.code() != braid::ErrorCode::peer_lost && e.code() != braid::ErrorCode::timeout &&
+          e.code() != braid::ErrorCode::aborted)
+        throw;
+      say_change(strategy.recover(at), at);
+    }
+  }
+  if (strategy.is_chief())
+    std::printf("Summary: %s (elastic), %d replicas at the end: replicas %s, final loss %.6f.\n",
+                std::string(strategy.name()).c_str(), strategy.num_replicas_in_sync(),
+                consistent ? "identical after every epoch" : "DIVERGED", last_loss);
+  return consistent ? 0 : 1;
+}
+
 int train_steps(const Config& cfg, mr::Strategy& strategy_ref, const std::shared_ptr<mr::Sgd>& sgd,
                 const Dataset& data, Progress& progress) {
   mr::Strategy* strategy = &strategy_ref;
@@ -382,6 +487,7 @@ int train_steps(const Config& cfg, mr::Strategy& strategy_ref, const std::shared
   init = {std::vector<float>(w1.value().begin(), w1.value().end()), std::vector<float>(b1.value().begin(), b1.value().end()),
           std::vector<float>(w2.value().begin(), w2.value().end()), std::vector<float>(b2.value().begin(), b2.value().end())};
   strategy->create_slots(*sgd);
+  if (cfg.elastic) return train_elastic(cfg, *strategy, *sgd, data, progress, {w1, b1, w2, b2}, loss_sum, seen);
   const mr::TrainingPosition start = restore_requested(cfg, *strategy, progress.steps_per_epoch);
   const int first_epoch = static_cast<int>(start.epoch);
   progress.epoch = start.epoch;

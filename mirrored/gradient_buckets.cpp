@@ -179,6 +179,15 @@ void GradientBuckets::end_step() {
   synchronized_ = false;
 }
 
+void GradientBuckets::abandon_step() {
+  {
+    std::lock_guard lock(mutex_);
+    for (Bucket& b : buckets_) b.work.reset();
+  }
+  for (int r = 0; r < local_replicas_; ++r) zero(r);
+  end_step();
+}
+
 StepStats GradientBuckets::stats() const {
   std::lock_guard lock(mutex_);
   return stats_;

@@ -46,6 +46,9 @@ class GradientBuckets {
   /// The step's aggregated gradients have been used: the next ready() or
   /// synchronize() belongs to a new step.
   void end_step();
+  /// A step that failed part-way (a replica was lost): forgets its
+  /// operations and zeroes every replica's gradients, then end_step().
+  void abandon_step();
   StepStats stats() const;
   bool empty() const { return buckets_.empty(); }
 

@@ -156,6 +156,7 @@ void Strategy::apply_gradients(ReplicaContext& context, Optimizer& optimizer) {
   });
   update_replica(context.local_replica(), optimizer, optimizer_step_);
   context.gradients().zero();
+  step_applied_ = true;
 }
 
 void Strategy::update_replica(int local_replica, Optimizer& optimizer, std::int64_t step) {

@@ -86,6 +86,7 @@ Strategy::Strategy(std::optional<Comm> comm, int local_replicas, StrategyOptions
   if (options_.timeout.count() <= 0) throw InvalidArgument("StrategyOptions::timeout must be positive");
   group_ = std::make_unique<LocalGroup>(local_replicas, options_.timeout);
   buckets_ = std::make_unique<GradientBuckets>(local_replicas, options_.gradients);
+  joining_ = options_.elastic.enabled && comm_ && comm_->joined_running_job();
 }
 
 Strategy::~Strategy() = default;
@@ -143,7 +144,9 @@ Variable& Strategy::create_variable(std::string name, DataType type, Shape shape
     throw InvalidArgument("create_variable: '" + name +
                           "' is on_read with aggregation none: say how replicas' copies combine when it is read "
                           "(sum, mean or only_first_replica)");
-  check_same_everywhere(name, type, shape);
+  // A process that joined a running job gets every value from the chief at
+  // its first elastic_step; its peers are training and make no variables.
+  if (!joining_) check_same_everywhere(name, type, shape);
   auto v = std::unique_ptr<Variable>(new Variable(this, static_cast<int>(variables_.size()), name, type,
                                                   std::move(shape), options,
                                                   options.synchronization == Synchronization::on_write,
@@ -215,7 +218,7 @@ void Strategy::check_same_everywhere(const std::string& name, DataType type, con
 
 void Strategy::initialize_variable(Variable& variable, std::span<const std::byte> initial) {
   std::vector<std::byte> value(initial.begin(), initial.end());
-  broadcast_from_chief(value.data(), value.size());
+  if (!joining_) broadcast_from_chief(value.data(), value.size());
   for (int r = 0; r < local_replicas_; ++r) {
     auto copy = variable.replica_bytes(r);
     if (!copy.empty()) std::memcpy(copy.data(), value.data(), value.size());

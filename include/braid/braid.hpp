@@ -414,6 +414,10 @@ class Comm {
   /// timeout, until its members' next grow() admits this process, which
   /// gets the next free ranks.
   static Comm join(std::string_view store_addr, const CommOptions& options = {});
+  /// True when this communicator was made by join(), or by from_env() in an
+  /// elastic job that was running already: its peers are mid-way, and this
+  /// process takes its state from them (the elastic mirrored strategy does).
+  bool joined_running_job() const;
 
   template <typename T>
   void all_reduce(std::span<const T> send, std::span<T> recv, ReduceOp op) {

@@ -158,8 +158,31 @@ struct GradientOptions {
   Compression compression = Compression::none;
 };
 
+/// Elastic training (docs/elastic.md): MultiWorkerMirrored in a job started
+/// with BRAID_ELASTIC=1 (braid-run --elastic), trained with elastic_step().
+struct ElasticOptions {
+  bool enabled = false;
+  /// Processes waiting to join are admitted (Comm::grow) every this many steps.
+  int grow_every = 1;
+};
+
+/// What elastic_step() or recover() changed.
+struct MembershipChange {
+  int replicas_before = 0;
+  int replicas_after = 0;
+  bool lost = false;      ///< replicas were lost: the survivors went on without them
+  bool joined = false;    ///< processes joined (on the newcomer: it was admitted)
+  /// Whether the step at the position given back is done (advance past it);
+  /// false: run it (again).
+  bool step_done = true;
+  bool changed() const { return lost || joined; }
+  /// "replicas 4 -> 3 (lost)", "" when nothing changed.
+  std::string describe() const;
+};
+
 struct StrategyOptions {
   GradientOptions gradients;
+  ElasticOptions elastic;
   /// Bound on every wait between the replicas of one process (those between
   /// processes are bounded by the communicator's timeout).
   std::chrono::milliseconds timeout = std::chrono::seconds(300);
@@ -329,6 +352,24 @@ class Strategy {
   /// Call it before restore() so that a checkpoint's slots are restored too.
   void create_slots(const Optimizer& optimizer);
 
+  // ---- elastic training (StrategyOptions::elastic) ---------------------------
+  /// Runs one training step, as run(), in an elastic job. Before it, every
+  /// grow_every steps, the processes waiting to join are admitted
+  /// (Comm::grow); a process that joined takes the chief's variables,
+  /// optimizer state and `position` at its first call. When a replica is
+  /// lost during the step (an operation fails with PeerLost, Timeout or
+  /// Aborted), the survivors go on without it (Comm::shrink_lost; the first
+  /// rank left becomes the chief) and take the new chief's variables,
+  /// optimizer state and position. Every member gets the same `position`
+  /// back: advance past it when step_done, else run that step. The global
+  /// batch stays what ShardOptions says: DataShard re-divides it over the
+  /// replicas now in sync, so the loss follows the same course. Replica
+  /// hashes stay identical among the members. MultiWorkerMirrored only.
+  MembershipChange elastic_step(TrainingPosition& position, const std::function<void(ReplicaContext&)>& step);
+  /// The same recovery after a cross-replica call of this strategy failed
+  /// because a replica was lost (read, verify_replicas, save).
+  MembershipChange recover(TrainingPosition& position);
+
   /// This replica's part of every global batch (see DataShard).
   DataShard shard(const ShardOptions& options, const ReplicaContext& context) const;
   /// The last apply_gradients' communication wait.
@@ -428,6 +469,14 @@ class Strategy {
   bool running_ = false;
   std::int64_t optimizer_step_ = 0;
   mutable std::mutex comm_mutex_;
+  // Elastic training (mirrored/elastic.cpp).
+  bool joining_ = false;      // joined a running job: variables come from the chief at the first elastic_step
+  bool step_applied_ = false;  // this step's apply_gradients finished here
+  int steps_since_grow_ = 0;
+  void check_elastic(std::string_view operation) const;
+  /// Every member takes the chief's variables, optimizer step and position.
+  bool resync(TrainingPosition& position);
+  MembershipChange recover_from_loss(TrainingPosition& position);
 
  protected:
   /// Serializes calls into the communicators from replica threads.
