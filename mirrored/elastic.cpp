@@ -21,6 +21,7 @@ bool membership_lost(const Error& e) {
 
 std::string MembershipChange::describe() const {
   if (!changed()) return {};
+  if (replicas_before == 0) return "replicas 0 -> " + std::to_string(replicas_after) + " (joined: this process)";
   return "replicas " + std::to_string(replicas_before) + " -> " + std::to_string(replicas_after) + " (" +
          (lost && joined ? "lost and joined" : lost ? "lost" : "joined") + ")";
 }
@@ -103,6 +104,7 @@ MembershipChange Strategy::elastic_step(TrainingPosition& position,
       resync(position);
       joining_ = false;
       change.joined = true;
+      change.replicas_before = 0;  // this process was in no group before
     } else if (++steps_since_grow_ >= options_.elastic.grow_every) {
       steps_since_grow_ = 0;
       Comm grown;

@@ -168,7 +168,7 @@ struct ElasticOptions {
 
 /// What elastic_step() or recover() changed.
 struct MembershipChange {
-  int replicas_before = 0;
+  int replicas_before = 0;  ///< 0 on a process that was admitted into a running job
   int replicas_after = 0;
   bool lost = false;      ///< replicas were lost: the survivors went on without them
   bool joined = false;    ///< processes joined (on the newcomer: it was admitted)
@@ -176,7 +176,8 @@ struct MembershipChange {
   /// false: run it (again).
   bool step_done = true;
   bool changed() const { return lost || joined; }
-  /// "replicas 4 -> 3 (lost)", "" when nothing changed.
+  /// "replicas 4 -> 3 (lost)", "replicas 0 -> 4 (joined: this process)",
+  /// "" when nothing changed.
   std::string describe() const;
 };
 

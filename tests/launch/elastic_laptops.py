@@ -46,8 +46,8 @@ from veth_pair import IpFailed, NamespacesUnavailable, run_ip  # noqa: E402
 SKIP = 77
 TIMEOUT_S = 4
 STORE = f"{HOSTNAME[0]}:40000"
-EPOCH_LINE = re.compile(r"^\[(\d+)\] rank (\d+) of (\d+) on (\S+): epoch (\d+)  replica hash ([0-9a-f]{16})$", re.M)
-CHANGE_LINE = re.compile(r"^\[(\d+)\] \[elastic\] rank (\d+) of (\d+) on (\S+): replicas (\d+) -> (\d+) \((\w[\w ]*)\)",
+EPOCH_LINE = re.compile(r"^(?:\[(\d+)\] )?rank (\d+) of (\d+) on (\S+): epoch (\d+)  replica hash ([0-9a-f]{16})$", re.M)
+CHANGE_LINE = re.compile(r"^(?:\[(\d+)\] )?\[elastic\] rank (\d+) of (\d+) on (\S+): replicas (\d+) -> (\d+) \(([^)]*)\)",
                          re.M)
 FINAL_LOSS = re.compile(r"Summary: .*final loss ([0-9.]+)\.")
 
