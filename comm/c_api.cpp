@@ -474,6 +474,38 @@ braid_result_t braid_comm_shrink(braid_comm_t comm, const int* exclude_ranks, in
   });
 }
 
+braid_result_t braid_comm_shrink_lost(braid_comm_t comm, braid_comm_t* newcomm, int flags) {
+  return guarded([&] {
+    require(newcomm, "the new communicator pointer");
+    *newcomm = nullptr;
+    if (flags != BRAID_SHRINK_DEFAULT && flags != BRAID_SHRINK_ABORT)
+      throw braid::InvalidArgument(braid::cat("braid_comm_shrink_lost: flags ", flags, " are neither "
+                                              "BRAID_SHRINK_DEFAULT (", BRAID_SHRINK_DEFAULT, ") nor BRAID_SHRINK_ABORT (",
+                                              BRAID_SHRINK_ABORT, ")"));
+    braid::Comm child = comm_of(comm).shrink_lost(flags == BRAID_SHRINK_ABORT ? braid::Comm::Shrink::abort
+                                                                              : braid::Comm::Shrink::finish);
+    *newcomm = new braid_comm{std::move(child)};
+  });
+}
+
+braid_result_t braid_comm_grow(braid_comm_t comm, braid_comm_t* newcomm) {
+  return guarded([&] {
+    require(newcomm, "the new communicator pointer");
+    *newcomm = nullptr;
+    braid::Comm grown = comm_of(comm).grow();
+    if (grown.valid()) *newcomm = new braid_comm{std::move(grown)};
+  });
+}
+
+braid_result_t braid_comm_join(const char* store_addr, braid_comm_t* comm) {
+  return guarded([&] {
+    require(comm, "the communicator pointer");
+    *comm = nullptr;
+    require(store_addr, "the store address");
+    *comm = new braid_comm{braid::Comm::join(store_addr)};
+  });
+}
+
 braid_result_t braid_comm_abort(braid_comm_t comm) {
   return guarded([&] { comm_of(comm).abort(); });
 }

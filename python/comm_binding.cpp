@@ -242,6 +242,16 @@ One thread at a time may call a communicator (abort() from any).)");
           py::arg("algorithm") = py::none(), py::arg("tcp_streams") = py::none(), py::arg("socket_ifname") = py::none(),
           "Joins the communicator the launcher's environment describes (BRAID_*, torchrun, TF_CONFIG, ...).")
       .def_static(
+          "join",
+          [](const std::string& store, const py::object& timeout) {
+            CommOptions options = options_of(timeout, std::nullopt, std::nullopt, std::nullopt, std::nullopt);
+            py::gil_scoped_release release;
+            return std::make_unique<PyComm>(Comm::join(store, options));
+          },
+          py::arg("store"), py::kw_only(), py::arg("timeout") = py::none(),
+          "Joins a running elastic job at its store ('host:port'), once its members' next grow() admits this "
+          "process (BRAID_ELASTIC; docs/elastic.md).")
+      .def_static(
           "init",
           [](const py::object& where, int rank, int size, const py::object& timeout,
              std::optional<std::string> transport, std::optional<std::string> algorithm, std::optional<int> tcp_streams,
@@ -331,6 +341,29 @@ One thread at a time may call a communicator (abort() from any).)");
           "A new Comm of this one's ranks less `excluded`, in the same order (NCCL's ncclCommShrink): every rank not "
           "excluded calls it with the same list, an excluded rank does not (it may be dead). abort=True aborts this "
           "one first, after an operation raised braid.PeerLost; else what was started here finishes first.")
+      .def(
+          "shrink_lost",
+          [](PyComm& c, bool abort) {
+            return std::make_unique<PyComm>(child_without_gil(c, [&](Comm& self) {
+              return self.shrink_lost(abort ? Comm::Shrink::abort : Comm::Shrink::finish);
+            }));
+          },
+          py::arg("abort") = true,
+          "Elastic jobs: shrink() without a list after a rank was lost; the members still alive agree through the "
+          "store which ranks came forward (BRAID_ELASTIC_GRACE). Raises braid.PeerLost on a member that came too "
+          "late (it may Comm.join again) and when the store is gone.")
+      .def(
+          "grow",
+          [](PyComm& c) -> py::object {
+            Comm grown = child_without_gil(c, [](Comm& self) { return self.grow(); });
+            if (!grown.valid()) return py::none();
+            return py::cast(std::make_unique<PyComm>(std::move(grown)));
+          },
+          "Elastic jobs, a collective of the members: admits the processes waiting in Comm.join and returns the "
+          "grown Comm (this one's ranks first), or None when nobody waits.")
+      .def_property_readonly(
+          "joined_running_job", [](PyComm& c) { return c.get().joined_running_job(); },
+          "True when this Comm was made by Comm.join, or by from_env in an elastic job that was running already.")
       .def(
           "finalize",
           &without_gil<&Comm::finalize>,

@@ -45,6 +45,17 @@ void raise(const Error& error) {
 
 }  // namespace
 
+void rethrow_lost_peer_as_braid_error(py::error_already_set& error) {
+  for (auto [code, cls] : classes) {
+    if (!error.matches(cls)) continue;
+    const std::string message = py::str(error.value());
+    if (code == ErrorCode::peer_lost) throw PeerLost(message);
+    if (code == ErrorCode::timeout) throw Timeout(message);
+    if (code == ErrorCode::aborted) throw Aborted(message);
+  }
+  throw;
+}
+
 void bind_errors(py::module_& module) {
   error_class = make_class(module, "Error", PyExc_RuntimeError, nullptr,
                            "Base of every error braid raises; `code` names its kind ('timeout', 'peer_lost', ...).");

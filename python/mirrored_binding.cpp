@@ -15,6 +15,7 @@
 // on the strategy's replica threads (Mirrored) holding the GIL, which every
 // collective releases while it waits.
 #include "mirrored_binding.hpp"
+#include "errors.hpp"
 
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
@@ -236,6 +237,49 @@ py::object run(const py::object& self_object, const py::function& fn, const py::
   py::list out;
   for (auto& r : results) out.append(r);
   return out;
+}
+
+// Strategy.elastic_step(fn, position): the position a dict {step, epoch,
+// batch_in_epoch}, updated in place to the chief's after a change.
+py::dict elastic_step(const py::object& self_object, const py::function& fn, py::dict position) {
+  const StrategyPtr self = self_object.cast<StrategyPtr>();
+  mr::TrainingPosition at{.step = position.contains("step") ? position["step"].cast<std::int64_t>() : 0,
+                          .epoch = position.contains("epoch") ? position["epoch"].cast<std::int64_t>() : 0,
+                          .batch_in_epoch = position.contains("batch_in_epoch")
+                                                ? position["batch_in_epoch"].cast<std::int64_t>()
+                                                : 0};
+  mr::MembershipChange change;
+  {
+    py::gil_scoped_release release;
+    change = self->elastic_step(at, [&](mr::ReplicaContext& context) {
+      py::gil_scoped_acquire acquire;
+      auto wrapper = std::make_shared<PyReplicaContext>(PyReplicaContext{self, &context});
+      struct Invalidate {
+        PyReplicaContext& c;
+        ~Invalidate() { c.context = nullptr; }
+      } invalidate{*wrapper};
+      position["step"] = at.step;  // the chief's, when a process was admitted before the step
+      position["epoch"] = at.epoch;
+      position["batch_in_epoch"] = at.batch_in_epoch;
+      try {
+        fn(py::cast(wrapper), position);
+      } catch (py::error_already_set& e) {
+        rethrow_lost_peer_as_braid_error(e);
+      }
+    });
+  }
+  position["step"] = at.step;
+  position["epoch"] = at.epoch;
+  position["batch_in_epoch"] = at.batch_in_epoch;
+  py::dict d;
+  d["changed"] = change.changed();
+  d["lost"] = change.lost;
+  d["joined"] = change.joined;
+  d["step_done"] = change.step_done;
+  d["replicas_before"] = change.replicas_before;
+  d["replicas_after"] = change.replicas_after;
+  d["describe"] = change.describe();
+  return d;
 }
 
 py::dict restored_dict(const mr::RestoredCheckpoint& r) {
@@ -492,6 +536,11 @@ void bind_mirrored(py::module_& m) {
       .def("run", &run, arg("fn"), arg("args") = py::tuple(), arg("kwargs") = py::dict(),
            "Calls fn(ctx, *args, **kwargs) once per local replica; returns its result (a list of them with "
            "several local replicas).")
+      .def("elastic_step", &elastic_step, arg("fn"), arg("position"),
+           "Elastic training (MultiWorkerMirrored(elastic=True)): one step, fn(ctx, position); admits processes "
+           "waiting to join before it, goes on without a replica lost during it. position (a dict: step, epoch, "
+           "batch_in_epoch) becomes the chief's after a change; returns {changed, lost, joined, step_done, "
+           "replicas_before, replicas_after, describe}: advance position when step_done, else run that step.")
       .def(
           "reduce",
           [](mr::Strategy& s, const py::object& op, const py::object& value) { return strategy_reduce(s, op, value); },
@@ -545,13 +594,15 @@ void bind_mirrored(py::module_& m) {
   py::class_<mr::MultiWorkerMirrored, mr::Strategy, std::shared_ptr<mr::MultiWorkerMirrored>>(
       m, "MultiWorkerMirrored", "One replica per process (tf.distribute.MultiWorkerMirroredStrategy).")
       .def(py::init([](const py::object& comm, const py::object& timeout, std::size_t bucket_bytes, bool overlap,
-                       const std::string& aggregation, const std::string& compression) {
+                       const std::string& aggregation, const std::string& compression, bool elastic, int grow_every) {
              auto options = strategy_options(timeout, bucket_bytes, overlap, aggregation, compression);
+             if (grow_every < 1) throw InvalidArgument("grow_every must be at least 1 (steps)");
+             options.elastic = mr::ElasticOptions{.enabled = elastic, .grow_every = grow_every};
              Comm c = take_comm(comm);
              py::gil_scoped_release release;
              return std::make_shared<mr::MultiWorkerMirrored>(std::move(c), options);
            }),
-           arg("comm") = py::none(), BRAID_STRATEGY_OPTIONS);
+           arg("comm") = py::none(), BRAID_STRATEGY_OPTIONS, arg("elastic") = false, arg("grow_every") = 1);
   py::class_<mr::Mirrored, mr::Strategy, std::shared_ptr<mr::Mirrored>>(
       m, "Mirrored", "Several replicas per process, one thread each (tf.distribute.MirroredStrategy).")
       .def(py::init([](int local_replicas, const py::object& comm, const py::object& timeout, std::size_t bucket_bytes,

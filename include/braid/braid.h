@@ -147,6 +147,24 @@ braid_result_t braid_comm_split(braid_comm_t comm, int color, int key, braid_com
  * `*newcomm` is NULL after a failure. */
 braid_result_t braid_comm_shrink(braid_comm_t comm, const int* exclude_ranks, int exclude_count,
                                  braid_comm_t* newcomm, int flags);
+/* Elastic jobs (BRAID_ELASTIC=1, braid-run --elastic; docs/elastic.md). */
+/** braid_comm_shrink without a list, after an operation failed because a rank
+ * died or became unreachable: every member still alive calls it, and they
+ * agree through the job's store which ranks came forward within
+ * BRAID_ELASTIC_GRACE of the first; the others are left out. `flags` as for
+ * braid_comm_shrink. braid_peer_lost on a member that came too late (the
+ * others went on without it: it may braid_comm_join again) and when the
+ * store is gone. `*newcomm` is NULL after a failure. */
+braid_result_t braid_comm_shrink_lost(braid_comm_t comm, braid_comm_t* newcomm, int flags);
+/** Admits the processes waiting in braid_comm_join (a collective of `comm`'s
+ * members, at a point all reach, such as a step boundary): `*newcomm` is the
+ * grown communicator (`comm`'s ranks first, in order, then the newcomers), or
+ * NULL when nobody waits. `comm` stays usable. */
+braid_result_t braid_comm_grow(braid_comm_t comm, braid_comm_t* newcomm);
+/** Joins the running elastic job whose store is at `store_addr` ("host:port"):
+ * waits, bounded by BRAID_TIMEOUT, until its members' next braid_comm_grow
+ * admits this process. */
+braid_result_t braid_comm_join(const char* store_addr, braid_comm_t* comm);
 /** Gives up on the communicator, from any thread, within milliseconds (it
  * never waits for a peer or a connection in progress): every pending and
  * later operation here fails with braid_aborted (never success, never
