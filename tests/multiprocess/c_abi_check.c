@@ -428,6 +428,23 @@ static void shrink(braid_comm_t comm, int rank, int n) {
   EXPECT_OK(braid_barrier(comm)); /* the old one goes on, rank 0 included */
 }
 
+/* The elastic calls outside an elastic job: braid_comm_grow is refused,
+ * naming BRAID_ELASTIC, and a bad argument of any of them is named. The
+ * elastic job itself: tests/faults/elastic_matrix.py. */
+static void elastic_refusals(braid_comm_t comm) {
+  braid_comm_t other = (braid_comm_t)&other;
+  EXPECT_CODE(braid_comm_grow(comm, &other), braid_invalid_argument);
+  EXPECT(other == NULL);
+  EXPECT(strstr(braid_last_error(), "BRAID_ELASTIC=1") != NULL);
+  EXPECT_CODE(braid_comm_grow(comm, NULL), braid_invalid_argument);
+  EXPECT_CODE(braid_comm_shrink_lost(comm, &other, 7), braid_invalid_argument);
+  EXPECT(strstr(braid_last_error(), "BRAID_SHRINK_ABORT") != NULL);
+  EXPECT_CODE(braid_comm_join(NULL, &other), braid_invalid_argument);
+  EXPECT(other == NULL);
+  EXPECT_CODE(braid_comm_join("127.0.0.1:1", NULL), braid_invalid_argument);
+  EXPECT_OK(braid_barrier(comm));
+}
+
 /* A second communicator from a unique id made by rank 0 and broadcast over
  * the first, with a 1 s timeout: rank 0 receives from rank 1, which never
  * sends. The wait returns the timeout; the communicator then refuses work. */
@@ -687,6 +704,7 @@ int main(void) {
   nccl_numbers(comm, rank, n);
   split(comm, rank, n);
   shrink(comm, rank, n);
+  elastic_refusals(comm);
   groups(comm, rank, n);
   pre_mul_sums(comm, rank, n);
   stats(comm, rank, n);

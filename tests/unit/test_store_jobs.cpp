@@ -106,3 +106,21 @@ TEST_CASE("store jobs: bounded calls give up quickly when the store is gone", "[
   CHECK_THROWS_AS(client->peek("notice", 100ms), Error);
   CHECK(seconds_since(t0) < 1.0);
 }
+
+TEST_CASE("store jobs: an elastic job's sealed store lets in a process joining as no rank, and only that", "[store]") {
+  auto server = TcpStoreServer::start(service_loop(), loopback(), {}, {}, "job-E");
+  auto member = connect_tcp_store(where(*server), Deadline::after(2s), {}, {}, "job-E", 0, 2);
+  server->seal(Bytes{std::byte{1}, std::byte{2}});
+  // Not elastic yet: a joiner is refused as too late, like anyone.
+  CHECK_THAT(thrown<Timeout>([&] { connect_tcp_store(where(*server), Deadline::after(400ms), {}, {}, "job-E"); }),
+             Catch::Contains("already formed"));
+  server->admit_joiners();
+  auto joiner = connect_tcp_store(where(*server), Deadline::after(2s), {}, {}, "job-E");
+  joiner->set("elastic/arrival/1", "me");
+  CHECK(member->get_string("elastic/arrival/1", 1s) == "me");
+  // A rank claimed anew, or another job, is still refused.
+  CHECK_THAT(thrown<Timeout>([&] { connect_tcp_store(where(*server), Deadline::after(400ms), {}, {}, "job-E", 1, 2); }),
+             Catch::Contains("already formed"));
+  CHECK_THAT(thrown<ProtocolMismatch>([&] { connect_tcp_store(where(*server), Deadline::after(2s), {}, {}, "job-F"); }),
+             Catch::Contains("another job"));
+}
