@@ -814,6 +814,19 @@ void CommImpl::adopt_members(CommImpl& child, const std::vector<int>& members, s
   child.start(std::move(infos), std::move(addresses));
 }
 
+void CommImpl::settle_before_shrink(bool abort_parent) {
+  // What is queued here goes first: aborted, or finished (its errors stay
+  // with its operations; a failed communicator is shrunk all the same).
+  if (abort_parent) {
+    abort();
+    return;
+  }
+  try {
+    flush();
+  } catch (const Error&) {
+  }
+}
+
 std::unique_ptr<CommImpl> CommImpl::shrink(std::span<const int> excluded, bool abort_parent) {
   Runtime::check_usable();
   if (finalized_.load(std::memory_order_acquire)) throw_finalized();
@@ -829,16 +842,7 @@ std::unique_ptr<CommImpl> CommImpl::shrink(std::span<const int> excluded, bool a
   if (std::binary_search(out.begin(), out.end(), rank_))
     throw InvalidArgument(cat("rank ", rank_, ": shrink: this rank is in the list of ranks to exclude; an excluded "
                               "rank does not call shrink"));
-  // What is queued here goes first: aborted, or finished (its errors stay
-  // with its operations; a failed communicator is shrunk all the same).
-  if (abort_parent) {
-    abort();
-  } else {
-    try {
-      flush();
-    } catch (const Error&) {
-    }
-  }
+  settle_before_shrink(abort_parent);
   // Every member counts its shrinks alike and passes the same list, so all
   // derive the same id, apart from this one's, its splits' and every other
   // shrink's (a member that passed another list derives another id, which

@@ -207,6 +207,9 @@ class CommImpl {
   /// this one first, else what is queued here finishes first (errors stay
   /// with those operations).
   std::unique_ptr<CommImpl> shrink(std::span<const int> excluded, bool abort_parent);
+  /// Before a shrink: aborts this communicator, or finishes what is queued
+  /// (its errors stay with its operations).
+  void settle_before_shrink(bool abort_parent);
   // Elastic membership (comm/elastic.cpp, docs/elastic.md).
   /// Comm::shrink_lost: the members that come forward agree through the
   /// store which ranks are gone, then shrink() without them.

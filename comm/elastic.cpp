@@ -56,14 +56,7 @@ std::unique_ptr<CommImpl> CommImpl::shrink_lost(bool abort_parent) {
   if (finalized_.load(std::memory_order_acquire)) throw_finalized();
   if (!store_)
     throw InvalidArgument(cat("rank ", rank_, ": shrink_lost: this communicator has no store to agree through"));
-  if (abort_parent) {
-    abort();
-  } else {
-    try {
-      flush();
-    } catch (const Error&) {
-    }
-  }
+  settle_before_shrink(abort_parent);
   const std::string keys = cat(elastic_keys(job_scope_), "lost/", comm_id_.to_hex().substr(0, 16), "/", ++recoveries_, "/");
   const std::string where = cat("the braid store at ", store_name_);
   std::vector<int> excluded;

@@ -216,6 +216,20 @@ py::object strategy_reduce(mr::Strategy& s, const py::object& op_name, const py:
   return out;
 }
 
+// Calls `call(ctx)` on a replica's thread with the GIL, ctx the Python view
+// of `context`, which is invalid once the call returns (a ctx kept by the
+// Python code then refuses every use).
+template <typename Call>
+py::object in_replica_context(const StrategyPtr& self, mr::ReplicaContext& context, Call&& call) {
+  py::gil_scoped_acquire acquire;
+  auto wrapper = std::make_shared<PyReplicaContext>(PyReplicaContext{self, &context});
+  struct Invalidate {
+    PyReplicaContext& c;
+    ~Invalidate() { c.context = nullptr; }
+  } invalidate{*wrapper};
+  return call(py::cast(wrapper));
+}
+
 py::object run(const py::object& self_object, const py::function& fn, const py::tuple& args, const py::dict& kwargs) {
   const StrategyPtr self = self_object.cast<StrategyPtr>();
   const int locals = self->local_replicas();
@@ -223,13 +237,8 @@ py::object run(const py::object& self_object, const py::function& fn, const py::
   {
     py::gil_scoped_release release;
     self->run([&](mr::ReplicaContext& context) {
+      py::object result = in_replica_context(self, context, [&](py::object ctx) { return fn(ctx, *args, **kwargs); });
       py::gil_scoped_acquire acquire;
-      auto wrapper = std::make_shared<PyReplicaContext>(PyReplicaContext{self, &context});
-      struct Invalidate {
-        PyReplicaContext& c;
-        ~Invalidate() { c.context = nullptr; }
-      } invalidate{*wrapper};
-      py::object result = fn(py::cast(wrapper), *args, **kwargs);
       results[static_cast<std::size_t>(context.local_replica())] = std::move(result);
     });
   }
@@ -252,20 +261,16 @@ py::dict elastic_step(const py::object& self_object, const py::function& fn, py:
   {
     py::gil_scoped_release release;
     change = self->elastic_step(at, [&](mr::ReplicaContext& context) {
-      py::gil_scoped_acquire acquire;
-      auto wrapper = std::make_shared<PyReplicaContext>(PyReplicaContext{self, &context});
-      struct Invalidate {
-        PyReplicaContext& c;
-        ~Invalidate() { c.context = nullptr; }
-      } invalidate{*wrapper};
-      position["step"] = at.step;  // the chief's, when a process was admitted before the step
-      position["epoch"] = at.epoch;
-      position["batch_in_epoch"] = at.batch_in_epoch;
-      try {
-        fn(py::cast(wrapper), position);
-      } catch (py::error_already_set& e) {
-        rethrow_lost_peer_as_braid_error(e);
-      }
+      in_replica_context(self, context, [&](py::object ctx) {
+        position["step"] = at.step;  // the chief's, when a process was admitted before the step
+        position["epoch"] = at.epoch;
+        position["batch_in_epoch"] = at.batch_in_epoch;
+        try {
+          return fn(ctx, position);
+        } catch (py::error_already_set& e) {
+          rethrow_lost_peer_as_braid_error(e);
+        }
+      });
     });
   }
   position["step"] = at.step;
