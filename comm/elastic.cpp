@@ -24,10 +24,15 @@
 
 #include "comm_impl.hpp"
 #include "core/log.hpp"
+#include "core/process.hpp"
 #include "core/text.hpp"
 
 namespace braid {
 namespace {
+
+// How often shrink_lost's first survivor looks whether the missing members'
+// processes on this host are gone.
+constexpr Millis kShrinkLostPoll{20};
 
 std::string elastic_keys(const std::string& scope) { return scope + "elastic/"; }
 
@@ -66,14 +71,25 @@ std::unique_ptr<CommImpl> CommImpl::shrink_lost(bool abort_parent) {
     if (store.add(keys + "proposer", 1) == 1) {
       // The first to come forward waits for the others, each member that is
       // still alive coming as soon as its own operation failed, for the
-      // grace at most; whoever has not come by then is left out.
+      // grace at most; whoever has not come by then is left out. A member
+      // of this host whose process is gone is not waited for.
       std::vector<std::string> alive;
       for (int r = 0; r < size_; ++r) alive.push_back(cat(keys, "alive/", r));
-      try {
-        store.wait(alive, settings_.elastic_grace);
-      } catch (const Timeout&) {
+      const Deadline grace = Deadline::after(settings_.elastic_grace);
+      std::vector<std::string> absent;
+      while (true) {
+        try {
+          store.wait(alive, std::chrono::duration_cast<Millis>(
+                                std::min<Clock::duration>(grace.remaining(), kShrinkLostPoll)));
+        } catch (const Timeout&) {
+        }
+        absent = store.missing(alive);
+        const bool all_dead_here = std::all_of(absent.begin(), absent.end(), [&](const std::string& key) {
+          const auto r = static_cast<std::size_t>(std::stoi(key.substr(key.rfind('/') + 1)));
+          return infos_[r].kernel_id == infos_[static_cast<std::size_t>(rank_)].kernel_id && process_gone(infos_[r].pid);
+        });
+        if (absent.empty() || all_dead_here || grace.expired()) break;
       }
-      std::vector<std::string> absent = store.missing(alive);
       for (const std::string& key : absent) excluded.push_back(std::stoi(key.substr(key.rfind('/') + 1)));
       store.set(keys + "decision", join_ranks(excluded));
       log_info("rank ", rank_, ": shrink_lost: decided to go on without ",

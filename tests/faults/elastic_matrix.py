@@ -140,12 +140,12 @@ def case_stall(job):
     took = wait_for_line(others, rf"^shrunk rank \d+ size {n - 1} at", TIMEOUT_S + 8, "shrink") - t0
     os.kill(stalled.pid, signal.SIGCONT)
     t1 = time.monotonic()
-    wait_for_line(procs, rf"^grown rank \d+ size {n} at", TIMEOUT_S + 15, "rejoin")
+    rejoined = wait_for_line(procs, rf"^grown rank \d+ size {n} at", TIMEOUT_S + 15, "rejoin") - t1
     if "late:" not in stalled.stdout():
         raise CaseFailed("the stopped process rejoined without being told it came late:\n" + tail(stalled))
     check_done(job, procs, n, iters, 60)
     return (f"SIGSTOP rank 1 of {n}: 3 went on in {took:.2f} s (timeout {TIMEOUT_S} s); after SIGCONT it came "
-            f"late, joined again and was admitted in {time.monotonic() - t1:.2f} s; all {n} ended with correct sums")
+            f"late, joined again and was admitted in {rejoined:.2f} s; all {n} ended with correct sums")
 
 
 class LaunchedRank:
