@@ -101,9 +101,10 @@ std::unique_ptr<CommImpl> CommImpl::shrink_lost(bool abort_parent) {
     throw Timeout(cat("rank ", rank_, ": shrink_lost: no decision on who is gone reached this rank through ", where,
                       " within ", seconds_of(settings_.timeout + settings_.elastic_grace), " s: ", e.what()));
   } catch (const PeerLost& e) {
-    throw PeerLost(cat("rank ", rank_, ": shrink_lost: the survivors agree on who is gone through ", where,
-                       ", hosted by rank ", store_host_, ", which is unreachable now (that rank's process or host "
-                       "went too): ", e.what()));
+    throw PeerLost(cat("rank ", rank_, ": shrink_lost: the survivors agree on who is gone through ", where, ", ",
+                       store_host_ >= 0 ? cat("hosted by rank ", store_host_) : std::string("hosted outside the ranks"),
+                       ", which is unreachable now (its process or host went too, or this host lost the network): ",
+                       e.what()));
   }
   if (std::binary_search(excluded.begin(), excluded.end(), rank_))
     throw PeerLost(cat("rank ", rank_, ": shrink_lost: the other ranks went on without this one, which came forward "

@@ -680,6 +680,17 @@ int train(const Config& cfg) {
     // A peer that went (or stopped answering) ends this run; the strategy,
     // and with it the communicator, is still here for the advice.
     if (e.code() != braid::ErrorCode::peer_lost && e.code() != braid::ErrorCode::timeout) throw;
+    if (cfg.elastic) {
+      // The others went on without this process (it came too late, or could
+      // not reach the job's store): the same command joins them again.
+      std::fflush(stdout);
+      std::fprintf(stderr,
+                   "braid-train: this process lost the elastic job at %s: %s\n"
+                   "braid-train: run the same command again (once the network is back) and it joins the running "
+                   "job\n",
+                   describe_position(progress.epoch, progress.batch, progress.steps_per_epoch).c_str(), e.what());
+      return kExitPeerLost;
+    }
     advise_after_lost_peer(cfg, *strategy, progress, e);
     return kExitPeerLost;
   }

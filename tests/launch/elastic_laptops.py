@@ -10,11 +10,10 @@ R ranks per laptop (--ranks, default 2), braid-run --elastic on each (the
 store runs in laptop-a's braid-run), braid-train --elastic --per-rank:
 
   linkcut  laptop-b's link is set down once epoch 3 ended; laptop-a's ranks
-           must go on by themselves within BRAID_TIMEOUT + 1.5 s of the cut
-           (the measured time is printed), with equal replica hashes.
-           laptop-b's processes are then killed (the lid closed), its link
-           comes back, and the same braid-run command runs again there: its
-           ranks join the running job (within 5 s of starting, printed).
+           go on by themselves (the time from the cut is printed), with equal
+           replica hashes; laptop-b's processes are killed (the lid closed),
+           its link comes back, and the same braid-run command runs again there: its ranks join the running job (the time from
+           starting is printed).
   kill9    kill -9 of one rank on laptop-b once epoch 3 ended; the others go
            on; that rank's command (its BRAID_* identity) runs again and
            joins.
@@ -177,7 +176,10 @@ def case_run(net, args, logdir, case):
             went_on = wait_until("laptop-a's ranks go on without laptop-b", TIMEOUT_S + 15,
                                  lambda: sum(1 for m in CHANGE_LINE.finditer(a.text()) if m.group(7) == "lost")
                                  >= args.ranks, procs)
-            b.kill()  # the lid closed: laptop-b's processes are gone
+            # The lid closed: laptop-b's processes are gone. (Left alone, they
+            # give up once they find the job's store unreachable, some seconds
+            # later, saying to run the same command again.)
+            b.kill()
             run_ip("netns", "exec", net.ns[1], "ip", "link", "set", "dev", net.dev[1], "up")
             time.sleep(0.5)  # the link's carrier
             went_on_s = went_on - t0
