@@ -219,7 +219,8 @@ double direct_all_reduce(const CostInputs& in) {
   // scratch copies stay the flat form's.
   if (in.hosts > 1) {
     const int local = std::min(in.ranks_per_host(), in.ranks) - 1, remote = in.ranks - 1 - local;
-    return busiest_rank(in, in.intra_at(), {.messages = static_cast<double>(local), .sent = local * m, .received = local * m}) +
+    const Work inside{.messages = static_cast<double>(local), .sent = local * m, .received = local * m};
+    return busiest_rank(in, in.intra_at(), inside) +
            across(in, in.inter_at(),
                   {.messages = static_cast<double>(remote), .sent = remote * m, .received = remote * m,
                    .reduced = others * m + 2 * m},
