@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """bench/compare.py: braid against Open MPI and Gloo, in one run, on this machine.
 
-    bench/compare.py [--ranks 2,4] [--collectives all_reduce,broadcast] [-b 8 -e 64M -f 2]
+    bench/compare.py [--hosts 2x2 [--shape 1gbit]] [--ranks 2,4] [--collectives all_reduce,broadcast] [-b 8 -e 64M -f 2]
                   [--rounds 3] [--variants braid/shm,openmpi/vader] [--out DIR] [--build DIR] [--no-install] [--no-plots] [--smoke]
 
 Runs the same sweep (float32, sum, out of place; iterations scaled to the size
@@ -27,13 +27,27 @@ posix,cma (ucx-shm) as braid's ucx-shm row is). braid's transports are found
 by asking braid-perf for each entry of BRAID_TRANSPORTS, so a new braid
 transport becomes a new row of the table with one line.
 
+With --hosts 2xN the sweep runs across two hosts of N ranks each: two
+network namespaces joined by a veth pair (bench/netns_hosts.py; root), each
+with its own host name, --shape shaping the pair with tc tbf. The variants
+are then braid (one braid-run per namespace: shared memory inside, tcp
+across) and Open MPI (mpirun in the first namespace, a hostfile of the two
+host names and an rsh agent that runs `ip netns exec` into the other one,
+ob1 with the vader, tcp and self btls, tcp and the runtime's own wire bound
+to the veth subnet) in two placements: bound to cores as mpirun binds when a
+host's slots fit its cores, and unbound with mpi_yield_when_idle, Open MPI's
+setting for more ranks than cores (the namespaces share this machine's
+cores). Their class is "2 hosts", so the ratio table gets a row of its own.
+
 Unless --no-install, it first installs Open MPI and Gloo
 (scripts/install-deps.sh --bench) and builds the harnesses in bench/peers/.
 """
 import argparse
 import csv
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -43,6 +57,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import compare_report  # noqa: E402
+from netns_hosts import HOSTNAME as HOST_NAMES, TwoHosts  # noqa: E402
 
 # braid transports to try: (label, class, environment). A transport braid
 # does not have is left out after one quick probe. UCX runs in its two
@@ -138,18 +153,78 @@ def find_variants(args, build):
     return variants, missing
 
 
+def host_variants(args, build, hosts, per_host):
+    """The variants across the two namespace hosts of `hosts` (a TwoHosts), per_host ranks each."""
+    run = os.path.join(build, "tools", "braid-run")
+    perf = os.path.join(build, "bench", "braid-perf")
+    mpi_perf = os.path.join(build, "bench", "peers", "mpi_perf")
+    launches = [0]
+
+    def braid_command(ranks, collective, _unused_dir):
+        # One braid-run per host, a store port of its own per launch.
+        launches[0] += 1
+        master = f"{hosts.addr[0]}:{29800 + launches[0] % 150}"
+        return [hosts.prefix(k) + [run, "-n", str(per_host), "--nnodes", "2", "--node-rank", str(k), "--master", master,
+                                   "--no-prefix", "--timeout", f"{LAUNCH_TIMEOUT_S}s", perf, collective,
+                                   *sweep_args(args), "-c", "0", "--csv", "--no-progress"] for k in range(2)]
+    variants = [Variant("braid", "hosts", "2 hosts", braid_command, {"BRAID_TIMEOUT": "120s"})]
+    missing = []
+    if not (os.access(mpi_perf, os.X_OK) and shutil.which("mpirun")):
+        return variants, [f"openmpi/hosts (no {mpi_perf} or mpirun)"]
+    # Open MPI's rsh agent: the command for host $1 runs in its namespace,
+    # under its host name, as ssh would run it there.
+    agent_dir = tempfile.mkdtemp(prefix="braid-compare-mpi-")
+    agent = os.path.join(agent_dir, "netns-rsh")
+    cases = "\n".join(f"  {name}) ns={ns} ;;" for name, ns in zip(HOST_NAMES, hosts.ns))
+    with open(agent, "w") as f:
+        f.write(f"""#!/bin/sh
+host="$1"; shift
+case "$host" in
+{cases}
+  *) echo "netns-rsh: unknown host $host" >&2; exit 1 ;;
+esac
+exec ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec sh -c "$1"' "$host" "$*"
+""")
+    os.chmod(agent, 0o755)
+    hostfile = os.path.join(agent_dir, "hosts")
+    with open(hostfile, "w") as f:
+        f.write("".join(f"{name} slots={per_host}\n" for name in HOST_NAMES))
+    subnet = hosts.addr[0].rsplit(".", 1)[0] + ".0/24"
+    base = ["--hostfile", hostfile, "--mca", "plm_rsh_agent", agent, "--mca", "oob_tcp_if_include", subnet,
+            "--mca", "btl_tcp_if_include", subnet, "--mca", "pml", "ob1", "--mca", "btl", "self,vader,tcp"]
+    placements = [("hosts", mpi_binding(per_host)),
+                  ("hosts-yield", ["--bind-to", "none", "--mca", "mpi_yield_when_idle", "1"])]
+    for transport, placement in placements:
+        def mpi_command(ranks, collective, _unused_dir, placement=placement, transport=transport):
+            return hosts.prefix(0) + [*MPIRUN, *placement, "-np", str(ranks), *base, mpi_perf, collective,
+                                      *sweep_args(args), "--transport", transport]
+        variants.append(Variant("openmpi", transport, "2 hosts", mpi_command))
+    return variants, missing
+
+
 def launch(variant, ranks, collective):
-    """One launch of one variant: its CSV rows (out of place only), or an error text."""
+    """One launch of one variant: its CSV rows (out of place only), or an error text.
+    A variant across hosts gives one command per host; the first prints the rows."""
     with tempfile.TemporaryDirectory(prefix="braid-compare-") as store_dir:
         command = variant.command(ranks, collective, store_dir)
-        try:
-            done = subprocess.run(command, env={**os.environ, **variant.env}, capture_output=True, text=True,
-                                  timeout=LAUNCH_TIMEOUT_S + 30)
-        except subprocess.TimeoutExpired:
-            return None, f"{variant.name}: timed out after {LAUNCH_TIMEOUT_S + 30} s"
-    if done.returncode != 0:
-        return None, f"{variant.name} on {ranks} ranks: exit status {done.returncode}: {done.stderr.strip()[-600:]}"
-    lines = [line for line in done.stdout.splitlines() if line.count(",") >= 14]
+        commands = command if isinstance(command[0], list) else [command]
+        procs = [subprocess.Popen(c, env={**os.environ, **variant.env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for c in commands]
+        results = []
+        for p in procs:
+            try:
+                out, err = p.communicate(timeout=LAUNCH_TIMEOUT_S + 30)
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                    q.communicate()
+                return None, f"{variant.name}: timed out after {LAUNCH_TIMEOUT_S + 30} s"
+            results.append((p.returncode, out, err))
+    for code, _, err in results:
+        if code != 0:
+            return None, f"{variant.name} on {ranks} ranks: exit status {code}: {err.strip()[-600:]}"
+    stdout = results[0][1]
+    lines = [line for line in stdout.splitlines() if line.count(",") >= 14]
     rows = [r for r in csv.DictReader(lines) if r["in_place"] == "false"]
     return rows, None
 
@@ -204,6 +279,8 @@ def main():
     p.add_argument("--no-limits", action="store_true", help="do not measure the machine's limits (bench/limits.py)")
     p.add_argument("--from-csv", metavar="CSV", help="run nothing: print the tables and draw the plots of an "
                    "earlier run's compare.csv (and its limits.csv, when next to it)")
+    p.add_argument("--hosts", default="", help="2xN: across two hosts (network namespaces) of N ranks each")
+    p.add_argument("--shape", default="", help="with --hosts: shape the link between them (tc tbf rate: 1gbit)")
     p.add_argument("--smoke", action="store_true",
                    help="a few seconds: 2 ranks, all_reduce, 8 B to 4 KiB, 3 iterations, 1 round")
     args = p.parse_args()
@@ -218,7 +295,22 @@ def main():
     if not args.no_install:
         install_and_build(build)
 
+    if args.hosts:
+        m = re.fullmatch(r"2x(\d+)", args.hosts)
+        if not m:
+            sys.exit(f"compare: --hosts {args.hosts}: only two hosts are supported (2x1, 2x2, 2x4)")
+        # SIGTERM (a timeout) leaves through the with-block, which deletes the namespaces.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        with TwoHosts(args.shape) as hosts:
+            print(f"compare: {hosts.describe()}, {m.group(1)} ranks each", file=sys.stderr)
+            args.ranks = str(2 * int(m.group(1)))
+            variants, missing = host_variants(args, build, hosts, int(m.group(1)))
+            return measure(args, build, out, variants, missing)
     variants, missing = find_variants(args, build)
+    return measure(args, build, out, variants, missing)
+
+
+def measure(args, build, out, variants, missing):
     for m in missing:
         print(f"compare: skipping {m}", file=sys.stderr)
     if args.variants:
@@ -260,7 +352,7 @@ def main():
     summary = compare_report.summarize(records)
     table_sizes = [parse_size(s) for s in args.table_sizes.split(",")]
     stream = None
-    if not args.smoke and not args.no_limits:
+    if not args.smoke and not args.no_limits and not args.hosts:
         import limits
         machine = limits.measure(build)
         limits.write_csv(os.path.join(out, "limits.csv"), machine)

@@ -45,11 +45,14 @@ double micros(Clock::duration d) { return std::chrono::duration<double, std::mic
 
 }  // namespace
 
+CostInputs with_fitted_link(CostInputs inputs, const LinkParams& l) {
+  inputs.inter = l;
+  if (inputs.hosts <= 1) inputs.intra = l;
+  return inputs;
+}
+
 TuneSample coefficients(CostFunction cost, CostInputs inputs) {
-  auto with = [&](LinkParams l) {
-    inputs.intra = inputs.inter = l;
-    return cost(inputs);
-  };
+  auto with = [&](LinkParams l) { return cost(with_fitted_link(inputs, l)); };
   // A bandwidth of 1e-3 GB/s is 1 us per byte: the coefficient of b (us/B).
   // Less the cost with every term free, so that a term the call does not
   // pay (the cache's, when no cache is known) is exactly 0.
@@ -58,14 +61,15 @@ TuneSample coefficients(CostFunction cost, CostInputs inputs) {
                with({0, kFree, 1e-3, kFree, kFree}) - none, 0};
   s.cached_bytes = with({0, kFree, kFree, 1e-3, kFree}) - none;
   s.cached_reduced = with({0, kFree, kFree, kFree, 1e-3}) - none;
+  s.fixed_us = none;
   return s;
 }
 
 bool linear(CostFunction cost, CostInputs inputs) {
   const TuneSample c = coefficients(cost, inputs);
   for (const LinkParams& l : {LinkParams{3, 2, 5, 9, 11}, LinkParams{0.5, 7, 1.5, 13, 4}}) {
-    inputs.intra = inputs.inter = l;
-    const double sum = c.messages * l.latency_us + c.bytes * l.transfer_us(1) + c.reduced * l.reduce_us(1) +
+    inputs = with_fitted_link(inputs, l);
+    const double sum = c.fixed_us + c.messages * l.latency_us + c.bytes * l.transfer_us(1) + c.reduced * l.reduce_us(1) +
                        c.cached_bytes / (l.cache_bandwidth_gbps * 1e3) + c.cached_reduced / (l.cache_reduce_gbps * 1e3);
     if (std::abs(cost(inputs) - sum) > 1e-9 * std::max(1.0, sum)) return false;
   }
@@ -92,8 +96,11 @@ LinkParams fit_link_params(std::span<const TuneSample> samples) {
       if (!(s.measured_us > 0)) continue;
       std::array<double, kParams> row = row_of(s);
       for (double& v : row) v /= s.measured_us;
+      // What the fitted terms must explain, relative: the measurement less
+      // the fixed part.
+      const double target = 1 - s.fixed_us / s.measured_us;
       for (std::size_t i = 0; i < k; ++i) {
-        b[i] += row[index[i]];
+        b[i] += row[index[i]] * target;
         for (std::size_t j = 0; j < k; ++j) a[i][j] += row[index[i]] * row[index[j]];
       }
     }
@@ -109,7 +116,7 @@ LinkParams fit_link_params(std::span<const TuneSample> samples) {
     for (const auto& s : samples) {
       if (!(s.measured_us > 0)) continue;
       const std::array<double, kParams> row = row_of(s);
-      double predicted = 0;
+      double predicted = s.fixed_us;
       for (std::size_t j = 0; j < kParams; ++j) predicted += full[j] * row[j];
       error += std::pow(predicted / s.measured_us - 1, 2);
     }
@@ -204,11 +211,7 @@ int tune(Comm& comm, const Plan& plan, const std::string& machine, const Options
   std::printf("# %-13s %10s %12s %12s %12s\n", "algorithm", "bytes", "measured us", "fitted us", "before us");
   double worst = 1;
   for (const auto& m : measured) {
-    auto predict = [&](const LinkParams& l) {
-      CostInputs inputs = m.inputs;
-      inputs.intra = inputs.inter = l;
-      return m.cost(inputs);
-    };
+    auto predict = [&](const LinkParams& l) { return m.cost(with_fitted_link(m.inputs, l)); };
     const double p = predict(fitted);
     worst = std::max({worst, p / m.sample.measured_us, m.sample.measured_us / p});
     std::printf("  %-13s %10zu %12.2f %12.2f %12.2f%s\n", std::string(m.algorithm).c_str(), m.inputs.bytes,

@@ -15,8 +15,9 @@
 // its rates, those far above it memory's. Rank 0
 // adds them to FILE as the profile of this rank and host count, for the
 // transport that the job's flat algorithms cross (shm on one host, the
-// transport between hosts otherwise), and prints measured against predicted
-// times.
+// transport between hosts otherwise; across hosts the phases inside a host
+// keep the intra link's parameters, and the fit explains the rest), and
+// prints measured against predicted times.
 #pragma once
 
 #include <span>
@@ -37,6 +38,9 @@ struct TuneSample {
   double messages = 0, bytes = 0, reduced = 0;
   double measured_us = 0;
   double cached_bytes = 0, cached_reduced = 0;
+  /// The part of the cost that the fitted link does not pay: across hosts,
+  /// the phases inside a host (priced on the intra link as it is).
+  double fixed_us = 0;
 };
 
 /// The non-negative least-squares fit on relative error; exact for samples
@@ -46,8 +50,12 @@ struct TuneSample {
 /// from memory).
 LinkParams fit_link_params(std::span<const TuneSample> samples);
 
-/// The coefficients of `cost` for `inputs`, from unit link parameters.
+/// The coefficients of `cost` for `inputs`, from unit link parameters: of
+/// the one link on one host, of the link between hosts across hosts (the
+/// phases inside a host then go to fixed_us).
 TuneSample coefficients(CostFunction cost, CostInputs inputs);
+/// `inputs` with the link that --tune fits set to `l` (see coefficients).
+CostInputs with_fitted_link(CostInputs inputs, const LinkParams& l);
 /// Whether `cost` at `inputs` is the sum its coefficients say (with more
 /// ranks than cores the pipelined algorithms take a maximum instead, and are
 /// left out of the fit).

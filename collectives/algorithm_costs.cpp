@@ -87,6 +87,31 @@
 // alike) beats the tree (4 ranks: two ranks move 2m, two move m) there,
 // though both move 2(n-1) m over all ranks together and reduce (n-1) m.
 //
+// Across hosts (H hosts of up to k ranks, CostInputs::inter the link between
+// them), each phase is priced on the link it crosses, and the ranks of a
+// host that cross at once share their host's link (a NIC; for hosts that
+// are namespaces of one machine, the kernel's copies on its cores), so a
+// step in which all k cross moves k times a rank's bytes through it:
+//
+//   recdbl        round j on the intra link while partners q and q ^ 2^j
+//                 share a host (the first CostInputs::local_rounds: log2 k
+//                 when each host has 2^k consecutive ranks), else across
+//                 with k ranks sending m at once
+//   rabenseifner  the same rounds, moving m / 2^(log2 p - j) each way
+//   hierarchical  the intra ring's reduce-scatter and all-gather on the
+//                 intra link, then k rings at once across, each on m / k:
+//                 2(H-1) messages and 2(H-1)/H m through each host's link
+//   direct        k - 1 messages inside, n - k across (one after another at
+//                 the busiest rank), k (n - k) m through each host's link
+//   ring, tree    flat: every step waits for the one across (one rank of a
+//                 host crosses at a time)
+//
+// With a fold (n no power of two) recdbl and rabenseifner keep the flat
+// form. This is what picks recursive doubling up to tens of KiB on two hosts
+// of two ranks (2 messages, one inside) over hierarchical (4, two inside),
+// and hierarchical from there (each host's link carries m against
+// recdbl's 2m and the ring's 3m/2).
+//
 // Broadcast, with the message cut into k slices for the pipelined ones
 // (chain, tree; slices as the communicator cuts them, above):
 //
@@ -146,6 +171,32 @@ double broadcast_slices(const CostInputs& in) {
   return std::max(1.0, std::ceil(static_cast<double>(in.bytes) / slice_bytes(in)));
 }
 
+// A step that crosses between hosts in which `crossing` ranks of a host
+// each send `w.sent` bytes to other hosts at once: they share the host's
+// link (CostInputs::inter), so its bytes are theirs together.
+double across(const CostInputs& in, const LinkParams& l, Work w, int crossing) {
+  w.sent *= crossing;
+  return busiest_rank(in, l, w);
+}
+
+// Recursive doubling's or halving's rounds priced each on its link: round j
+// pairs rank q with q ^ 2^j, inside a host for j < local_rounds (over the
+// intra link), else across (every rank of a host at once, sharing its link).
+// `bytes_of(j)` and `reduces` say what one round moves and reduces.
+template <typename BytesOf>
+double rounds(const CostInputs& in, int count, BytesOf bytes_of, bool reduces, bool received) {
+  const LinkParams intra = in.intra_at(), inter = in.inter_at();
+  double t = 0;
+  for (int j = 0; j < count; ++j) {
+    const double x = bytes_of(j);
+    const Work w{.messages = 1, .sent = x, .received = received ? x : 0, .reduced = reduces ? x : 0};
+    t += j < in.local_rounds ? busiest_rank(in, intra, w) : across(in, inter, w, in.ranks_per_host());
+  }
+  return t;
+}
+
+bool power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
 }  // namespace
 
 double ring_all_reduce(const CostInputs& in) {
@@ -162,6 +213,19 @@ double direct_all_reduce(const CostInputs& in) {
   // reductions: memory-bound alike.
   if (in.ranks == 2 && in.bytes <= 64 * 1024)
     return busiest_rank(in, in.flat(), {.messages = 1, .sent = m, .reduced = m});
+  // Across hosts a rank's n - 1 messages go out one after another through
+  // its sockets (one latency each), the ranks of its host send theirs to
+  // other hosts over the host's one link at once, and the reductions and
+  // scratch copies stay the flat form's.
+  if (in.hosts > 1) {
+    const int local = std::min(in.ranks_per_host(), in.ranks) - 1, remote = in.ranks - 1 - local;
+    const Work inside{.messages = static_cast<double>(local), .sent = local * m, .received = local * m};
+    return busiest_rank(in, in.intra_at(), inside) +
+           across(in, in.inter_at(),
+                  {.messages = static_cast<double>(remote), .sent = remote * m, .received = remote * m,
+                   .reduced = others * m + 2 * m},
+                  in.ranks_per_host());
+  }
   return busiest_rank(in, in.flat(),
                       {.messages = 1, .sent = others * m, .received = others * m, .reduced = others * m + 2 * m});
 }
@@ -170,6 +234,11 @@ double recursive_doubling_all_reduce(const CostInputs& in) {
   if (in.ranks <= 1) return 0;
   const double m = static_cast<double>(in.bytes);
   const int k = log2_floor(in.ranks), p = 1 << k, r = in.ranks - p;
+  // Across hosts, without a fold: each round on its own link, the result
+  // copied out of scratch once (inside the rank: the intra link's copy).
+  if (in.hosts > 1 && power_of_two(in.ranks))
+    return rounds(in, k, [&](int) { return m; }, true, false) +
+           busiest_rank(in, in.intra_at(), {.received = m});
   // The fold overlaps the first round unless more than half the participants folded.
   const double hops = k + (r == 0 ? 0 : r > p / 2 ? 2 : 1);
   // A partial that ends in scratch is copied to the output, and the upper
@@ -182,6 +251,14 @@ double rabenseifner_all_reduce(const CostInputs& in) {
   if (in.ranks <= 1) return 0;
   const double m = static_cast<double>(in.bytes);
   const int k = log2_floor(in.ranks), p = 1 << k, r = in.ranks - p;
+  // Across hosts, without a fold: halving round i pairs q with q ^ p/2^(i+1)
+  // over m/2^(i+1) bytes; as recdbl's rounds counted from the last (the
+  // partner at distance 2^j moves m/2^(k-j)), reduce-scatter reducing,
+  // all-gather receiving.
+  if (in.hosts > 1 && power_of_two(in.ranks)) {
+    auto bytes_of = [&](int j) { return m / static_cast<double>(1 << (k - j)); };
+    return rounds(in, k, bytes_of, true, false) + rounds(in, k, bytes_of, false, true);
+  }
   const double share = (p - 1.0) / p;
   // The fold: a buffer in and the result out again, one reduction.
   const double fold = r > 0 ? busiest_rank(in, in.flat(), {.messages = 2, .sent = 2 * m, .reduced = m}) : 0;
@@ -214,7 +291,12 @@ double hierarchical_all_reduce(const CostInputs& in) {
   // Reduce-scatter and all-gather inside the host: a ring all-reduce's messages and bytes.
   const Work inside{.messages = 2.0 * (k - 1), .sent = 2 * share * m, .received = share * m, .reduced = share * m,
                     .pipelined = true};
-  return busiest_rank(in, in.intra_at(), inside) + ring_on(in, in.inter_at(), in.hosts, m / k);
+  // Across: k rings at once, one per local position, each on a share m / k,
+  // all of them through the host's one link.
+  const double h = in.hosts, x = m / k, cross = (h - 1) / h;
+  const Work between{.messages = 2 * (h - 1), .sent = 2 * cross * x, .received = cross * x, .reduced = cross * x,
+                     .pipelined = true};
+  return busiest_rank(in, in.intra_at(), inside) + across(in, in.inter_at(), between, k);
 }
 
 double binomial_broadcast(const CostInputs& in) {

@@ -9,6 +9,7 @@
 // declared here, and the planner stays the one that decides.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <string_view>
 
@@ -57,8 +58,17 @@ struct CostInputs {
   /// Ranks per host when every host has as many (else 0): the shape the
   /// hierarchical schedules need.
   int uniform_ranks_per_host = 0;
+  /// Recursive doubling's first rounds whose partners (rank q and q ^ 2^j,
+  /// j < local_rounds) are always on one host: with hosts of 2^k ranks
+  /// numbered host by host, k. 0 when n is no power of two or no round stays
+  /// inside (ranks dealt to hosts in turn).
+  int local_rounds = 0;
   LinkParams intra;  // between ranks of one host
-  LinkParams inter;  // between hosts (= intra on one host)
+  /// Between hosts (= intra on one host): the latency of one message across
+  /// and the bandwidth of a host's link, which the ranks of a host that send
+  /// across at once share (a NIC; on hosts that share a machine's cores,
+  /// the kernel's copies).
+  LinkParams inter;
   /// The cache each rank has to itself (Plan::cache_bytes; 0: unknown, the
   /// links' memory rates throughout).
   std::size_t cache_bytes = 0;
@@ -72,6 +82,11 @@ struct CostInputs {
   LinkParams inter_at() const { return inter.at(working_set_of(static_cast<double>(bytes)), static_cast<double>(cache_bytes)); }
   /// The link a flat algorithm's critical path crosses: the slower one.
   LinkParams flat() const { return hosts > 1 ? inter_at() : intra_at(); }
+  /// The most ranks one host has: those that cross to other hosts at once
+  /// in a step where every rank does.
+  int ranks_per_host() const {
+    return uniform_ranks_per_host > 0 ? uniform_ranks_per_host : (ranks + hosts - 1) / std::max(1, hosts);
+  }
 };
 
 /// The finest slice of the pipelined schedules.

@@ -48,6 +48,7 @@ CostInputs Plan::cost_inputs(std::size_t bytes) const {
   in.ranks = static_cast<int>(ring.size());
   in.hosts = host_count;
   in.uniform_ranks_per_host = uniform_hosts ? in.ranks / host_count : 0;
+  in.local_rounds = local_rounds;
   in.intra = links.of(intra_transport.empty() ? inter_transport : intra_transport);
   in.inter = inter_transport.empty() ? in.intra : links.of(inter_transport);
   in.cache_bytes = cache_bytes;
@@ -63,6 +64,31 @@ std::optional<double> Plan::predict_us(std::string_view collective, std::string_
       if (std::isfinite(t)) return t;
     }
   return std::nullopt;
+}
+
+std::string Plan::bound(std::string_view collective, std::string_view algorithm, std::size_t bytes) const {
+  CostFunction cost = nullptr;
+  for (const auto& a : algorithms)
+    if (a.collective == collective && a.name == algorithm) cost = a.cost;
+  const CostInputs in = cost_inputs(bytes);
+  const double total = cost ? cost(in) : 0;
+  if (!(total > 0) || !std::isfinite(total)) return {};
+  // A link that costs nothing: no latency, every rate as good as infinite.
+  constexpr double kFree = 1e30;
+  const LinkParams free{0, kFree, kFree, kFree, kFree};
+  auto without = [&](bool intra, bool inter) {
+    CostInputs c = in;
+    if (intra) c.intra = free;
+    if (inter) c.inter = free;
+    return cost(c);
+  };
+  // On one host both links are the one link.
+  const bool across = host_count > 1 && without(true, false) > without(false, true);
+  const std::string& name = across ? inter_transport : intra_transport.empty() ? inter_transport : intra_transport;
+  // The messages' share: the time left with every rate free.
+  CostInputs latency_only = in;
+  for (LinkParams* l : {&latency_only.intra, &latency_only.inter}) *l = LinkParams{l->latency_us, kFree, kFree, kFree, kFree};
+  return cat(name, cost(latency_only) > total / 2 ? " latency" : " bytes");
 }
 
 void Plan::choose() {
@@ -123,11 +149,18 @@ std::string Plan::describe() const {
     } else {
       // "recdbl to 16 KiB, rabenseifner to 512 KiB, ring from 1 MiB"
       const auto b = bands(collective, 1, std::size_t{1} << 30);
-      for (std::size_t i = 0; i < b.size(); ++i)
+      // "recdbl to 16 KiB, rabenseifner to 512 KiB, ring from 1 MiB", each
+      // band with what bounds it at its first and last size by the model
+      // ("[tcp latency]", "[shm latency .. tcp bytes]").
+      for (std::size_t i = 0; i < b.size(); ++i) {
+        const std::string first = bound(collective, b[i].algorithm, b[i].first);
+        const std::string last = bound(collective, b[i].algorithm, b[i].last);
         chosen += cat(i ? ", " : "", b[i].algorithm,
                       b.size() == 1 ? std::string()
                       : i + 1 < b.size() ? cat(" to ", human_bytes(b[i].last))
-                                         : cat(" from ", human_bytes(b[i].first)));
+                                         : cat(" from ", human_bytes(b[i].first)),
+                      first.empty() ? std::string() : cat(" [", first, first == last ? "" : cat(" .. ", last), "]"));
+      }
     }
     algos += cat(", ", collective, " ", chosen);
   }
@@ -213,6 +246,17 @@ Plan make_plan(std::span<const RankInfo> ranks, const Settings& settings, std::s
   plan.host_count = std::max<int>(1, static_cast<int>(per_host.size()));
   plan.uniform_hosts = per_host.size() >= 2 && per_host.front() >= 2 &&
                        std::all_of(per_host.begin(), per_host.end(), [&](int k) { return k == per_host.front(); });
+  // Recursive doubling pairs rank q with q ^ 1, q ^ 2, ...: the rounds whose
+  // every pair shares a host (only where n is a power of two and no rank
+  // folds; recursive_doubling.cpp).
+  const std::size_t n = plan.hosts.size();
+  if (n >= 2 && std::has_single_bit(n))
+    for (std::size_t bit = 1; bit < n; bit <<= 1) {
+      bool inside = true;
+      for (std::size_t q = 0; q < n && inside; ++q) inside = plan.hosts[q] == plan.hosts[q ^ bit];
+      if (!inside) break;
+      ++plan.local_rounds;
+    }
 
   // The links the cost model prices: the transport between the first two
   // ranks of one host, and between the first two ranks of different hosts

@@ -38,6 +38,8 @@ struct Plan {
   /// 2 or more hosts, each with the same number, 2 or more, of ranks: the
   /// shape hierarchical all-reduce takes.
   bool uniform_hosts = false;
+  /// Recursive doubling's rounds that stay inside a host (CostInputs::local_rounds).
+  int local_rounds = 0;
   /// More ranks share some kernel than their CPUs: the built-in link
   /// parameters differ (link_model.cpp).
   bool oversubscribed = false;
@@ -65,6 +67,11 @@ struct Plan {
   std::optional<double> predict_us(std::string_view collective, std::string_view algorithm, std::size_t bytes) const;
   /// What the cost functions see for `bytes`.
   CostInputs cost_inputs(std::size_t bytes) const;
+  /// What bounds `algorithm` at `bytes` by the cost model: the link whose
+  /// phases cost more (the transport inside a host or the one between
+  /// hosts) and whether their messages or their bytes weigh more:
+  /// "tcp bytes", "shm latency". Empty when the model has no cost for it.
+  std::string bound(std::string_view collective, std::string_view algorithm, std::size_t bytes) const;
   /// The algorithms `collective` has, its default first.
   std::vector<std::string_view> algorithms_of(std::string_view collective) const;
 

@@ -35,6 +35,32 @@ TEST_CASE("--tune: the fit recovers the parameters that made the times") {
   CHECK(fitted.cache_reduce_gbps == 0);
 }
 
+TEST_CASE("--tune across hosts: the link between hosts is fitted, the phases inside a host stay fixed") {
+  // 2 hosts of 2 ranks: recdbl's and rabenseifner's rounds inside a host run
+  // on the intra link, which the fit must not take for the one it fits.
+  const LinkParams intra{0.7, 6.0, 10.0}, truth{12.0, 1.2, 3.0};
+  std::vector<TuneSample> samples;
+  for (CostFunction cost : {cost::direct_all_reduce, cost::recursive_doubling_all_reduce, cost::rabenseifner_all_reduce})
+    for (std::size_t bytes : {8, 4096, 65536, 1 << 20, 16 << 20}) {
+      CostInputs in;
+      in.bytes = bytes;
+      in.ranks = 4;
+      in.hosts = 2;
+      in.uniform_ranks_per_host = 2;
+      in.local_rounds = 1;
+      in.intra = intra;
+      TuneSample s = coefficients(cost, in);
+      CHECK(s.fixed_us > 0);  // the round inside a host
+      s.measured_us = cost(with_fitted_link(in, truth));
+      CHECK(with_fitted_link(in, truth).intra == intra);
+      samples.push_back(s);
+    }
+  const LinkParams fitted = fit_link_params(samples);
+  CHECK(fitted.latency_us == Approx(truth.latency_us).epsilon(1e-6));
+  CHECK(fitted.bandwidth_gbps == Approx(truth.bandwidth_gbps).epsilon(1e-6));
+  CHECK(fitted.reduce_gbps == Approx(truth.reduce_gbps).epsilon(1e-6));
+}
+
 TEST_CASE("--tune: the fit recovers the cache's rates apart from memory's") {
   const LinkParams truth{1.5, 5.0, 3.0, 20.0, 12.0};
   std::vector<TuneSample> samples;

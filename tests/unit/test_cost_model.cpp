@@ -336,5 +336,37 @@ TEST_CASE("cost functions: the counts of their files") {
   CHECK(cost::ring_all_reduce(in) == 0);
 }
 
+TEST_CASE("cost functions across hosts: each round on its link, a host's ranks share its link") {
+  CostInputs in;
+  in.bytes = 1000;
+  in.ranks = 4;
+  in.hosts = 2;
+  in.uniform_ranks_per_host = 2;
+  in.local_rounds = 1;                 // q ^ 1 inside a host, q ^ 2 across
+  in.intra = {1, 1e-3, 1e-3};          // 1 us per message, per byte moved, per byte reduced
+  in.inter = {10, 1e-4, 1e-3};         // 10 us per message, 10 us per byte through a host's link
+  // recdbl: a round inside (1 + 1000 + 1000), one across where both ranks of
+  // a host send their 1000 bytes at once (10 + 2 x 10000 + 1000), the copy
+  // out of scratch (1000).
+  CHECK(cost::recursive_doubling_all_reduce(in) == Approx(2001 + 21010 + 1000));
+  // rabenseifner: halving across on 500 bytes, then inside on 250; the
+  // all-gather inside on 250, across on 500 (received, not reduced).
+  CHECK(cost::rabenseifner_all_reduce(in) ==
+        Approx((10 + 10000 + 500) + (1 + 250 + 250) + (1 + 250 + 250) + (10 + 10000 + 5000)));
+  // hierarchical: the intra ring (2 messages, 500 + 500 sent, 500 received,
+  // 500 reduced), then 2 rings across on 500 bytes each: 2 messages, 500
+  // sent each, 250 received and reduced, through one link.
+  CHECK(cost::hierarchical_all_reduce(in) == Approx((2 + 1000 + 500 + 500) + (20 + 2 * 500 * 10 + 250 * 10 + 250)));
+  // The ring waits for the link across at every step, as on one host.
+  CostInputs flat = in;
+  flat.intra = flat.inter;
+  flat.hosts = 1;
+  flat.uniform_ranks_per_host = 0;
+  CHECK(cost::ring_all_reduce(in) == Approx(cost::ring_all_reduce(flat)));
+  // Ranks dealt to hosts in turn: no round stays inside.
+  in.local_rounds = 0;
+  CHECK(cost::recursive_doubling_all_reduce(in) == Approx(2 * 21010 + 1000));
+}
+
 }  // namespace
 }  // namespace braid

@@ -37,6 +37,37 @@ TEST_CASE("plan: 2 hosts x 2 ranks, interleaved: few hops when small, hierarchic
   CHECK(plan.describe().find("hierarchical from") != std::string::npos);
 }
 
+TEST_CASE("plan: 2 namespace hosts x 2 ranks on one 2-core kernel: recdbl when small, hierarchical when large") {
+  // As bench/auto_vs_forced.py --hosts 2x2 runs them: two host names, one
+  // kernel, 2 CPUs for 4 ranks; ranks numbered host by host.
+  auto infos = ranks_on({0, 0, 1, 1});
+  for (auto& info : infos) {
+    info.kernel_id = 42;
+    info.cpus = {info.rank % 2 == 0 ? 1u : 2u};
+    info.cache_kib = 1024;
+  }
+  const Plan plan = make_plan(infos, Settings{}, algorithm_costs());
+  INFO(plan.describe());
+  CHECK(plan.oversubscribed);
+  CHECK(plan.host_count == 2);
+  CHECK(plan.local_rounds == 1);
+  CHECK(plan.cache_bytes == 512 * 1024);  // a 1 MiB L2 per core, 2 ranks per core
+  // Measured there (bench/figures/auto_vs_forced_2x2.txt): recursive
+  // doubling, 2 messages with one inside a host, is the fastest up to tens
+  // of KiB; hierarchical, which sends the least across, from 512 KiB.
+  for (std::size_t bytes : {8, 1024, 16 << 10})
+    CHECK(plan.algorithm_for("all_reduce", bytes) == "recdbl");
+  for (std::size_t bytes : {1 << 20, 16 << 20, 64 << 20})
+    CHECK(plan.algorithm_for("all_reduce", bytes) == "hierarchical");
+  // The description says what bounds each band.
+  CHECK(plan.bound("all_reduce", "recdbl", 8) == "tcp latency");
+  CHECK(plan.bound("all_reduce", "hierarchical", 64 << 20) == "tcp bytes");
+  CHECK(plan.describe().find("recdbl to ") != std::string::npos);
+  CHECK(plan.describe().find("[tcp bytes]") != std::string::npos);
+  // Dealt to hosts in turn, recursive doubling's first round crosses too.
+  CHECK(make_plan(ranks_on({0, 1, 0, 1}), Settings{}, algorithm_costs()).local_rounds == 0);
+}
+
 TEST_CASE("plan: one host, or hosts of different sizes: never hierarchical, a buffer per rank when large") {
   for (const auto& hosts : {std::vector<int>{0, 0, 0, 0}, std::vector<int>{0, 0, 0, 1, 1}, std::vector<int>{0, 1, 2},
                             std::vector<int>{0, 1}}) {
