@@ -828,8 +828,7 @@ void CommImpl::settle_before_shrink(bool abort_parent) {
 }
 
 std::unique_ptr<CommImpl> CommImpl::shrink(std::span<const int> excluded, bool abort_parent) {
-  Runtime::check_usable();
-  if (finalized_.load(std::memory_order_acquire)) throw_finalized();
+  check_open();
   std::vector<int> out(excluded.begin(), excluded.end());
   std::sort(out.begin(), out.end());
   for (std::size_t i = 0; i < out.size(); ++i) {

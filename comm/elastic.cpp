@@ -36,6 +36,14 @@ constexpr Millis kShrinkLostPoll{20};
 
 std::string elastic_keys(const std::string& scope) { return scope + "elastic/"; }
 
+// The keys of the communicator that a grow's generation makes.
+std::string generation_scope(const std::string& job_scope, long long generation) {
+  return cat(job_scope, "g", generation, "/");
+}
+
+// The rank at the end of a key ".../alive/3".
+int rank_of(const std::string& key) { return std::stoi(key.substr(key.rfind('/') + 1)); }
+
 std::vector<int> parse_ranks(const std::string& text) {
   std::vector<int> ranks;
   std::size_t at = 0;
@@ -57,8 +65,7 @@ std::string join_ranks(const std::vector<int>& ranks) {
 }  // namespace
 
 std::unique_ptr<CommImpl> CommImpl::shrink_lost(bool abort_parent) {
-  Runtime::check_usable();
-  if (finalized_.load(std::memory_order_acquire)) throw_finalized();
+  check_open();
   if (!store_)
     throw InvalidArgument(cat("rank ", rank_, ": shrink_lost: this communicator has no store to agree through"));
   settle_before_shrink(abort_parent);
@@ -85,12 +92,12 @@ std::unique_ptr<CommImpl> CommImpl::shrink_lost(bool abort_parent) {
         }
         absent = store.missing(alive);
         const bool all_dead_here = std::all_of(absent.begin(), absent.end(), [&](const std::string& key) {
-          const auto r = static_cast<std::size_t>(std::stoi(key.substr(key.rfind('/') + 1)));
+          const auto r = static_cast<std::size_t>(rank_of(key));
           return infos_[r].kernel_id == infos_[static_cast<std::size_t>(rank_)].kernel_id && process_gone(infos_[r].pid);
         });
         if (absent.empty() || all_dead_here || grace.expired()) break;
       }
-      for (const std::string& key : absent) excluded.push_back(std::stoi(key.substr(key.rfind('/') + 1)));
+      for (const std::string& key : absent) excluded.push_back(rank_of(key));
       store.set(keys + "decision", join_ranks(excluded));
       log_info("rank ", rank_, ": shrink_lost: decided to go on without ",
                excluded.empty() ? std::string("nobody") : describe_ranks(excluded));
@@ -120,7 +127,6 @@ std::unique_ptr<CommImpl> CommImpl::shrink_lost(bool abort_parent) {
 }
 
 std::unique_ptr<CommImpl> CommImpl::grow() {
-  Runtime::check_usable();
   check_open();
   if (!settings_.elastic)
     throw InvalidArgument(cat("rank ", rank_, ": grow: the job is not elastic; start every rank with BRAID_ELASTIC=1 "
@@ -153,7 +159,7 @@ std::unique_ptr<CommImpl> CommImpl::grow() {
   rv.server = store_server_;
   rv.store = store_;
   rv.job_scope = job_scope_;
-  rv.scope = cat(job_scope_, "g", generation, "/");
+  rv.scope = generation_scope(job_scope_, generation);
   rv.store_host = store_host_;
   rv.store_name = store_name_;
   rv.advertise = advertise_;
@@ -194,7 +200,7 @@ std::unique_ptr<CommImpl> CommImpl::join_job(Rendezvous rv, Settings settings) {
   set_log_rank(rank);
   log_info("rank ", rank, ": admitted as rank ", rank, " of ", size);
   rv.job_scope = rv.scope;
-  rv.scope = cat(rv.scope, "g", generation, "/");
+  rv.scope = generation_scope(rv.job_scope, generation);
   rv.store_host = store_host;
   share_comm_id(rv, rank, settings);
   std::unique_ptr<CommImpl> comm = create(std::move(rv), rank, size, std::move(settings));

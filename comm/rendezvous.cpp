@@ -1,6 +1,5 @@
 #include "rendezvous.hpp"
 
-#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -54,10 +53,14 @@ SockAddr advertised_address(const SockAddr& store, const Settings& settings, int
   return toward;
 }
 
+// Who a message is about: "rank 3", or "joining" for a process joining an
+// elastic job, which has no rank yet (-1).
+std::string who(int rank) { return rank >= 0 ? cat("rank ", rank) : std::string("joining"); }
+
 void log_addresses(const Rendezvous& rv, int rank, const Settings& settings) {
   std::string ifname = interface_of(list_interfaces(), rv.advertise);
   const std::string ports = settings.port_range ? cat("; listening ports in ", settings.port_range->to_string()) : "";
-  log_info(rank >= 0 ? cat("rank ", rank) : std::string("joining"), ": advertising ", rv.advertise.host_string(), ifname.empty() ? "" : cat(" (", ifname, ")"),
+  log_info(who(rank), ": advertising ", rv.advertise.host_string(), ifname.empty() ? "" : cat(" (", ifname, ")"),
            "; store at ", rv.store_name, ports, "; identity from ",
            settings.launch_source.empty() ? std::string("the caller") : settings.launch_source);
 }
@@ -95,7 +98,7 @@ Rendezvous connect_to(const std::string& where, const Settings& settings, std::s
     rv.store =
         connect_tcp_store(hp, Deadline::after(settings.timeout), settings.auth_key, settings.tls, job, rank, size);
   } catch (const Error& e) {
-    throw_error(e.code(), cat(rank >= 0 ? cat("rank ", rank) : std::string("joining"), ": ", e.what()));
+    throw_error(e.code(), cat(who(rank), ": ", e.what()));
   }
   log_addresses(rv, rank, settings);
   return rv;
@@ -134,10 +137,7 @@ Rendezvous rendezvous_at_store(const std::string& requested, int rank, int size,
         addrs.front().is_loopback() &&
         (one_host || hp.host == "localhost" || hp.host == "::1" || hp.host.rfind("127.", 0) == 0);
     SockAddr bind = addrs.front();
-    if (!local_only) {
-      if (bind.family() == AF_INET) reinterpret_cast<sockaddr_in*>(&bind.storage)->sin_addr.s_addr = htonl(INADDR_ANY);
-      else reinterpret_cast<sockaddr_in6*>(&bind.storage)->sin6_addr = in6addr_any;
-    }
+    if (!local_only) bind.set_any_host();
     bind.set_port(hp.port);
     if (hp.port != 0 && settings.port_range && !settings.port_range->contains(hp.port))
       log_warn("rank 0: the store's port ", hp.port, " is outside BRAID_PORT_RANGE=", settings.port_range->to_string(),

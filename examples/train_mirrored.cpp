@@ -361,6 +361,49 @@ mr::TrainingPosition restore_requested(const Config& cfg, mr::Strategy& strategy
   return restored.position;
 }
 
+// The model's variables and its Mean metric (a sum and a count that each
+// replica adds to locally and that are summed over replicas when read).
+struct Model {
+  mr::MirroredVariable<float> w1, b1, w2, b2;
+  mr::MirroredVariable<double> loss_sum, seen;
+};
+
+// Batch `b` of `epoch` on this replica: forward and backward, the loss
+// metric, the optimizer. Synchronous strategies start a bucket once its
+// gradients are final (each layer's, as the backward pass ends it);
+// asynchronous workers (a parameter server) apply their own gradients, a
+// per-replica mean.
+void train_batch(mr::ReplicaContext& ctx, const mr::DataShard& shard, std::int64_t epoch, std::int64_t b,
+                 const Dataset& data, Model& m, mr::Optimizer& optimizer, bool asynchronous) {
+  auto& grads = ctx.gradients();
+  Params p{m.w1.value(ctx), m.b1.value(ctx), m.w2.value(ctx), m.b2.value(ctx)};
+  Params g{grads.of(m.w1), grads.of(m.b1), grads.of(m.w2), grads.of(m.b2)};
+  auto batch = shard.batch(epoch, b);
+  double scale = asynchronous ? static_cast<double>(batch.size()) : static_cast<double>(shard.global_batch_samples(b));
+  braid::TraceSpan step_span("step");
+  auto ready = [&](int layer) {
+    if (asynchronous) return;
+    if (layer == 2) grads.ready(m.b2), grads.ready(m.w2);
+    else if (layer == 1) grads.ready(m.b1);
+    else grads.ready(m.w1);
+  };
+  double loss = forward_backward(data, batch, p, g, scale, ready);
+  ctx.assign_add(m.loss_sum, std::span<const double>(&loss, 1));
+  double n = static_cast<double>(batch.size());
+  ctx.assign_add(m.seen, std::span<const double>(&n, 1));
+  braid::TraceSpan apply_span("apply_gradients");
+  ctx.apply_gradients(optimizer);
+}
+
+// The epoch's mean loss over every replica; the metric starts again at zero.
+double take_epoch_loss(mr::Strategy& strategy, Model& m) {
+  const double total = strategy.read(m.loss_sum).at(0), count = strategy.read(m.seen).at(0);
+  const std::vector<double> zero{0.0};
+  strategy.assign(m.loss_sum.variable(), std::as_bytes(std::span(zero)));
+  strategy.assign(m.seen.variable(), std::as_bytes(std::span(zero)));
+  return total / count;
+}
+
 // --elastic: one elastic_step per global batch. A lost replica leaves the
 // others going from the new chief's state; a process that joins (the same
 // command run again) is admitted before a step and takes the chief's state.
@@ -368,8 +411,7 @@ mr::TrainingPosition restore_requested(const Config& cfg, mr::Strategy& strategy
 // the loss follows the course of an uninterrupted run. Every member prints
 // its replica hash at every epoch's end.
 int train_elastic(const Config& cfg, mr::Strategy& strategy, mr::Sgd& sgd, const Dataset& data, Progress& progress,
-                  const std::vector<mr::MirroredVariable<float>>& params, mr::MirroredVariable<double>& loss_sum,
-                  mr::MirroredVariable<double>& seen) {
+                  Model& model) {
   const mr::ShardOptions sharding{.dataset_size = cfg.samples, .global_batch_size = cfg.global_batch, .seed = 7};
   const std::int64_t steps_per_epoch = progress.steps_per_epoch;
   auto say_change = [&](const mr::MembershipChange& change, const mr::TrainingPosition& at) {
@@ -391,27 +433,10 @@ int train_elastic(const Config& cfg, mr::Strategy& strategy, mr::Sgd& sgd, const
   while (at.epoch < cfg.epochs) {
     progress.epoch = at.epoch;
     progress.batch = at.batch_in_epoch;
-    const mr::TrainingPosition step_at = at;
     mr::MembershipChange change = strategy.elastic_step(at, [&](mr::ReplicaContext& ctx) {
-      const mr::DataShard shard = strategy.shard(sharding, ctx);
-      auto& grads = ctx.gradients();
-      Params p{params[0].value(ctx), params[1].value(ctx), params[2].value(ctx), params[3].value(ctx)};
-      Params g{grads.of(params[0]), grads.of(params[1]), grads.of(params[2]), grads.of(params[3])};
       // The position is the chief's once elastic_step admitted someone.
-      auto batch = shard.batch(at.epoch, at.batch_in_epoch);
-      braid::TraceSpan step_span("step");
-      double loss = forward_backward(data, batch, p, g, static_cast<double>(shard.global_batch_samples(at.batch_in_epoch)),
-                                     [&](int layer) {
-                                       if (layer == 2) grads.ready(params[3]), grads.ready(params[2]);
-                                       else if (layer == 1) grads.ready(params[1]);
-                                       else grads.ready(params[0]);
-                                     });
-      ctx.assign_add(loss_sum, std::span<const double>(&loss, 1));
-      double n = static_cast<double>(batch.size());
-      ctx.assign_add(seen, std::span<const double>(&n, 1));
-      ctx.apply_gradients(sgd);
+      train_batch(ctx, strategy.shard(sharding, ctx), at.epoch, at.batch_in_epoch, data, model, sgd, false);
     });
-    (void)step_at;
     say_change(change, at);
     if (!change.step_done) continue;
     ++at.step;
@@ -421,13 +446,9 @@ int train_elastic(const Config& cfg, mr::Strategy& strategy, mr::Sgd& sgd, const
     const int epoch = static_cast<int>(at.epoch);
     at = mr::TrainingPosition{.step = at.step, .epoch = at.epoch + 1, .batch_in_epoch = 0};
     try {
-      const double total = strategy.read(loss_sum).at(0), count = strategy.read(seen).at(0);
-      const std::vector<double> zero{0.0};
-      strategy.assign(loss_sum.variable(), std::as_bytes(std::span(zero)));
-      strategy.assign(seen.variable(), std::as_bytes(std::span(zero)));
+      last_loss = take_epoch_loss(strategy, model);
       const mr::ReplicaReport report = strategy.verify_replicas();
       consistent = consistent && report.consistent();
-      last_loss = total / count;
       braid::Comm* comm = strategy.comm();
       if (cfg.per_rank) {
         std::printf("rank %d of %d on %s: epoch %d  replica hash %016llx\n", comm->rank(), comm->size(),
@@ -461,8 +482,8 @@ int train_steps(const Config& cfg, mr::Strategy& strategy_ref, const std::shared
   const bool chief = strategy->is_chief();
 
   // Every rank draws its own random initial values; the chief's win.
-  mr::MirroredVariable<float> w1, b1, w2, b2;
-  mr::MirroredVariable<double> loss_sum, seen;
+  Model model;
+  auto& [w1, b1, w2, b2, loss_sum, seen] = model;
   std::vector<std::vector<float>> init;
   {
     auto scope = strategy->scope();
@@ -475,8 +496,7 @@ int train_steps(const Config& cfg, mr::Strategy& strategy_ref, const std::shared
     b1 = strategy->create_variable<float>("dense1/bias", {kHidden}, init[1]);
     w2 = strategy->create_variable<float>("dense2/kernel", {kHidden, 1}, init[2]);
     b2 = strategy->create_variable<float>("dense2/bias", {1}, init[3]);
-    // The Mean metric: a sum and a count that each replica adds to locally
-    // and that are summed over replicas when read.
+    // The Mean metric (Model).
     const mr::VariableOptions metric{.synchronization = mr::Synchronization::on_read,
                                      .aggregation = mr::Aggregation::sum, .trainable = false};
     const std::vector<double> zero{0.0};
@@ -487,7 +507,7 @@ int train_steps(const Config& cfg, mr::Strategy& strategy_ref, const std::shared
   init = {std::vector<float>(w1.value().begin(), w1.value().end()), std::vector<float>(b1.value().begin(), b1.value().end()),
           std::vector<float>(w2.value().begin(), w2.value().end()), std::vector<float>(b2.value().begin(), b2.value().end())};
   strategy->create_slots(*sgd);
-  if (cfg.elastic) return train_elastic(cfg, *strategy, *sgd, data, progress, {w1, b1, w2, b2}, loss_sum, seen);
+  if (cfg.elastic) return train_elastic(cfg, *strategy, *sgd, data, progress, model);
   const mr::TrainingPosition start = restore_requested(cfg, *strategy, progress.steps_per_epoch);
   const int first_epoch = static_cast<int>(start.epoch);
   progress.epoch = start.epoch;
@@ -544,39 +564,17 @@ int train_steps(const Config& cfg, mr::Strategy& strategy_ref, const std::shared
         to = std::min(to, from + cfg.checkpoint_every - (epoch * steps_per_epoch + from) % cfg.checkpoint_every);
       strategy->run([&](mr::ReplicaContext& ctx) {
         const mr::DataShard shard = strategy->shard(sharding, ctx);
-        auto& grads = ctx.gradients();
-        Params p{w1.value(ctx), b1.value(ctx), w2.value(ctx), b2.value(ctx)};
-        Params g{grads.of(w1), grads.of(b1), grads.of(w2), grads.of(b2)};
         for (std::int64_t b = from; b < to; ++b) {
           if (ctx.local_replica() == 0) progress.batch = b;  // read only after run() returns or throws
-          auto batch = shard.batch(epoch, b);
-          // Asynchronous workers apply their own gradients: a per-replica mean.
-          double scale = ps ? static_cast<double>(batch.size()) : static_cast<double>(shard.global_batch_samples(b));
-          braid::TraceSpan step_span("step");
-          // Synchronous strategies start a bucket once its gradients are final.
-          auto ready = [&](int layer) {
-            if (ps != nullptr) return;
-            if (layer == 2) grads.ready(b2), grads.ready(w2);
-            else if (layer == 1) grads.ready(b1);
-            else grads.ready(w1);
-          };
-          double loss = forward_backward(data, batch, p, g, scale, ready);
-          ctx.assign_add(loss_sum, std::span<const double>(&loss, 1));
-          double n = static_cast<double>(batch.size());
-          ctx.assign_add(seen, std::span<const double>(&n, 1));
-          braid::TraceSpan apply_span("apply_gradients");
-          ctx.apply_gradients(*sgd);
+          train_batch(ctx, shard, epoch, b, data, model, *sgd, ps != nullptr);
         }
       });
       progress.batch = to;
       if (to < steps_per_epoch && checkpoint_due(epoch, to)) checkpoint(epoch, to);
     }
-    double total = strategy->read(loss_sum).at(0), count = strategy->read(seen).at(0);
-    const std::vector<double> zero{0.0};
-    strategy->assign(loss_sum.variable(), std::as_bytes(std::span(zero)));
-    strategy->assign(seen.variable(), std::as_bytes(std::span(zero)));
+    const double loss = take_epoch_loss(*strategy, model);
     if (ps != nullptr) {
-      if (chief) std::printf("  epoch %d  loss %.6f  (asynchronous: replicas differ until finish)\n", epoch + 1, total / count);
+      if (chief) std::printf("  epoch %d  loss %.6f  (asynchronous: replicas differ until finish)\n", epoch + 1, loss);
       continue;
     }
     const double epoch_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
@@ -590,10 +588,10 @@ int train_steps(const Config& cfg, mr::Strategy& strategy_ref, const std::shared
       std::fflush(stdout);
     }
     if (chief) {
-      std::printf("  epoch %d  loss %.6f", epoch + 1, total / count);
+      std::printf("  epoch %d  loss %.6f", epoch + 1, loss);
       if (static_cast<std::size_t>(epoch) < reference.size()) {
         double ref = reference[static_cast<std::size_t>(epoch)];
-        double diff = std::abs(total / count - ref) / std::max(1e-12, std::abs(ref));
+        double diff = std::abs(loss - ref) / std::max(1e-12, std::abs(ref));
         worst = std::max(worst, diff);
         std::printf("  (1 replica: %.6f, rel. diff %.1e)", ref, diff);
       }

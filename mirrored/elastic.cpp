@@ -38,7 +38,6 @@ void Strategy::check_elastic(std::string_view operation) const {
 }
 
 bool Strategy::resync(TrainingPosition& position) {
-  Comm& c = *comm_;
   // What the chief holds: its position, whether its step was applied, and a
   // fingerprint of its variables' names, so that a process of another model
   // says so instead of reading the wrong bytes.
@@ -49,13 +48,12 @@ bool Strategy::resync(TrainingPosition& position) {
   std::uint64_t names = 0;
   for (const Variable* v : variable_list_)
     names = names * 1099511628211ull ^ content_hash(std::as_bytes(std::span(v->name().data(), v->name().size())));
-  if (c.rank() == 0)
+  if (is_chief())
     header = Header{optimizer_step_, position.step, position.epoch, position.batch_in_epoch,
                     static_cast<std::int64_t>(variable_list_.size()), step_applied_ ? 1 : 0, names};
-  std::lock_guard lock(comm_mutex_);
-  c.broadcast(&header, &header, sizeof header, DataType::u8, 0);
+  broadcast_from_chief(&header, sizeof header);
   if (header.variables != static_cast<std::int64_t>(variable_list_.size()) || header.names != names)
-    throw InvalidArgument("rank " + std::to_string(c.rank()) + ": elastic: the chief's model has " +
+    throw InvalidArgument("rank " + std::to_string(comm_->rank()) + ": elastic: the chief's model has " +
                           std::to_string(header.variables) + " variables and this process's " +
                           std::to_string(variable_list_.size()) + (header.names != names ? ", named otherwise" : "") +
                           ": every process must build the same model (and create the optimizer's slots) before "
@@ -65,16 +63,14 @@ bool Strategy::resync(TrainingPosition& position) {
   for (Variable* v : variable_list_) {
     if (v->options().synchronization != Synchronization::on_write) continue;
     auto bytes = v->replica_bytes(0);
-    if (!bytes.empty()) c.broadcast(bytes.data(), bytes.data(), bytes.size(), DataType::u8, 0);
+    broadcast_from_chief(bytes.data(), bytes.size());
   }
   optimizer_step_ = header.optimizer_step;
   position = TrainingPosition{.step = header.step, .epoch = header.epoch, .batch_in_epoch = header.batch_in_epoch};
   return header.step_applied != 0;
 }
 
-MembershipChange Strategy::recover_from_loss(TrainingPosition& position) {
-  MembershipChange change;
-  change.replicas_before = num_replicas_in_sync();
+void Strategy::recover_from_loss(TrainingPosition& position, MembershipChange& change) {
   change.lost = true;
   {
     std::lock_guard lock(comm_mutex_);
@@ -83,13 +79,14 @@ MembershipChange Strategy::recover_from_loss(TrainingPosition& position) {
   buckets_->abandon_step();
   change.step_done = resync(position);
   change.replicas_after = num_replicas_in_sync();
-  return change;
 }
 
 MembershipChange Strategy::recover(TrainingPosition& position) {
   check_elastic("recover");
   step_applied_ = false;
-  return recover_from_loss(position);
+  MembershipChange change{.replicas_before = num_replicas_in_sync()};
+  recover_from_loss(position, change);
+  return change;
 }
 
 MembershipChange Strategy::elastic_step(TrainingPosition& position,
@@ -121,11 +118,7 @@ MembershipChange Strategy::elastic_step(TrainingPosition& position,
     run(step);
   } catch (const Error& e) {
     if (!membership_lost(e)) throw;
-    const bool joined = change.joined;
-    const int before = change.replicas_before;
-    change = recover_from_loss(position);
-    change.joined = joined;
-    change.replicas_before = before;
+    recover_from_loss(position, change);
     return change;
   }
   change.replicas_after = num_replicas_in_sync();

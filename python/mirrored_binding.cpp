@@ -257,14 +257,17 @@ py::dict elastic_step(const py::object& self_object, const py::function& fn, py:
                           .batch_in_epoch = position.contains("batch_in_epoch")
                                                 ? position["batch_in_epoch"].cast<std::int64_t>()
                                                 : 0};
+  auto give_back = [&] {  // with the GIL
+    position["step"] = at.step;
+    position["epoch"] = at.epoch;
+    position["batch_in_epoch"] = at.batch_in_epoch;
+  };
   mr::MembershipChange change;
   {
     py::gil_scoped_release release;
     change = self->elastic_step(at, [&](mr::ReplicaContext& context) {
       in_replica_context(self, context, [&](py::object ctx) {
-        position["step"] = at.step;  // the chief's, when a process was admitted before the step
-        position["epoch"] = at.epoch;
-        position["batch_in_epoch"] = at.batch_in_epoch;
+        give_back();  // the chief's, when a process was admitted before the step
         try {
           return fn(ctx, position);
         } catch (py::error_already_set& e) {
@@ -273,9 +276,7 @@ py::dict elastic_step(const py::object& self_object, const py::function& fn, py:
       });
     });
   }
-  position["step"] = at.step;
-  position["epoch"] = at.epoch;
-  position["batch_in_epoch"] = at.batch_in_epoch;
+  give_back();
   py::dict d;
   d["changed"] = change.changed();
   d["lost"] = change.lost;

@@ -34,7 +34,6 @@
 // port 0 and closing the socket; another process could take it before rank 0
 // binds it, which --port avoids where that matters.
 
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -404,10 +403,7 @@ class Launcher {
     Settings settings = Settings::from_env();
     HostPort hp = parse_host_port(store_addr_, "the store address");
     SockAddr bind = resolve(hp, "the store address").front();
-    if (opts_.nnodes > 1 || !bind.is_loopback()) {
-      if (bind.family() == AF_INET) reinterpret_cast<sockaddr_in*>(&bind.storage)->sin_addr.s_addr = htonl(INADDR_ANY);
-      else reinterpret_cast<sockaddr_in6*>(&bind.storage)->sin6_addr = in6addr_any;
-    }
+    if (opts_.nnodes > 1 || !bind.is_loopback()) bind.set_any_host();
     bind.set_port(hp.port);
     store_loop_ = std::make_unique<EventLoop>("braid-run-store");
     store_ = TcpStoreServer::start(*store_loop_, bind, settings.auth_key, settings.tls,

@@ -477,7 +477,9 @@ class Strategy {
   void check_elastic(std::string_view operation) const;
   /// Every member takes the chief's variables, optimizer step and position.
   bool resync(TrainingPosition& position);
-  MembershipChange recover_from_loss(TrainingPosition& position);
+  /// Goes on without the lost replicas and resyncs; fills in `change`
+  /// (lost, step_done, replicas_after).
+  void recover_from_loss(TrainingPosition& position, MembershipChange& change);
 
  protected:
   /// Serializes calls into the communicators from replica threads.

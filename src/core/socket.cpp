@@ -52,6 +52,17 @@ bool SockAddr::is_loopback() const {
   return false;
 }
 
+bool SockAddr::is_any_host() const {
+  if (family() == AF_INET) return reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr.s_addr == htonl(INADDR_ANY);
+  if (family() == AF_INET6) return IN6_IS_ADDR_UNSPECIFIED(&reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_addr);
+  return false;
+}
+
+void SockAddr::set_any_host() {
+  if (family() == AF_INET) reinterpret_cast<sockaddr_in*>(&storage)->sin_addr.s_addr = htonl(INADDR_ANY);
+  else if (family() == AF_INET6) reinterpret_cast<sockaddr_in6*>(&storage)->sin6_addr = in6addr_any;
+}
+
 std::string SockAddr::host_string() const {
   char buf[INET6_ADDRSTRLEN] = {};
   if (family() == AF_INET)

@@ -51,6 +51,11 @@ struct SockAddr {
   std::uint16_t port() const;
   void set_port(std::uint16_t port);
   bool is_loopback() const;
+  /// The wildcard address of its family (0.0.0.0, ::): a listener there
+  /// listens on every interface.
+  bool is_any_host() const;
+  /// Makes the host part the wildcard of its family, keeping the port.
+  void set_any_host();
   /// "127.0.0.1:29500", "[::1]:29500".
   std::string to_string() const;
   /// The address without the port ("127.0.0.1", "::1").

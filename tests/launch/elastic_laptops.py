@@ -39,7 +39,9 @@ from pathlib import Path
 sys.dont_write_bytecode = True
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "netns"))
-from two_laptops import HOSTNAME, Laptops, Skipped, clean_env, die_with_parent  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mirrored" / "netns"))
+from two_hosts import Rank  # noqa: E402
+from two_laptops import HOSTNAME, Laptops, Skipped, clean_env  # noqa: E402
 from veth_pair import IpFailed, NamespacesUnavailable, run_ip  # noqa: E402
 
 SKIP = 77
@@ -55,30 +57,19 @@ class Failed(Exception):
     pass
 
 
-class Proc:
-    """A process in a laptop's namespace, its output in files."""
+class Proc(Rank):
+    """A process in a laptop's namespace (two_hosts.py's Rank: output in files, killed with its group)."""
 
     def __init__(self, net, host, argv, env, logdir, tag):
-        self.out_path = os.path.join(logdir, f"{tag}.out")
-        self.err_path = os.path.join(logdir, f"{tag}.err")
-        with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
-            self.proc = subprocess.Popen(net.prefix(host) + argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=err, start_new_session=True, preexec_fn=die_with_parent)
+        super().__init__(tag, net.prefix(host) + argv, env, logdir, "elastic")
         self.tag = tag
 
     def text(self):
-        return Path(self.out_path).read_text(errors="replace") + Path(self.err_path).read_text(errors="replace")
+        return self.stdout() + self.stderr()
 
     def kill(self):
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait(timeout=10)
-
-    def tail(self, n=15):
-        return f"--- {self.tag} (exit {self.proc.poll()}):\n    " + "\n    ".join(self.text().splitlines()[-n:])
+        super().kill()
+        self.wait()
 
 
 def wait_until(what, bound_s, condition, procs):
@@ -172,7 +163,6 @@ def case_run(net, args, logdir, case):
     procs = [a, b]
     try:
         wait_until("epoch 3 ends", 120, lambda: epoch_done(a, 3), procs)
-        lost_before = len(CHANGE_LINE.findall(a.text()))
         if case == "linkcut":
             run_ip("netns", "exec", net.ns[1], "ip", "link", "set", "dev", net.dev[1], "down")
             t0 = time.monotonic()

@@ -28,7 +28,6 @@ DIE_AT = 40
 def worker(args):
     import numpy as np
 
-    import braid
     import braid.mirrored as mr
 
     strategy = mr.MultiWorkerMirrored(elastic=True, aggregation="mean")
@@ -38,7 +37,6 @@ def worker(args):
     strategy.create_slots(opt)
     target = np.linspace(0.5, -0.5, 64).astype(np.float32)
     position = {"step": 0, "epoch": 0, "batch_in_epoch": 0}
-    changes = 0
 
     def step(ctx, at):
         value = w.value(ctx)
@@ -52,7 +50,6 @@ def worker(args):
             os.kill(os.getpid(), signal.SIGKILL)
         change = strategy.elastic_step(step, position)
         if change["changed"]:
-            changes += 1
             print(f"changed: {change['describe']} at step {position['step']}", flush=True)
         if change["step_done"]:
             position["step"] += 1
@@ -100,10 +97,9 @@ def driver(args):
                                timeout=120)
         run.wait(timeout=120)
     finally:
-        for p in (run,):
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
     text = open(log.name).read()
     done = re.findall(r"done step (\d+) replicas (\d+) hash ([0-9a-f]{16})", text + again.stdout)
     problems = []

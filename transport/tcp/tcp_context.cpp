@@ -1,7 +1,5 @@
 #include "transport/tcp/tcp_context.hpp"
 
-#include <netinet/in.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -39,16 +37,6 @@ constexpr int kRefusalsMeanGone = 3;
 
 Deadline min_deadline(Deadline a, Millis b) { return Deadline(std::min(a.at(), Clock::now() + b)); }
 
-bool is_any(const SockAddr& a) {
-  if (a.family() == AF_INET)
-    return reinterpret_cast<const sockaddr_in*>(&a.storage)->sin_addr.s_addr == htonl(INADDR_ANY);
-  if (a.family() == AF_INET6) {
-    const auto& v6 = reinterpret_cast<const sockaddr_in6*>(&a.storage)->sin6_addr;
-    return std::memcmp(&v6, &in6addr_any, sizeof v6) == 0;
-  }
-  return false;
-}
-
 bool same_secret(const AuthKey& a, const AuthKey& b) {
   if (a.enabled() != b.enabled()) return false;
   if (!a.enabled()) return true;
@@ -74,7 +62,7 @@ TcpContext::TcpContext(EventLoop& service, std::function<void()> wake_engine, Op
 TcpContext::~TcpContext() = default;
 
 std::vector<std::byte> TcpContext::local_address(const SockAddr& advertise) const {
-  SockAddr at = is_any(acceptor_->address()) ? advertise : acceptor_->address();
+  SockAddr at = acceptor_->address().is_any_host() ? advertise : acceptor_->address();
   at.set_port(acceptor_->address().port());
   std::string text = at.to_string();
   auto* p = reinterpret_cast<const std::byte*>(text.data());
@@ -89,7 +77,7 @@ bool TcpContext::serves(const ContextSetup& setup) const {
   const SockAddr bound = acceptor_->address();
   if (s.port_range && !s.port_range->contains(bound.port())) return false;
   if (setup.bind.family() != bound.family()) return false;
-  if (is_any(bound)) return true;
+  if (bound.is_any_host()) return true;
   return setup.bind.host_string() == bound.host_string() &&
          (setup.bind.port() == 0 || setup.bind.port() == bound.port());
 }
