@@ -195,8 +195,6 @@ double rounds(const CostInputs& in, int count, BytesOf bytes_of, bool reduces, b
   return t;
 }
 
-bool power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
-
 }  // namespace
 
 double ring_all_reduce(const CostInputs& in) {
@@ -236,7 +234,7 @@ double recursive_doubling_all_reduce(const CostInputs& in) {
   const int k = log2_floor(in.ranks), p = 1 << k, r = in.ranks - p;
   // Across hosts, without a fold: each round on its own link, the result
   // copied out of scratch once (inside the rank: the intra link's copy).
-  if (in.hosts > 1 && power_of_two(in.ranks))
+  if (in.hosts > 1 && std::has_single_bit(static_cast<unsigned>(in.ranks)))
     return rounds(in, k, [&](int) { return m; }, true, false) +
            busiest_rank(in, in.intra_at(), {.received = m});
   // The fold overlaps the first round unless more than half the participants folded.
@@ -255,7 +253,7 @@ double rabenseifner_all_reduce(const CostInputs& in) {
   // over m/2^(i+1) bytes; as recdbl's rounds counted from the last (the
   // partner at distance 2^j moves m/2^(k-j)), reduce-scatter reducing,
   // all-gather receiving.
-  if (in.hosts > 1 && power_of_two(in.ranks)) {
+  if (in.hosts > 1 && std::has_single_bit(static_cast<unsigned>(in.ranks))) {
     auto bytes_of = [&](int j) { return m / static_cast<double>(1 << (k - j)); };
     return rounds(in, k, bytes_of, true, false) + rounds(in, k, bytes_of, false, true);
   }

@@ -57,19 +57,22 @@ CostInputs Plan::cost_inputs(std::size_t bytes) const {
   return in;
 }
 
-std::optional<double> Plan::predict_us(std::string_view collective, std::string_view algorithm, std::size_t bytes) const {
+CostFunction Plan::cost_of(std::string_view collective, std::string_view algorithm) const {
   for (const auto& a : algorithms)
-    if (a.collective == collective && a.name == algorithm && a.cost != nullptr) {
-      const double t = a.cost(cost_inputs(bytes));
-      if (std::isfinite(t)) return t;
-    }
-  return std::nullopt;
+    if (a.collective == collective && a.name == algorithm && a.cost != nullptr) return a.cost;
+  return nullptr;
+}
+
+std::optional<double> Plan::predict_us(std::string_view collective, std::string_view algorithm, std::size_t bytes) const {
+  const CostFunction cost = cost_of(collective, algorithm);
+  if (cost == nullptr) return std::nullopt;
+  const double t = cost(cost_inputs(bytes));
+  if (!std::isfinite(t)) return std::nullopt;
+  return t;
 }
 
 std::string Plan::bound(std::string_view collective, std::string_view algorithm, std::size_t bytes) const {
-  CostFunction cost = nullptr;
-  for (const auto& a : algorithms)
-    if (a.collective == collective && a.name == algorithm) cost = a.cost;
+  const CostFunction cost = cost_of(collective, algorithm);
   const CostInputs in = cost_inputs(bytes);
   const double total = cost ? cost(in) : 0;
   if (!(total > 0) || !std::isfinite(total)) return {};

@@ -93,6 +93,8 @@ struct Plan {
   void choose();
 
  private:
+  /// The cost function of `algorithm` for `collective` (null: none).
+  CostFunction cost_of(std::string_view collective, std::string_view algorithm) const;
   static constexpr std::size_t kSizeClasses = 48;  // 1 B .. 128 TiB
   struct Choice {
     std::string_view collective;
