@@ -23,7 +23,8 @@
 // --elastic (under braid-run --elastic; docs/elastic.md): a replica that is
 // lost leaves the others training from where they are, and the same command
 // run again joins the running job and takes the chief's state; every rank
-// prints its replica hash per epoch with --per-rank.
+// prints its replica hash per epoch with --per-rank. --step-ms N pauses N ms
+// after every step, a stand-in for a bigger model's compute.
 // --hidden N widens the hidden layer
 // (default 32), so that the gradient, 18 N + 1 floats, loads a network link;
 // --bucket-kib K fuses gradients into buckets of K KiB (default 4: several
@@ -56,6 +57,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "braid/braid.h"
@@ -93,6 +95,7 @@ struct Config {
   bool resume = false;                // --resume: continue from the checkpoint in checkpoint_dir
   std::string trace;                  // --trace FILE: BRAID_TRACE for this run (%r: the rank)
   bool elastic = false;               // --elastic: go on without a lost replica, take in one that joins
+  int step_ms = 0;                    // --step-ms: a pause after every step (a bigger model's compute)
   std::string resume_command;         // this rank's command line with --resume, for the advice
   std::string checkpoint_path() const { return (std::filesystem::path(checkpoint_dir) / kCheckpointFile).string(); }
 };
@@ -307,6 +310,10 @@ Config parse_args(int argc, char** argv) {
     }
     else if (a == "--resume") cfg.resume = true;
     else if (a == "--elastic") cfg.elastic = true;
+    else if (a == "--step-ms") {
+      cfg.step_ms = std::stoi(value());
+      if (cfg.step_ms < 0 || cfg.step_ms > 60000) throw braid::InvalidArgument("--step-ms must be in [0, 60000]");
+    }
     else if (a == "--trace") cfg.trace = value();
     else if (a == "--bucket-kib") cfg.bucket_bytes = static_cast<std::size_t>(std::stoul(value())) * 1024;
     else if (a == "--hidden") {
@@ -374,7 +381,7 @@ struct Model {
 // asynchronous workers (a parameter server) apply their own gradients, a
 // per-replica mean.
 void train_batch(mr::ReplicaContext& ctx, const mr::DataShard& shard, std::int64_t epoch, std::int64_t b,
-                 const Dataset& data, Model& m, mr::Optimizer& optimizer, bool asynchronous) {
+                 const Dataset& data, Model& m, mr::Optimizer& optimizer, bool asynchronous, int pause_ms) {
   auto& grads = ctx.gradients();
   Params p{m.w1.value(ctx), m.b1.value(ctx), m.w2.value(ctx), m.b2.value(ctx)};
   Params g{grads.of(m.w1), grads.of(m.b1), grads.of(m.w2), grads.of(m.b2)};
@@ -391,8 +398,11 @@ void train_batch(mr::ReplicaContext& ctx, const mr::DataShard& shard, std::int64
   ctx.assign_add(m.loss_sum, std::span<const double>(&loss, 1));
   double n = static_cast<double>(batch.size());
   ctx.assign_add(m.seen, std::span<const double>(&n, 1));
-  braid::TraceSpan apply_span("apply_gradients");
-  ctx.apply_gradients(optimizer);
+  {
+    braid::TraceSpan apply_span("apply_gradients");
+    ctx.apply_gradients(optimizer);
+  }
+  if (pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
 }
 
 // The epoch's mean loss over every replica; the metric starts again at zero.
@@ -435,7 +445,7 @@ int train_elastic(const Config& cfg, mr::Strategy& strategy, mr::Sgd& sgd, const
     progress.batch = at.batch_in_epoch;
     mr::MembershipChange change = strategy.elastic_step(at, [&](mr::ReplicaContext& ctx) {
       // The position is the chief's once elastic_step admitted someone.
-      train_batch(ctx, strategy.shard(sharding, ctx), at.epoch, at.batch_in_epoch, data, model, sgd, false);
+      train_batch(ctx, strategy.shard(sharding, ctx), at.epoch, at.batch_in_epoch, data, model, sgd, false, cfg.step_ms);
     });
     say_change(change, at);
     if (!change.step_done) continue;
@@ -566,7 +576,7 @@ int train_steps(const Config& cfg, mr::Strategy& strategy_ref, const std::shared
         const mr::DataShard shard = strategy->shard(sharding, ctx);
         for (std::int64_t b = from; b < to; ++b) {
           if (ctx.local_replica() == 0) progress.batch = b;  // read only after run() returns or throws
-          train_batch(ctx, shard, epoch, b, data, model, *sgd, ps != nullptr);
+          train_batch(ctx, shard, epoch, b, data, model, *sgd, ps != nullptr, cfg.step_ms);
         }
       });
       progress.batch = to;

@@ -97,9 +97,11 @@ def train_args(args):
     # A learning rate at which the course of the loss does not hinge on the
     # last bit of a sum (at braid-train's default 0.5 with momentum 0.9 the
     # epoch losses of one run swing by 10%, and a sum over 2 replicas instead
-    # of 4 takes another course).
+    # of 4 takes another course). A pause of 1 ms a step keeps laptop-a alone
+    # training long enough for laptop-b to come back on a loaded machine
+    # (without it, two ranks on shared memory finished the run first).
     return [args.train, "--elastic", "--per-rank", "--epochs", str(args.epochs), "--samples", str(args.samples),
-            "--lr", "0.1", "--momentum", "0.5"]
+            "--lr", "0.1", "--momentum", "0.5", "--step-ms", "1"]
 
 
 def braid_run(args, host):
