@@ -21,6 +21,7 @@
 // Strategy base class documents what a strategy of your own overrides.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -472,7 +473,8 @@ class Strategy {
   mutable std::mutex comm_mutex_;
   // Elastic training (mirrored/elastic.cpp).
   bool joining_ = false;      // joined a running job: variables come from the chief at the first elastic_step
-  bool step_applied_ = false;  // this step's apply_gradients finished here
+  // This step's apply_gradients finished here; every local replica's thread sets it.
+  std::atomic<bool> step_applied_ = false;
   int steps_since_grow_ = 0;
   void check_elastic(std::string_view operation) const;
   /// Every member takes the chief's variables, optimizer step and position.
