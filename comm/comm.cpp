@@ -37,18 +37,36 @@ void check_rank(int rank, int size) {
   if (rank < 0 || rank >= size) throw InvalidArgument(cat("rank ", rank, " is outside [0, ", size, ")"));
 }
 
+// How long a standby store has to answer a returning rank's probe.
+constexpr Millis kStandbyProbe{500};
+
 std::unique_ptr<CommImpl> join_at_store(std::string_view store_addr, int rank, int size, Settings s) {
   check_rank(rank, size);
   set_log_rank(rank);
+  s.store_addr = std::string(store_addr);  // the first of the job's stores (CommImpl::reach_live_store)
   // A rank of an elastic job started again (the same command as before)
   // finds its job running without it, and joins it as a newcomer.
+  // Its store may have moved to a standby (BRAID_STORE_STANDBY) when the
+  // first one's host left: the first store in order that holds the running
+  // job is where it joins. A standby that does not answer at once is passed.
   if (s.elastic && (rank != 0 || s.store_external)) {
-    Rendezvous probe = rendezvous_to_join(std::string(store_addr), s);
-    const std::string formed = probe.scope + "formed";
-    if (probe.store->check(std::span(&formed, 1))) {
-      log_warn("rank ", rank, ": the elastic job at ", store_addr, " runs already: joining it (Comm::join), to be "
-               "admitted at its members' next grow");
-      return CommImpl::join_job(std::move(probe), std::move(s));
+    std::vector<std::string> stores{std::string(store_addr)};
+    stores.insert(stores.end(), s.store_standby.begin(), s.store_standby.end());
+    for (std::size_t i = 0; i < stores.size(); ++i) {
+      Rendezvous probe;
+      try {
+        probe = rendezvous_to_join(stores[i], s, i == 0 ? s.timeout : std::min<Millis>(s.timeout, kStandbyProbe));
+      } catch (const Error& e) {
+        if (i == 0) throw;
+        log_info("rank ", rank, ": the standby store at ", stores[i], " does not answer (", e.what(), ")");
+        continue;
+      }
+      const std::string formed = probe.scope + "formed";
+      if (probe.store->check(std::span(&formed, 1))) {
+        log_warn("rank ", rank, ": the elastic job at ", stores[i], " runs already: joining it (Comm::join), to be "
+                 "admitted at its members' next grow");
+        return CommImpl::join_job(std::move(probe), std::move(s));
+      }
     }
   }
   Rendezvous rv = rendezvous_at_store(std::string(store_addr), rank, size, s);
@@ -295,6 +313,7 @@ Comm Comm::grow() { return Comm(impl().grow()); }  // empty when nobody waits
 Comm Comm::join(std::string_view store_addr, const CommOptions& options) {
   Settings s = settings_with(options);
   s.launch_source = "Comm::join";
+  s.store_addr = std::string(store_addr);
   Rendezvous rv = rendezvous_to_join(std::string(store_addr), s);
   return Comm(CommImpl::join_job(std::move(rv), std::move(s)));
 }

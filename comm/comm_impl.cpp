@@ -167,6 +167,7 @@ void CommImpl::join(Rendezvous rendezvous) {
   const Deadline deadline = Deadline::after(settings_.timeout);
   store_server_ = rendezvous.server;
   store_name_ = rendezvous.store_name;
+  store_addr_ = rendezvous.store_name;
   root_ = true;
   comm_id_ = rendezvous.comm_id;
   advertise_ = rendezvous.advertise;
@@ -810,6 +811,7 @@ void CommImpl::adopt_members(CommImpl& child, const std::vector<int>& members, s
   for (std::size_t i = 0; i < members.size(); ++i)
     if (members[i] == store_host_) child.store_host_ = static_cast<int>(i);
   child.store_name_ = std::move(name);
+  child.store_addr_ = store_addr_;
   child.enroll();
   child.start(std::move(infos), std::move(addresses));
 }

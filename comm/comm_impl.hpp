@@ -214,6 +214,10 @@ class CommImpl {
   /// Comm::shrink_lost: the members that come forward agree through the
   /// store which ranks are gone, then shrink() without them.
   std::unique_ptr<CommImpl> shrink_lost(bool abort_parent);
+  /// Before shrink_lost agrees: the store in use when it answers, else the
+  /// next of BRAID_STORE_STANDBY that does, which this communicator uses
+  /// from then on. True when it moved; PeerLost when none answers.
+  bool reach_live_store();
   /// Comm::grow: admits the processes waiting in Comm::join (null when none).
   std::unique_ptr<CommImpl> grow();
   /// Comm::join: waits at the store until a grow admits this process.
@@ -474,6 +478,7 @@ class CommImpl {
   int store_host_ = -1;                           // the rank whose process hosts the store, if one does
   bool store_lost_ = false;                       // the store stopped answering (touched by the driver only)
   std::string store_name_;
+  std::string store_addr_;  // the store's address as the job names it (store_name_ may add which child)
   CommId comm_id_;
   SockAddr advertise_;
   LinkOwner owner_;                                     // what this communicator's links speak for

@@ -13,6 +13,15 @@
 //                        alive/<rank> for each member that came forward,
 //                        proposer (counter: the first one decides) and
 //                        decision ("r,r,..." the ranks excluded)
+// The store itself may go with its host (node 0's machine). A job given
+// standby stores (BRAID_STORE_STANDBY; braid-run --elastic with a --master
+// list hosts one on each node) moves to the next one that answers, in the
+// list's order, when the survivors of a loss cannot reach the one in use;
+// they write <scope>formed there, where a returning process's probe finds
+// the job. Since two sides of a cut network cannot tell a partition from
+// the other side's end, a side that moved goes on only when it holds at
+// least half of the members: of two laptops each goes on, of three hosts
+// only the two that still see each other.
 // One member decides each question (rank 0 for grow, the first to come
 // forward for shrink_lost), and every other reads its decision, so that all
 // make the same communicator; a member that comes too late is told so and may
@@ -33,6 +42,10 @@ namespace {
 // How often shrink_lost's first survivor looks whether the missing members'
 // processes on this host are gone.
 constexpr Millis kShrinkLostPoll{20};
+// How long a store has to answer a fresh connection (connect and handshake)
+// before shrink_lost passes on to the next one: far more than a LAN's round
+// trips, and well inside the grace that the survivors wait for each other.
+constexpr Millis kStoreProbe{500};
 
 std::string elastic_keys(const std::string& scope) { return scope + "elastic/"; }
 
@@ -69,6 +82,10 @@ std::unique_ptr<CommImpl> CommImpl::shrink_lost(bool abort_parent) {
   if (!store_)
     throw InvalidArgument(cat("rank ", rank_, ": shrink_lost: this communicator has no store to agree through"));
   settle_before_shrink(abort_parent);
+  // The grace counts from here, so that looking for a live store takes
+  // none of the others' time.
+  const Deadline grace = Deadline::after(settings_.elastic_grace);
+  const bool moved = reach_live_store();
   const std::string keys = cat(elastic_keys(job_scope_), "lost/", comm_id_.to_hex().substr(0, 16), "/", ++recoveries_, "/");
   const std::string where = cat("the braid store at ", store_name_);
   std::vector<int> excluded;
@@ -82,7 +99,6 @@ std::unique_ptr<CommImpl> CommImpl::shrink_lost(bool abort_parent) {
       // of this host whose process is gone is not waited for.
       std::vector<std::string> alive;
       for (int r = 0; r < size_; ++r) alive.push_back(cat(keys, "alive/", r));
-      const Deadline grace = Deadline::after(settings_.elastic_grace);
       std::vector<std::string> absent;
       while (true) {
         try {
@@ -117,6 +133,15 @@ std::unique_ptr<CommImpl> CommImpl::shrink_lost(bool abort_parent) {
     throw PeerLost(cat("rank ", rank_, ": shrink_lost: the other ranks went on without this one, which came forward "
                        "more than BRAID_ELASTIC_GRACE (", seconds_of(settings_.elastic_grace),
                        " s) after the first; it may join the job again (Comm::join)"));
+  if (moved && 2 * excluded.size() > static_cast<std::size_t>(size_))
+    throw PeerLost(cat("rank ", rank_, ": shrink_lost: the job's store moved to ", store_name_, ", where only ",
+                       size_ - excluded.size(), " of ", size_, " ranks came forward: fewer than half, so these stop "
+                       "rather than go on as a second job beside the others (a network cut in two); start this "
+                       "process again to join the job"));
+  if (moved) {
+    // A process that comes back looks for its job here (Comm::from_env).
+    store_->set(job_scope_ + "formed", std::string_view("1"));
+  }
   if (!excluded.empty()) {
     int chief = 0;  // the first rank left becomes rank 0
     while (std::binary_search(excluded.begin(), excluded.end(), chief)) ++chief;
@@ -124,6 +149,37 @@ std::unique_ptr<CommImpl> CommImpl::shrink_lost(bool abort_parent) {
              size_, " ranks left", chief > 0 ? cat("; rank ", chief, " is rank 0 (the chief) now") : std::string());
   }
   return shrink(excluded, false);
+}
+
+bool CommImpl::reach_live_store() {
+  if (settings_.store_standby.empty() || settings_.store_addr.empty()) return false;
+  std::vector<std::string> stores{settings_.store_addr};
+  stores.insert(stores.end(), settings_.store_standby.begin(), settings_.store_standby.end());
+  const auto in_use = std::find(stores.begin(), stores.end(), store_addr_);
+  const std::size_t first = in_use == stores.end() ? 0 : static_cast<std::size_t>(in_use - stores.begin());
+  std::vector<std::string> tried;
+  for (std::size_t k = 0; k < stores.size(); ++k) {
+    const std::string& at = stores[(first + k) % stores.size()];
+    Rendezvous rv;
+    try {
+      rv = rendezvous_to_join(at, settings_, kStoreProbe);
+    } catch (const Error& e) {
+      tried.push_back(cat(at, " (", e.what(), ")"));
+      continue;
+    }
+    if (at == store_addr_) return false;  // the one in use answers
+    log_warn("rank ", rank_, ": the job's store at ", store_addr_, " does not answer within ", seconds_of(kStoreProbe),
+             " s; going on with the standby store at ", at);
+    store_ = std::move(rv.store);
+    store_name_ = at;
+    store_addr_ = at;
+    store_host_ = -1;
+    return true;
+  }
+  std::string why;
+  for (const std::string& t : tried) why += cat(why.empty() ? "" : "; ", t);
+  throw PeerLost(cat("rank ", rank_, ": shrink_lost: none of the job's stores answers within ", seconds_of(kStoreProbe),
+                     " s, so the survivors cannot agree on who is gone (this host may have lost the network): ", why));
 }
 
 std::unique_ptr<CommImpl> CommImpl::grow() {
@@ -161,7 +217,7 @@ std::unique_ptr<CommImpl> CommImpl::grow() {
   rv.job_scope = job_scope_;
   rv.scope = generation_scope(job_scope_, generation);
   rv.store_host = store_host_;
-  rv.store_name = store_name_;
+  rv.store_name = store_addr_;
   rv.advertise = advertise_;
   share_comm_id(rv, rank_, settings_);
   return create(std::move(rv), rank_, size, settings_);

@@ -86,7 +86,7 @@ std::shared_ptr<TcpStoreServer> take_hosted(const std::string& where) {
 }
 
 Rendezvous connect_to(const std::string& where, const Settings& settings, std::shared_ptr<TcpStoreServer> server,
-                      const std::string& job, int rank, int size) {
+                      const std::string& job, int rank, int size, Millis connect_budget) {
   HostPort hp = parse_host_port(where, "braid store address");
   auto addrs = resolve(hp, "braid store address");
   Rendezvous rv;
@@ -96,7 +96,7 @@ Rendezvous connect_to(const std::string& where, const Settings& settings, std::s
   rv.advertise = advertised_address(addrs.front(), settings, rank, size);
   try {
     rv.store =
-        connect_tcp_store(hp, Deadline::after(settings.timeout), settings.auth_key, settings.tls, job, rank, size);
+        connect_tcp_store(hp, Deadline::after(connect_budget), settings.auth_key, settings.tls, job, rank, size);
   } catch (const Error& e) {
     throw_error(e.code(), cat(who(rank), ": ", e.what()));
   }
@@ -153,7 +153,7 @@ Rendezvous rendezvous_at_store(const std::string& requested, int rank, int size,
     if (hp.port == 0) where = cat(hp.host.find(':') != std::string::npos ? cat("[", hp.host, "]") : hp.host, ":",
                                   server->address().port());
   }
-  Rendezvous rv = connect_to(where, settings, std::move(server), settings.job_id, rank, size);
+  Rendezvous rv = connect_to(where, settings, std::move(server), settings.job_id, rank, size, settings.timeout);
   rv.store_host = settings.store_external ? -1 : 0;
   share_comm_id(rv, rank, settings);
   return rv;
@@ -173,8 +173,9 @@ void share_comm_id(Rendezvous& rv, int rank, const Settings& settings) {
   std::copy(id.begin(), id.end(), rv.comm_id.bytes.begin());
 }
 
-Rendezvous rendezvous_to_join(const std::string& where, const Settings& settings) {
-  Rendezvous rv = connect_to(where, settings, nullptr, settings.job_id, -1, 0);
+Rendezvous rendezvous_to_join(const std::string& where, const Settings& settings,
+                              std::optional<Millis> connect_budget) {
+  Rendezvous rv = connect_to(where, settings, nullptr, settings.job_id, -1, 0, connect_budget.value_or(settings.timeout));
   rv.store_host = 0;
   return rv;
 }
@@ -205,7 +206,8 @@ UniqueId UniqueId::create() {
 Rendezvous rendezvous_by_id(std::span<const std::byte> id, int rank, int size, const Settings& settings) {
   UniqueIdContents contents = decode_unique_id(id);
   Rendezvous rv =
-      connect_to(contents.store, settings, take_hosted(contents.store), contents.comm_id.to_hex(), rank, size);
+      connect_to(contents.store, settings, take_hosted(contents.store), contents.comm_id.to_hex(), rank, size,
+                 settings.timeout);
   rv.comm_id = contents.comm_id;
   return rv;
 }

@@ -3,7 +3,9 @@
 // connected Store, the communicator id and the address this rank advertises.
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "bootstrap/store.hpp"
@@ -39,7 +41,9 @@ Rendezvous rendezvous_by_id(std::span<const std::byte> id, int rank, int size, c
 
 /// Connects to the store at `where` as a process joining an elastic job
 /// later (Comm::join): as no rank, so that the sealed store lets it in.
-Rendezvous rendezvous_to_join(const std::string& where, const Settings& settings);
+/// `connect_budget` bounds the connection (default: the timeout).
+Rendezvous rendezvous_to_join(const std::string& where, const Settings& settings,
+                              std::optional<std::chrono::milliseconds> connect_budget = std::nullopt);
 
 /// Rank 0 draws the communicator's id and leaves it in the store under the
 /// rendezvous's scope; the others read it there.

@@ -101,7 +101,10 @@ options:
   -n, --ranks N    number of ranks on this host (required, 1..4096)
   --nnodes M       number of hosts, one braid-run each (default 1)
   --node-rank K    this host's index among them (0..M-1; node 0 hosts rank 0)
-  --master H:P     the store's address (required with --nnodes above 1)
+  --master H:P     the store's address (required with --nnodes above 1);
+                   with --elastic, a list H0:P,H1:P,... names one store per
+                   node (node K hosts the K-th): the job moves to the next
+                   when node 0's machine leaves
   --host H         host part of BRAID_STORE_ADDR (default 127.0.0.1)
   --port P         port of BRAID_STORE_ADDR (default: a free port)
   --timeout T      stop the job and exit 124 after T (30, 30s, 500ms, 2m;
@@ -139,7 +142,7 @@ struct Options {
   int ranks = 0;
   int nnodes = 1;
   int node_rank = 0;
-  std::string master;  // host:port of the store across hosts
+  std::vector<std::string> masters;  // host:port of the store across hosts; with --elastic, one per node may follow
   std::string host = "127.0.0.1";
   std::optional<int> port;
   std::optional<Millis> timeout;
@@ -182,9 +185,16 @@ Action parse_args(int argc, char** argv, Options& opts) {
               [&](std::string_view name, std::string_view v) { opts.node_rank = parse_int(v, name, 0, kMaxRanks - 1); })
       .option({"--master"},
               [&](std::string_view name, std::string_view v) {
-                HostPort hp = parse_host_port(v, name);
-                if (hp.port == 0) throw UsageError(cat(name, " '", v, "' needs a port other than 0 (host:port)"));
-                opts.master = v;
+                opts.masters.clear();
+                for (std::size_t at = 0; at <= v.size();) {
+                  const std::size_t comma = std::min(v.find(',', at), v.size());
+                  const std::string one(v.substr(at, comma - at));
+                  HostPort hp = parse_host_port(one, name);
+                  if (hp.port == 0)
+                    throw UsageError(cat(name, " '", one, "' needs a port other than 0 (host:port)"));
+                  opts.masters.push_back(one);
+                  at = comma + 1;
+                }
               })
       .option({"--host"},
               [&](std::string_view, std::string_view v) {
@@ -216,8 +226,13 @@ Action parse_args(int argc, char** argv, Options& opts) {
   if (opts.command.empty()) throw UsageError("missing the program to run");
   if (opts.node_rank >= opts.nnodes)
     throw UsageError(cat("--node-rank ", opts.node_rank, " is outside [0, --nnodes ", opts.nnodes, ")"));
-  if (opts.nnodes > 1 && opts.master.empty())
+  if (opts.nnodes > 1 && opts.masters.empty())
     throw UsageError("--nnodes above 1 needs --master HOST:PORT, node 0's address as every host reaches it");
+  if (opts.masters.size() > 1 && !opts.elastic)
+    throw UsageError(cat("--master lists ", opts.masters.size(), " stores: standby stores are for --elastic jobs"));
+  if (opts.masters.size() > static_cast<std::size_t>(opts.nnodes))
+    throw UsageError(cat("--master lists ", opts.masters.size(), " stores for --nnodes ", opts.nnodes,
+                         ": one per node at most (node K hosts the K-th)"));
   if (static_cast<long long>(opts.nnodes) * opts.ranks > kMaxRanks)
     throw UsageError(cat("--nnodes ", opts.nnodes, " x -n ", opts.ranks, " is more than ", kMaxRanks, " ranks"));
   return Action::run;
@@ -353,8 +368,10 @@ class Launcher {
 
   int run() {
     if (opts_.timeout) job_deadline_ = Deadline::after(*opts_.timeout);
-    if (!opts_.master.empty()) {
-      store_addr_ = opts_.master;
+    if (!opts_.masters.empty()) {
+      store_addr_ = opts_.masters.front();
+      for (std::size_t k = 1; k < opts_.masters.size(); ++k)
+        store_standby_ += cat(k > 1 ? "," : "", opts_.masters[k]);
     } else {
       store_addr_ = join_host_port(opts_.host, opts_.port ? *opts_.port : pick_free_port(opts_.host));
       // One id per launch: two launches pointed at one store address never
@@ -362,11 +379,15 @@ class Launcher {
       // BRAID_JOB_ID on every host for that.
       if (!Settings::raw("BRAID_JOB_ID")) job_id_ = cat("braid-run-", CommId::random().to_hex().substr(0, 16));
     }
-    if (opts_.elastic && opts_.node_rank == 0) {
+    // Node 0 hosts the job's store; with a --master list, node K hosts the
+    // K-th, a standby that the job moves to when the stores before it go.
+    const auto node = static_cast<std::size_t>(opts_.node_rank);
+    if (opts_.elastic && (node == 0 || node < opts_.masters.size())) {
+      const std::string at = node == 0 ? store_addr_ : opts_.masters[node];
       try {
-        host_store();
+        host_store(at, node > 0);
       } catch (const Error& e) {
-        say(cat("cannot host the elastic job's store at ", store_addr_, ": ", e.what()));
+        say(cat("cannot host the elastic job's ", node > 0 ? "standby " : "", "store at ", at, ": ", e.what()));
         return kExitCannotRun;
       }
     }
@@ -393,22 +414,26 @@ class Launcher {
  private:
   enum class Phase { running, stopping, killing, given_up };
   static constexpr std::string_view kIdentity[] = {"BRAID_RANK", "BRAID_WORLD_SIZE", "BRAID_LOCAL_RANK",
-                                                   "BRAID_LOCAL_SIZE", "BRAID_STORE_ADDR"};
+                                                   "BRAID_LOCAL_SIZE", "BRAID_STORE_ADDR", "BRAID_STORE_STANDBY"};
 
   // An elastic job's store lives here rather than in rank 0, so that it
   // outlives any rank (the chief included): it listens at the store address
   // (on every interface when the job spans hosts or the address is not
   // loopback) until braid-run exits.
-  void host_store() {
+  void host_store(const std::string& at, bool standby) {
     Settings settings = Settings::from_env();
-    HostPort hp = parse_host_port(store_addr_, "the store address");
+    HostPort hp = parse_host_port(at, "the store address");
     SockAddr bind = resolve(hp, "the store address").front();
     if (opts_.nnodes > 1 || !bind.is_loopback()) bind.set_any_host();
     bind.set_port(hp.port);
     store_loop_ = std::make_unique<EventLoop>("braid-run-store");
     store_ = TcpStoreServer::start(*store_loop_, bind, settings.auth_key, settings.tls,
                                    job_id_.empty() ? settings.job_id : job_id_);
-    say(cat("elastic job: the store runs in this braid-run at ", store_addr_, ", so that the job outlives any rank"));
+    if (standby)
+      say(cat("elastic job: a standby store runs in this braid-run at ", at, ", where the job moves if the stores "
+              "before it in --master go (node 0's machine leaving)"));
+    else
+      say(cat("elastic job: the store runs in this braid-run at ", at, ", so that the job outlives any rank"));
   }
   std::unique_ptr<EventLoop> store_loop_;
   std::unique_ptr<TcpStoreServer> store_;
@@ -421,6 +446,7 @@ class Launcher {
     env.push_back(cat("BRAID_LOCAL_RANK=", index));
     env.push_back(cat("BRAID_LOCAL_SIZE=", opts_.ranks));
     env.push_back(cat("BRAID_STORE_ADDR=", store_addr_));
+    if (!store_standby_.empty()) env.push_back(cat("BRAID_STORE_STANDBY=", store_standby_));
     if (!job_id_.empty()) env.push_back(cat("BRAID_JOB_ID=", job_id_));
     if (opts_.elastic) {
       env.push_back("BRAID_ELASTIC=1");
@@ -649,6 +675,7 @@ class Launcher {
   std::vector<int> cpus_;  // rank i is bound to cpus_[i % size]; empty: no binding
   std::string job_id_;  // empty: the user's BRAID_JOB_ID passes through
   std::string store_addr_;
+  std::string store_standby_;  // BRAID_STORE_STANDBY: the --master list after its first
   std::vector<Rank> ranks_;
   Phase phase_ = Phase::running;
   std::optional<int> exit_code_;

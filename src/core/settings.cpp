@@ -83,6 +83,12 @@ constexpr std::array kTable = {
     SettingInfo{"BRAID_STORE_EXTERNAL", "0",
                 "1: the store at BRAID_STORE_ADDR is already running in another process (braid-run --elastic "
                 "hosts it, so that it outlives any rank), and rank 0 does not start one."},
+    SettingInfo{"BRAID_STORE_STANDBY", "",
+                "Further stores of an elastic job, host:port,... in order (braid-run --elastic with a --master "
+                "list hosts one on each node): when the survivors of a loss cannot reach the store in use, they "
+                "go on with the next of these that answers (a side holding fewer than half of the ranks stops), "
+                "and a process started again finds its job at whichever holds it. So the job outlives node 0's "
+                "machine."},
     SettingInfo{"BRAID_ELASTIC_GRACE", "1s",
                 "How long Comm::shrink_lost waits for a member that has not come forward yet, once the first "
                 "survivor did, before the survivors go on without it (a member that comes later is told to "
@@ -366,6 +372,13 @@ Settings Settings::from_env() {
   if (auto v = getenv_string("BRAID_LINGER")) s.linger = parse_duration(*v, "BRAID_LINGER");
   if (auto v = env_integer("BRAID_ELASTIC", 0, 1)) s.elastic = *v == 1;
   if (auto v = env_integer("BRAID_STORE_EXTERNAL", 0, 1)) s.store_external = *v == 1;
+  if (auto v = getenv_string("BRAID_STORE_STANDBY")) {
+    for (std::size_t at = 0; at <= v->size();) {
+      std::size_t comma = std::min(v->find(',', at), v->size());
+      if (comma > at) s.store_standby.push_back(v->substr(at, comma - at));
+      at = comma + 1;
+    }
+  }
   if (auto v = getenv_string("BRAID_ELASTIC_GRACE")) s.elastic_grace = parse_duration(*v, "BRAID_ELASTIC_GRACE");
   if (auto v = getenv_string("BRAID_DEBUG")) {
     std::string level = upper(*v);

@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/auth.hpp"
 #include "core/socket.hpp"
@@ -51,6 +52,11 @@ struct Settings {
   /// BRAID_STORE_EXTERNAL=1: the store at the store address runs already
   /// (braid-run --elastic hosts it), so rank 0 does not start one.
   bool store_external = false;
+  /// BRAID_STORE_STANDBY: further stores of an elastic job (host:port, in
+  /// order; braid-run --elastic hosts one on each node of a --master list).
+  /// When the store in use cannot be reached, the survivors go on with the
+  /// next of these that answers, so that the job outlives node 0's machine.
+  std::vector<std::string> store_standby;
   /// BRAID_ELASTIC_GRACE: how long shrink_lost waits for a survivor that has
   /// not come forward yet, once the first one did.
   std::chrono::milliseconds elastic_grace{std::chrono::seconds(1)};

@@ -15,6 +15,14 @@ Cases (each its own Meson test, suite 'elastic'):
            end as 4 ranks.
   chief    kill -9 rank 0 of 4 while braid-run --elastic hosts the store: rank
            1 becomes the chief and says so; a new process joins; all end as 4.
+  store    the store's host leaves: three braid-runs --elastic host the
+           stores of a --master list, one each, beside ranks 0, 1, 2; kill -9
+           of node 0 (its braid-run, the job's store, and rank 0): ranks 1
+           and 2 move to node 1's standby store and go on; rank 0's command,
+           run again beside a new braid-run, finds the job there and joins;
+           then nodes 0 and 1 go together, and rank 2, one of three at node
+           2's store, stops saying it is fewer than half rather than go on
+           as a second job.
 
 Every process is hard-killed after a bound. Traffic goes only to loopback.
 Exits 0 (pass), 1 (fail) or 77 (skip).
@@ -215,8 +223,75 @@ def case_chief(job, braid_run):
             f"{rejoin_s:.2f} s; all {n} ended {iters} iterations with correct sums")
 
 
+def case_store(job, braid_run):
+    """Three "nodes" on loopback: node k is a braid-run --elastic hosting the k-th store of a --master list
+    (running only a sleep) and rank k, started here with that braid-run's environment for the store (on
+    one host, so that loopback addresses pass)."""
+    n, iters = 3, 100000  # ends by the minority's stop, not by its iterations
+    stores = [f"127.0.0.1:{free_port()}" for _ in range(n)]
+    base = {k: v for k, v in os.environ.items() if not k.startswith("BRAID_")}
+    base.update({"BRAID_TIMEOUT": f"{TIMEOUT_S}s", "BRAID_ELASTIC_GRACE": "1s", "BRAID_SOCKET_IFNAME": "lo",
+                 "BRAID_JOB_ID": f"elastic-store-{os.getpid()}"})
+    if job.transport:
+        base["BRAID_TRANSPORT"] = job.transport
+
+    def store_host(k, label):
+        launcher = Rank(label, [braid_run, "-n", "1", "--nnodes", str(n), "--node-rank", str(k), "--master",
+                                ",".join(stores), "--elastic", "--", "sleep", "600"], base, job.logdir)
+        job.ranks.append(launcher)
+        end = time.monotonic() + 20
+        while f"store runs in this braid-run at {stores[k]}" not in launcher.stderr():
+            if launcher.done or time.monotonic() > end:
+                raise CaseFailed(f"braid-run {label} did not host the store at {stores[k]}:\n" + tail(launcher))
+            time.sleep(0.02)
+        return launcher
+
+    def rank(k, label):
+        env = dict(base, BRAID_RANK=str(k), BRAID_WORLD_SIZE=str(n), BRAID_STORE_ADDR=stores[0],
+                   BRAID_STORE_STANDBY=",".join(stores[1:]), BRAID_ELASTIC="1", BRAID_STORE_EXTERNAL="1")
+        return job.start(label, ["--iters", str(iters), "--grow-every", "5", "--sleep-ms", "1"], env)
+
+    hosts = [store_host(k, f"store{k}") for k in range(n)]
+    procs = [rank(k, k) for k in range(n)]
+    wait_for_line(procs, r"^running rank", 20, "start")
+    for p in (hosts[0], procs[0]):  # node 0's machine: the job's store and rank 0
+        p.hard_kill()
+        p.killed_by_us = True
+    t0 = time.monotonic()
+    survivors = procs[1:]
+    took = wait_for_line(survivors, rf"^shrunk rank \d+ size {n - 1} at", TIMEOUT_S + 8, "shrink") - t0
+    for p in survivors:
+        if f"going on with the standby store at {stores[1]}" not in p.stderr():
+            raise CaseFailed(f"rank {p.rank} did not say that it moved to the store at {stores[1]}:\n" + tail(p))
+    # Node 0 again: its braid-run hosts a fresh store, where the job is not;
+    # rank 0's command finds the job at node 1's store and joins it.
+    hosts[0] = store_host(0, "store0-again")
+    back = rank(0, "0-again")
+    t1 = time.monotonic()
+    wait_for_line(survivors + [back], rf"^grown rank \d+ size {n} at", TIMEOUT_S + 10, "rejoin")
+    rejoin_s = time.monotonic() - t1
+    if f"the elastic job at {stores[1]} runs already" not in back.stderr():
+        raise CaseFailed("the restarted rank did not say it found the job at the standby store:\n" + tail(back))
+    # Nodes 0 and 1 go together: the last rank is one of three.
+    for p in (hosts[0], back, hosts[1], procs[1]):
+        p.hard_kill()
+        p.killed_by_us = True
+    alone = procs[2]
+    job.wait_all([alone], TIMEOUT_S + 20)
+    if f"going on with the standby store at {stores[2]}" not in alone.stderr():
+        raise CaseFailed(f"rank 2 did not say that it moved on to the store at {stores[2]}:\n" + tail(alone))
+    if "fewer than half" not in alone.stderr() or alone.proc.returncode == 0:
+        raise CaseFailed(f"rank 2, alone of {n}, did not stop saying it is fewer than half (exit "
+                         f"{alone.proc.returncode}):\n" + tail(alone))
+    if any("WRONG" in p.stdout() for p in procs + [back]):
+        raise CaseFailed("a wrong sum\n" + "\n".join(tail(p) for p in procs + [back]))
+    return (f"kill -9 of node 0 (the job's store and rank 0 of {n}): the other 2 moved to node 1's standby store and "
+            f"went on in {took:.2f} s; rank 0's command, run again, joined there in {rejoin_s:.2f} s; with nodes 0 "
+            f"and 1 gone, rank 2 (1 of {n}) stopped, fewer than half")
+
+
 CASES = {"kill9": case_kill9, "twice": lambda job: case_kill9(job, twice=True), "stall": case_stall,
-         "chief": None}
+         "chief": None, "store": None}
 
 
 def main():
@@ -224,17 +299,17 @@ def main():
     ap.add_argument("--worker", required=True)
     ap.add_argument("--case", required=True, choices=sorted(CASES))
     ap.add_argument("--transport")
-    ap.add_argument("--run", help="braid-run (the chief case)")
+    ap.add_argument("--run", help="braid-run (the chief and store cases)")
     ap.add_argument("--keep-logs", action="store_true")
     a = ap.parse_args()
     logdir = tempfile.mkdtemp(prefix=f"braid-elastic-{a.case}-")
     job = Job(a.worker, logdir, a.transport)
     ok = False
     try:
-        if a.case == "chief":
+        if a.case in ("chief", "store"):
             if not a.run:
-                ap.error("--case chief needs --run BRAID_RUN")
-            summary = case_chief(job, a.run)
+                ap.error(f"--case {a.case} needs --run BRAID_RUN")
+            summary = (case_chief if a.case == "chief" else case_store)(job, a.run)
         else:
             summary = CASES[a.case](job)
         print(f"case {a.case}{'_' + a.transport if a.transport else ''}: {summary}: OK")

@@ -1,13 +1,14 @@
 #!/usr/bin/python3
 """Laptops come and go: braid-train --elastic on two network namespaces.
 
-    elastic_laptops.py --run BRAID_RUN --train BRAID_TRAIN --case linkcut|kill9
+    elastic_laptops.py --run BRAID_RUN --train BRAID_TRAIN --case linkcut|kill9|chief
                        [--ranks 2] [--epochs 30] [--keep-logs]
 
 The pair of two_laptops.py (laptop-a and laptop-b, joined by a veth pair
 shaped to 1 Gbit/s with tc tbf, each with its own host name and /etc/hosts),
-R ranks per laptop (--ranks, default 2), braid-run --elastic on each (the
-store runs in laptop-a's braid-run), braid-train --elastic --per-rank:
+R ranks per laptop (--ranks, default 2), braid-run --elastic on each with
+--master laptop-a:40000,laptop-b:40000 (the job's store runs in laptop-a's
+braid-run, a standby in laptop-b's), braid-train --elastic --per-rank:
 
   linkcut  laptop-b's link is set down once epoch 3 ended; laptop-a's ranks
            go on by themselves (the time from the cut is printed), with equal
@@ -17,6 +18,11 @@ store runs in laptop-a's braid-run), braid-train --elastic --per-rank:
   kill9    kill -9 of one rank on laptop-b once epoch 3 ended; the others go
            on; that rank's command (its BRAID_* identity) runs again and
            joins.
+  chief    the chief's machine leaves: laptop-a's link is set down once
+           epoch 3 ended, and its processes (the store's braid-run, the
+           chief) are killed; laptop-b's ranks move to the standby store and
+           go on; laptop-a's link comes back, the same braid-run command runs
+           there again, and its ranks find the job at laptop-b and join it.
 
 In both, from the end of the first epoch after the rejoin, every rank prints
 the same replica hash at every epoch's end, every process exits 0, and the
@@ -46,7 +52,7 @@ from veth_pair import IpFailed, NamespacesUnavailable, run_ip  # noqa: E402
 
 SKIP = 77
 TIMEOUT_S = 4
-STORE = f"{HOSTNAME[0]}:40000"
+STORE = f"{HOSTNAME[0]}:40000,{HOSTNAME[1]}:40000"
 EPOCH_LINE = re.compile(r"^(?:\[(\d+)\] )?rank (\d+) of (\d+) on (\S+): epoch (\d+)  replica hash ([0-9a-f]{16})$", re.M)
 CHANGE_LINE = re.compile(r"^(?:\[(\d+)\] )?\[elastic\] rank (\d+) of (\d+) on (\S+): replicas (\d+) -> (\d+) \(([^)]*)\)",
                          re.M)
@@ -165,23 +171,28 @@ def case_run(net, args, logdir, case):
     procs = [a, b]
     try:
         wait_until("epoch 3 ends", 120, lambda: epoch_done(a, 3), procs)
-        if case == "linkcut":
-            run_ip("netns", "exec", net.ns[1], "ip", "link", "set", "dev", net.dev[1], "down")
+        survivor = a
+        if case in ("linkcut", "chief"):
+            # The machine that leaves: laptop-b, or laptop-a with the job's
+            # store and the chief.
+            gone, survivor = (1, a) if case == "linkcut" else (0, b)
+            run_ip("netns", "exec", net.ns[gone], "ip", "link", "set", "dev", net.dev[gone], "down")
             t0 = time.monotonic()
-            # laptop-a's ranks go on alone: each says so.
-            went_on = wait_until("laptop-a's ranks go on without laptop-b", TIMEOUT_S + 15,
-                                 lambda: sum(1 for m in CHANGE_LINE.finditer(a.text()) if m.group(7) == "lost")
+            # The other laptop's ranks go on alone: each says so.
+            went_on = wait_until(f"{HOSTNAME[1 - gone]}'s ranks go on without {HOSTNAME[gone]}", TIMEOUT_S + 15,
+                                 lambda: sum(1 for m in CHANGE_LINE.finditer(survivor.text()) if m.group(7) == "lost")
                                  >= args.ranks, procs)
-            # The lid closed: laptop-b's processes are gone. (Left alone, they
-            # give up once they find the job's store unreachable, some seconds
-            # later, saying to run the same command again.)
-            b.kill()
-            run_ip("netns", "exec", net.ns[1], "ip", "link", "set", "dev", net.dev[1], "up")
+            # The lid closed: the processes there are gone. (Left alone,
+            # they go on as a second job of half the ranks, or give up once
+            # they find no store, saying to run the same command again.)
+            left = procs[gone]
+            left.kill()
+            run_ip("netns", "exec", net.ns[gone], "ip", "link", "set", "dev", net.dev[gone], "up")
             time.sleep(0.5)  # the link's carrier
             went_on_s = went_on - t0
             t1 = time.monotonic()
-            b2 = Proc(net, 1, braid_run(args, 1), env(), logdir, "b-again")
-            procs = [a, b2]
+            back = Proc(net, gone, braid_run(args, gone), env(), logdir, f"{'ab'[gone]}-again")
+            procs = [survivor, back]
             joiners = args.ranks
         else:
             pids = subprocess.run(["pgrep", "-f", "-P", str(b.proc.pid), "braid-train"], capture_output=True,
@@ -209,14 +220,14 @@ def case_run(net, args, logdir, case):
                                if "joined" in m.group(7) and int(m.group(6)) == 2 * args.ranks)
                    >= 2 * args.ranks, procs)
         rejoin_s = time.monotonic() - t1
-        joined_epoch = max(int(m.group(5)) for m in EPOCH_LINE.finditer(a.text()))
+        joined_epoch = max(int(m.group(5)) for m in EPOCH_LINE.finditer(survivor.text()))
         wait_exit(procs, 240)
         for p in procs:
             if p.proc.returncode != 0:
                 raise Failed(f"{p.tag} ended with exit {p.proc.returncode}\n" + p.tail())
-        texts = [p.text() for p in procs] + ([b.text()] if case == "linkcut" else [])
-        check_hashes([t for t in texts], args, joined_epoch + 2)
-        return went_on_s, rejoin_s, final_loss(a), joiners
+        texts = [p.text() for p in procs] + ([left.text()] if case != "kill9" else [])
+        check_hashes(texts, args, joined_epoch + 2)
+        return went_on_s, rejoin_s, final_loss(survivor), joiners
     finally:
         for p in procs + [a, b]:
             p.kill()
@@ -226,7 +237,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", required=True)
     ap.add_argument("--train", required=True)
-    ap.add_argument("--case", required=True, choices=["linkcut", "kill9"])
+    ap.add_argument("--case", required=True, choices=["linkcut", "kill9", "chief"])
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--epochs", type=int, default=30)
     ap.add_argument("--samples", type=int, default=16384)
@@ -242,8 +253,9 @@ def main():
             diff = abs(loss - ref) / ref
             if diff > 0.01:
                 raise Failed(f"the final loss {loss:.6f} is {100 * diff:.2f}% from the uninterrupted run's {ref:.6f}")
-            what = ("laptop-b's link cut after epoch 3" if args.case == "linkcut"
-                    else "kill -9 of one rank on laptop-b after epoch 3")
+            what = {"linkcut": "laptop-b's link cut after epoch 3",
+                    "kill9": "kill -9 of one rank on laptop-b after epoch 3",
+                    "chief": "laptop-a (the chief and the job's store) gone after epoch 3"}[args.case]
             bound = TIMEOUT_S + 1.5
             if went_on_s > bound + 3:  # a loaded machine; the figure is printed either way
                 raise Failed(f"the survivors went on {went_on_s:.2f} s after the fault (BRAID_TIMEOUT {TIMEOUT_S} s)")

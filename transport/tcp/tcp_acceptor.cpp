@@ -8,6 +8,7 @@
 
 #include "braid/types.hpp"
 #include "core/text.hpp"
+#include "transport/tcp/tcp_link.hpp"
 
 namespace braid {
 namespace {
@@ -217,7 +218,8 @@ bool TcpAcceptor::serve(std::uint64_t id, Incoming& c) {
           c.watch = 0;
           log_info("TCP listener ", address_.to_string(), ": accepted rank ", c.hello.from_rank, " (stream ",
                    c.hello.stream, ") from ", c.from.to_string(), " for communicator ", c.hello.comm_id.to_hex());
-          registry_.file(c.hello, Socket(std::move(c.fd), std::move(c.tls)), c.from);
+          if (auto went = registry_.file(c.hello, Socket(std::move(c.fd), std::move(c.tls)), c.from))
+            TcpLink::send_withdrawal(went->socket, went->failed, went->why);
           return false;
       }
     }

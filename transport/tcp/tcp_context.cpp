@@ -86,18 +86,8 @@ void TcpContext::withdraw(const LinkOwner& owner, bool failed, std::string_view 
   // Connections a peer made for this rank and that it never took: the peer
   // holds them as links already (its hello was accepted), so it reads the
   // notice as from a link: why this rank gave up, or its goodbye.
-  std::vector<Socket> untaken = registry_.withdraw(owner, failed);
-  const std::string text(failed ? why.substr(0, kMaxAbortReason) : std::string_view());
-  const MessageHeader header{failed ? kAbortTag : kGoodbyeTag, text.size(), {}};
-  std::vector<std::byte> notice(sizeof header + text.size());
-  std::memcpy(notice.data(), &header, sizeof header);
-  if (!text.empty()) std::memcpy(notice.data() + sizeof header, text.data(), text.size());
-  for (Socket& socket : untaken) {
-    try {
-      socket.send_all(notice.data(), notice.size(), Deadline::after(TcpLink::kAbortGrace), "withdraw notice");
-    } catch (const Error&) {
-    }
-  }
+  std::vector<Socket> untaken = registry_.withdraw(owner, failed, std::string(why));
+  for (Socket& socket : untaken) TcpLink::send_withdrawal(socket, failed, why);
   std::lock_guard lock(liveness_mutex_);
   std::erase_if(liveness_, [&](const auto& l) {
     return std::get<0>(l.first) == owner.comm_id && std::get<1>(l.first) == owner.rank;

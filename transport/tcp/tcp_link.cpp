@@ -315,6 +315,18 @@ ssize_t TcpLink::tls_readv(TlsSession& tls, const iovec* iov, int count) {
   return static_cast<ssize_t>(total);
 }
 
+void TcpLink::send_withdrawal(Socket& socket, bool failed, std::string_view why) {
+  const std::string text(failed ? why.substr(0, kMaxAbortReason) : std::string_view());
+  const MessageHeader header{failed ? kAbortTag : kGoodbyeTag, text.size(), {}};
+  std::vector<std::byte> notice(sizeof header + text.size());
+  std::memcpy(notice.data(), &header, sizeof header);
+  if (!text.empty()) std::memcpy(notice.data() + sizeof header, text.data(), text.size());
+  try {
+    socket.send_all(notice.data(), notice.size(), Deadline::after(kAbortGrace), "withdraw notice");
+  } catch (const Error&) {
+  }
+}
+
 void TcpLink::abort(std::string_view reason) {
   std::string text(reason.substr(0, kMaxAbortReason));
   for (auto& s : streams_) {

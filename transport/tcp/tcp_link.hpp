@@ -62,6 +62,11 @@ class TcpLink final : public Link {
   /// The most a TLS write takes from a large payload at once.
   static constexpr std::size_t kTlsChunkBytes = 256 * 1024;
 
+  /// On a connection that the peer holds as a link but this side never
+  /// took: why this rank gave up (`failed`), or its goodbye, best effort
+  /// and briefly, as abort() and goodbye() would have said it.
+  static void send_withdrawal(Socket& socket, bool failed, std::string_view why);
+
   /// Over sockets in clear.
   TcpLink(int self_rank, int peer_rank, std::string peer_name, std::vector<Fd> sockets);
   /// Over sockets in clear or inside TLS (each Socket says which).

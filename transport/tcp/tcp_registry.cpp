@@ -16,7 +16,7 @@ void TcpRegistry::enroll(const LinkOwner& owner) {
   generation_.fetch_add(1, std::memory_order_release);
 }
 
-std::vector<Socket> TcpRegistry::withdraw(const LinkOwner& owner, bool failed) {
+std::vector<Socket> TcpRegistry::withdraw(const LinkOwner& owner, bool failed, std::string why) {
   std::vector<Socket> closing;  // closed outside the lock
   {
     std::lock_guard lock(mutex_);
@@ -27,7 +27,7 @@ std::vector<Socket> TcpRegistry::withdraw(const LinkOwner& owner, bool failed) {
     }
     const Rank rank{id, owner.rank};
     if (enrolled_.erase(rank) == 0 && gone_.contains(rank)) return closing;
-    gone_[rank] = failed;
+    gone_[rank] = Gone{failed, std::move(why)};
     gone_order_.push_back(rank);
     while (gone_order_.size() > kRemembered) {
       gone_.erase(gone_order_.front());
@@ -51,7 +51,7 @@ TcpRegistry::Status TcpRegistry::lookup(const CommId& id, int rank, LinkOwner* o
     return Status::enrolled;
   }
   if (counting_.contains(id)) return Status::counting;
-  if (auto it = gone_.find({id, rank}); it != gone_.end()) return it->second ? Status::gave_up : Status::finalized;
+  if (auto it = gone_.find({id, rank}); it != gone_.end()) return it->second.failed ? Status::gave_up : Status::finalized;
   return Status::unknown;
 }
 
@@ -64,18 +64,24 @@ bool TcpRegistry::knows(const CommId& id) const {
   return gone != gone_.end() && gone->first.first == id;
 }
 
-void TcpRegistry::file(const Hello& hello, Socket socket, const SockAddr& from) {
+std::optional<TcpRegistry::Withdrawn> TcpRegistry::file(const Hello& hello, Socket socket, const SockAddr& from) {
   {
     std::lock_guard lock(mutex_);
-    // Withdrawn meanwhile: the socket closes here.
-    if (!enrolled_.contains({hello.comm_id, static_cast<int>(hello.to_rank)}) && !counting_.contains(hello.comm_id))
-      return;
+    const Rank to{hello.comm_id, static_cast<int>(hello.to_rank)};
+    if (!enrolled_.contains(to) && !counting_.contains(hello.comm_id)) {
+      // Withdrawn meanwhile: the caller tells the dialer why, when it is
+      // remembered; else the socket closes here.
+      auto gone = gone_.find(to);
+      if (gone == gone_.end()) return std::nullopt;
+      return Withdrawn{std::move(socket), gone->second.failed, gone->second.why};
+    }
     filed_.insert_or_assign(
         Key{hello.comm_id, static_cast<int>(hello.to_rank), static_cast<int>(hello.from_rank), hello.stream},
         Filed{std::move(socket), from, hello});
     generation_.fetch_add(1, std::memory_order_release);
   }
   if (filed_hook_) filed_hook_();
+  return std::nullopt;
 }
 
 std::optional<TcpRegistry::Taken> TcpRegistry::take(const CommId& id, int self, int peer, int streams) {

@@ -50,15 +50,26 @@ class TcpRegistry {
   /// are refused as finalized, or as having given up.
   /// Gives back the sockets filed for it and never taken, for the caller
   /// to close.
-  std::vector<Socket> withdraw(const LinkOwner& owner, bool failed);
+  /// `why`: its notice when it failed, told to a dialer whose connection
+  /// the listener accepts just after (file()).
+  std::vector<Socket> withdraw(const LinkOwner& owner, bool failed, std::string why = {});
   /// What this process knows of rank `rank` of `id`; `owner` receives it
   /// when enrolled.
   Status lookup(const CommId& id, int rank, LinkOwner* owner = nullptr) const;
   /// Whether any rank of `id` is here or went.
   bool knows(const CommId& id) const;
 
-  /// Files an accepted connection (its hello passed the checks).
-  void file(const Hello& hello, Socket socket, const SockAddr& from);
+  /// A connection accepted for a rank that withdrew meanwhile, given back
+  /// for the caller to tell the dialer why (the dialer holds it as a link
+  /// already, and a bare close would read as that rank's process dying).
+  struct Withdrawn {
+    Socket socket;
+    bool failed = false;  // else it finalized
+    std::string why;      // its notice when it failed
+  };
+  /// Files an accepted connection (its hello passed the checks), or gives
+  /// it back when the rank it is for withdrew meanwhile.
+  std::optional<Withdrawn> file(const Hello& hello, Socket socket, const SockAddr& from);
   /// Every stream `peer` opened to rank `self` of `id`, once all `streams`
   /// are there.
   std::optional<Taken> take(const CommId& id, int self, int peer, int streams);
@@ -84,7 +95,11 @@ class TcpRegistry {
   mutable std::mutex mutex_;
   std::map<Rank, LinkOwner> enrolled_;
   std::map<CommId, int> counting_;  // split children enrolled before their rank is known
-  std::map<Rank, bool> gone_;       // true: it gave up
+  struct Gone {
+    bool failed = false;  // it gave up (else it finalized)
+    std::string why;      // its notice
+  };
+  std::map<Rank, Gone> gone_;
   std::deque<Rank> gone_order_;
   std::map<Key, Filed> filed_;
   std::map<std::pair<CommId, int>, std::string> refusals_;
