@@ -89,7 +89,7 @@ constexpr std::array kTable = {
                 "go on with the next of these that answers (a side holding fewer than half of the ranks stops), "
                 "and a process started again finds its job at whichever holds it. So the job outlives node 0's "
                 "machine."},
-    SettingInfo{"BRAID_ELASTIC_GRACE", "1s",
+    SettingInfo{"BRAID_ELASTIC_GRACE", "500ms",
                 "How long Comm::shrink_lost waits for a member that has not come forward yet, once the first "
                 "survivor did, before the survivors go on without it (a member that comes later is told to "
                 "join again)."},

@@ -59,7 +59,7 @@ struct Settings {
   std::vector<std::string> store_standby;
   /// BRAID_ELASTIC_GRACE: how long shrink_lost waits for a survivor that has
   /// not come forward yet, once the first one did.
-  std::chrono::milliseconds elastic_grace{std::chrono::seconds(1)};
+  std::chrono::milliseconds elastic_grace{500};
   LogLevel log_level = LogLevel::warn;
   unsigned log_subsystems = ~0u;  // BRAID_DEBUG_SUBSYS (core/log.hpp's LogSubsystem bits)
   std::string log_file;           // BRAID_DEBUG_FILE, %h and %p not yet replaced
