@@ -3,7 +3,8 @@
 # transport conformance suite, multi-process, launcher, mirrored) with AddressSanitizer +
 # UndefinedBehaviorSanitizer, and the threaded parts (the communicator's
 # progress engine, the store, the mirrored layer's replica threads and
-# parameter-server threads) with ThreadSanitizer. Any report fails the run.
+# parameter-server threads, an elastic job's shrink, store move and rejoin)
+# with ThreadSanitizer. Any report fails the run.
 # Build folders: ASAN_BUILD_DIR (default build-asan) and TSAN_BUILD_DIR
 # (default build-tsan).
 set -uo pipefail
@@ -74,8 +75,10 @@ if [ ! -f "$tsan/build.ninja" ]; then
     >/dev/null || exit 1
 fi
 ninja -C "$tsan" tests/unit/unit_comm tests/unit/unit_store tests/unit/unit_store_jobs tests/unit/unit_auth tools/braid-run \
-  tests/mirrored/mirrored_check tests/transport/transport_conformance tests/multiprocess/group_uneven_check >/dev/null || exit 1
+  tests/mirrored/mirrored_check tests/transport/transport_conformance tests/multiprocess/group_uneven_check \
+  tests/faults/elastic_worker >/dev/null || exit 1
 meson test -C "$tsan" --no-rebuild --num-processes 1 --timeout-multiplier 4 --print-errorlogs \
   unit/comm unit/store unit/store_jobs unit/auth mirrored/mirrored_1x3_replicas mirrored/mirrored_2x2_replicas \
-  mirrored/parameter_server_2_workers_2_servers transport/conformance_shm multiprocess/group_uneven_3_ranks || status=1
+  mirrored/parameter_server_2_workers_2_servers transport/conformance_shm multiprocess/group_uneven_3_ranks \
+  elastic/kill9 elastic/store || status=1
 exit $status
