@@ -160,14 +160,27 @@ def host_variants(args, build, hosts, per_host):
     mpi_perf = os.path.join(build, "bench", "peers", "mpi_perf")
     launches = [0]
 
-    def braid_command(ranks, collective, _unused_dir):
-        # One braid-run per host, a store port of its own per launch.
-        launches[0] += 1
-        master = f"{hosts.addr[0]}:{29800 + launches[0] % 150}"
-        return [hosts.prefix(k) + [run, "-n", str(per_host), "--nnodes", "2", "--node-rank", str(k), "--master", master,
-                                   "--no-prefix", "--timeout", f"{LAUNCH_TIMEOUT_S}s", perf, collective,
-                                   *sweep_args(args), "-c", "0", "--csv", "--no-progress"] for k in range(2)]
-    variants = [Variant("braid", "hosts", "2 hosts", braid_command, {"BRAID_TIMEOUT": "120s"})]
+    def braid_command_bound(bind):
+        def braid_command(ranks, collective, _unused_dir):
+            # One braid-run per host, a store port of its own per launch.
+            launches[0] += 1
+            master = f"{hosts.addr[0]}:{29800 + launches[0] % 150}"
+            return [hosts.prefix(k) + [run, "-n", str(per_host), "--nnodes", "2", "--node-rank", str(k), "--master",
+                                       master, "--bind-to", bind, "--no-prefix", "--timeout", f"{LAUNCH_TIMEOUT_S}s",
+                                       perf, collective, *sweep_args(args), "-c", "0", "--csv", "--no-progress"]
+                    for k in range(2)]
+        return braid_command
+    # braid-run binds each host's ranks to the CPUs from the first (so the
+    # ranks of the two namespaces share them pairwise); unbound, the kernel
+    # places them, as Open MPI's yielding variant runs.
+    variants = [Variant("braid", "hosts", "2 hosts", braid_command_bound("core"), {"BRAID_TIMEOUT": "120s"}),
+                Variant("braid", "hosts-unbound", "2 hosts", braid_command_bound("none"), {"BRAID_TIMEOUT": "120s"})]
+    # --braid-env NAME=V[;NAME=V]: braid across the hosts with those
+    # settings too, as a variant of its own in the same rounds.
+    for spec in args.braid_env:
+        extra = dict(kv.split("=", 1) for kv in spec.split(";") if kv)
+        variants.append(Variant("braid", "hosts+" + spec.replace(";", "+"), "2 hosts", braid_command_bound("core"),
+                                {"BRAID_TIMEOUT": "120s", **extra}))
     missing = []
     if not (os.access(mpi_perf, os.X_OK) and shutil.which("mpirun")):
         return variants, [f"openmpi/hosts (no {mpi_perf} or mpirun)"]
@@ -280,6 +293,8 @@ def main():
     p.add_argument("--from-csv", metavar="CSV", help="run nothing: print the tables and draw the plots of an "
                    "earlier run's compare.csv (and its limits.csv, when next to it)")
     p.add_argument("--hosts", default="", help="2xN: across two hosts (network namespaces) of N ranks each")
+    p.add_argument("--braid-env", action="append", default=[], metavar="NAME=V[;NAME=V]",
+                   help="with --hosts: one more braid variant with these settings (repeatable)")
     p.add_argument("--shape", default="", help="with --hosts: shape the link between them (tc tbf rate: 1gbit)")
     p.add_argument("--smoke", action="store_true",
                    help="a few seconds: 2 ranks, all_reduce, 8 B to 4 KiB, 3 iterations, 1 round")
