@@ -18,7 +18,8 @@ LinkParams LinkParams::at(double working_set, double cache) const {
     const double t = hit * us_per_byte(cache_gbps, memory_gbps) + (1 - hit) * us_per_byte(memory_gbps, cache_gbps);
     return 1.0 / (t * 1e3);
   };
-  return LinkParams{latency_us, blend(bandwidth_gbps, cache_bandwidth_gbps), blend(reduce_gbps, cache_reduce_gbps)};
+  return LinkParams{latency_us, blend(bandwidth_gbps, cache_bandwidth_gbps), blend(reduce_gbps, cache_reduce_gbps), 0, 0,
+                    message_us};
 }
 
 std::size_t pipeline_slice(std::size_t bytes, int ranks, bool oversubscribed, std::size_t floor, std::size_t limit) {

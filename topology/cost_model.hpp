@@ -32,6 +32,11 @@ struct LinkParams {
   double reduce_gbps = 0;
   double cache_bandwidth_gbps = 0;
   double cache_reduce_gbps = 0;
+  /// What a rank's core spends on each message of a batch that it sends or
+  /// receives at once beyond the first (a socket's system calls, its
+  /// wake-up), when the batch is priced as one latency (direct's n - 1
+  /// messages); 0: nothing (shm's rings, read in one pass).
+  double message_us = 0;
 
   /// Microseconds to move `bytes` (without the latency).
   double transfer_us(double bytes) const { return bytes / (bandwidth_gbps * 1e3); }

@@ -57,11 +57,18 @@ struct DefaultParams {
 // A shaped or real link differs: `braid-perf --tune` across the hosts fits it
 // (bench/figures/tuning_2x2_1gbit.json: the pair shaped to 1 Gbit/s, 10 us
 // and 0.125 GB/s).
+// A socket's message costs its rank's core a system call each way however
+// many leave at once (message_us): on 2 cores over tcp, direct's n - 1
+// messages each way took 33 us on 4 ranks and 25 on 3, where recdbl's 2
+// rounds (the fold's included on 3) took 24 and 21 (8 B to 32 KiB,
+// braid-perf -n 500, interleaved launches); 15 us a message, on the scale
+// of the 25 us latency above, prices them so. Measured only with more ranks
+// than cores: the one-core-each figures keep none.
 // ucx runs over tcp or shared memory here and takes tcp's figures; cuda_ipc
 // has no GPU to measure here.
 constexpr DefaultParams kDefaults[] = {
     {"shm", {0.5, 8.0, 6.0, 0, 40.0}, {4.1, 1.0, 2.0, 12.0, 2.75}},
-    {"tcp", {8.0, 2.0, 4.0}, {25.0, 0.5, 2.0, 12.0, 40.0}},
+    {"tcp", {8.0, 2.0, 4.0}, {25.0, 0.5, 2.0, 12.0, 40.0, 15.0}},
     {"ucx", {8.0, 2.0, 4.0}, {25.0, 0.5, 2.0, 12.0, 40.0}},
     {"cuda_ipc", {10.0, 50.0, 100.0}, {10.0, 50.0, 100.0}},
 };
@@ -150,7 +157,8 @@ TuningFile parse_tuning(std::string_view text, std::string_view what) {
       if (t.kind != JsonValue::Kind::object) throw InvalidArgument(cat(at, " is not an object"));
       profile.transports[transports->keys[k]] =
           LinkParams{positive(t, "latency_us", at), positive(t, "bandwidth_gbps", at), positive(t, "reduce_gbps", at),
-                     optional_positive(t, "cache_bandwidth_gbps", at), optional_positive(t, "cache_reduce_gbps", at)};
+                     optional_positive(t, "cache_bandwidth_gbps", at), optional_positive(t, "cache_reduce_gbps", at),
+                     optional_positive(t, "message_us", at)};
     }
     if (file.find(profile.ranks, profile.hosts))
       throw InvalidArgument(cat(where, ": a second profile for ", profile.ranks, " ranks on ", profile.hosts, " host(s)"));
@@ -169,7 +177,8 @@ std::string format_tuning(const TuningFile& file) {
       out += cat(first ? "" : ", ", "\"", name, "\": {\"latency_us\": ", number(l.latency_us), ", \"bandwidth_gbps\": ",
                  number(l.bandwidth_gbps), ", \"reduce_gbps\": ", number(l.reduce_gbps),
                  l.cache_bandwidth_gbps > 0 ? cat(", \"cache_bandwidth_gbps\": ", number(l.cache_bandwidth_gbps)) : std::string(),
-                 l.cache_reduce_gbps > 0 ? cat(", \"cache_reduce_gbps\": ", number(l.cache_reduce_gbps)) : std::string(), "}");
+                 l.cache_reduce_gbps > 0 ? cat(", \"cache_reduce_gbps\": ", number(l.cache_reduce_gbps)) : std::string(),
+                 l.message_us > 0 ? cat(", \"message_us\": ", number(l.message_us)) : std::string(), "}");
       first = false;
     }
     out += "}}";

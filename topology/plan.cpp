@@ -90,7 +90,7 @@ std::string Plan::bound(std::string_view collective, std::string_view algorithm,
   const std::string& name = across ? inter_transport : intra_transport.empty() ? inter_transport : intra_transport;
   // The messages' share: the time left with every rate free.
   CostInputs latency_only = in;
-  for (LinkParams* l : {&latency_only.intra, &latency_only.inter}) *l = LinkParams{l->latency_us, kFree, kFree, kFree, kFree};
+  for (LinkParams* l : {&latency_only.intra, &latency_only.inter}) *l = LinkParams{l->latency_us, kFree, kFree, kFree, kFree, l->message_us};
   return cat(name, cost(latency_only) > total / 2 ? " latency" : " bytes");
 }
 
