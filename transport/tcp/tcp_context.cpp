@@ -104,6 +104,20 @@ std::string TcpContext::describe(const LinkOwner& owner) const {
 std::vector<std::unique_ptr<Link>> TcpContext::connect(const LinkOwner& owner, std::span<const PeerRef> peers,
                                                        Deadline deadline, const PeerWatch& watch) {
   std::vector<std::unique_ptr<Link>> links;
+  try {
+    connect_each(owner, peers, deadline, watch, links);
+  } catch (const Error& e) {
+    // Links made before the failure go with it: each tells its peer why,
+    // which already holds it as a link and would otherwise read a bare
+    // close as this process dying.
+    for (auto& link : links) link->abort(cat("rank ", owner.rank, " gave up: ", e.what()));
+    throw;
+  }
+  return links;
+}
+
+void TcpContext::connect_each(const LinkOwner& owner, std::span<const PeerRef> peers, Deadline deadline,
+                              const PeerWatch& watch, std::vector<std::unique_ptr<Link>>& links) {
   for (const PeerRef& peer : peers) {
     const int rank = peer.info->rank;
     if (watch) watch(rank, false);  // news that came before this try
@@ -167,7 +181,6 @@ std::vector<std::unique_ptr<Link>> TcpContext::connect(const LinkOwner& owner, s
       throw;
     }
   }
-  return links;
 }
 
 void TcpContext::check_alive(const LinkOwner& owner, const PeerRef& peer) {

@@ -60,6 +60,13 @@ class TcpContext final : public TransportContext {
                                              Deadline deadline, const PeerWatch& watch) override;
   std::string describe(const LinkOwner& owner) const override;
 
+ private:
+  // connect()'s loop; the links it made stay in `links` when it throws.
+  void connect_each(const LinkOwner& owner, std::span<const PeerRef> peers, Deadline deadline,
+                    const PeerWatch& watch, std::vector<std::unique_ptr<Link>>& links);
+
+ public:
+
   /// The address the listener is bound to (for tests and the store).
   SockAddr listening() const { return acceptor_->address(); }
   /// Connections that open with the store's bytes go to `adopt` from now on.
