@@ -37,9 +37,6 @@ void check_rank(int rank, int size) {
   if (rank < 0 || rank >= size) throw InvalidArgument(cat("rank ", rank, " is outside [0, ", size, ")"));
 }
 
-// How long a standby store has to answer a returning rank's probe.
-constexpr Millis kStandbyProbe{500};
-
 std::unique_ptr<CommImpl> join_at_store(std::string_view store_addr, int rank, int size, Settings s) {
   check_rank(rank, size);
   set_log_rank(rank);
@@ -50,12 +47,11 @@ std::unique_ptr<CommImpl> join_at_store(std::string_view store_addr, int rank, i
   // first one's host left: the first store in order that holds the running
   // job is where it joins. A standby that does not answer at once is passed.
   if (s.elastic && (rank != 0 || s.store_external)) {
-    std::vector<std::string> stores{std::string(store_addr)};
-    stores.insert(stores.end(), s.store_standby.begin(), s.store_standby.end());
+    const std::vector<std::string> stores = job_stores(s);
     for (std::size_t i = 0; i < stores.size(); ++i) {
       Rendezvous probe;
       try {
-        probe = rendezvous_to_join(stores[i], s, i == 0 ? s.timeout : std::min<Millis>(s.timeout, kStandbyProbe));
+        probe = rendezvous_to_join(stores[i], s, i == 0 ? s.timeout : std::min<Millis>(s.timeout, kStoreProbe));
       } catch (const Error& e) {
         if (i == 0) throw;
         log_info("rank ", rank, ": the standby store at ", stores[i], " does not answer (", e.what(), ")");

@@ -42,10 +42,6 @@ namespace {
 // How often shrink_lost's first survivor looks whether the missing members'
 // processes on this host are gone.
 constexpr Millis kShrinkLostPoll{20};
-// How long a store has to answer a fresh connection (connect and handshake)
-// before shrink_lost passes on to the next one: far more than a LAN's round
-// trips, and well inside the grace that the survivors wait for each other.
-constexpr Millis kStoreProbe{500};
 
 std::string elastic_keys(const std::string& scope) { return scope + "elastic/"; }
 
@@ -59,13 +55,8 @@ int rank_of(const std::string& key) { return std::stoi(key.substr(key.rfind('/')
 
 std::vector<int> parse_ranks(const std::string& text) {
   std::vector<int> ranks;
-  std::size_t at = 0;
-  while (at < text.size()) {
-    std::size_t comma = text.find(',', at);
-    if (comma == std::string::npos) comma = text.size();
-    if (comma > at) ranks.push_back(std::stoi(text.substr(at, comma - at)));
-    at = comma + 1;
-  }
+  for (const std::string& rank : split(text, ','))
+    if (!rank.empty()) ranks.push_back(std::stoi(rank));
   return ranks;
 }
 
@@ -153,8 +144,7 @@ std::unique_ptr<CommImpl> CommImpl::shrink_lost(bool abort_parent) {
 
 bool CommImpl::reach_live_store() {
   if (settings_.store_standby.empty() || settings_.store_addr.empty()) return false;
-  std::vector<std::string> stores{settings_.store_addr};
-  stores.insert(stores.end(), settings_.store_standby.begin(), settings_.store_standby.end());
+  const std::vector<std::string> stores = job_stores(settings_);
   const auto in_use = std::find(stores.begin(), stores.end(), store_addr_);
   const std::size_t first = in_use == stores.end() ? 0 : static_cast<std::size_t>(in_use - stores.begin());
   std::vector<std::string> tried;

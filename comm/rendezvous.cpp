@@ -173,6 +173,12 @@ void share_comm_id(Rendezvous& rv, int rank, const Settings& settings) {
   std::copy(id.begin(), id.end(), rv.comm_id.bytes.begin());
 }
 
+std::vector<std::string> job_stores(const Settings& settings) {
+  std::vector<std::string> stores{settings.store_addr};
+  stores.insert(stores.end(), settings.store_standby.begin(), settings.store_standby.end());
+  return stores;
+}
+
 Rendezvous rendezvous_to_join(const std::string& where, const Settings& settings,
                               std::optional<Millis> connect_budget) {
   Rendezvous rv = connect_to(where, settings, nullptr, settings.job_id, -1, 0, connect_budget.value_or(settings.timeout));

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "bootstrap/store.hpp"
 #include "core/comm_id.hpp"
@@ -38,6 +39,15 @@ Rendezvous rendezvous_with_store(std::shared_ptr<Store> store, int rank, int siz
 /// Joins through a UniqueId's store (hosted by whoever created the id); the
 /// id's communicator id is the job id.
 Rendezvous rendezvous_by_id(std::span<const std::byte> id, int rank, int size, const Settings& settings);
+
+/// How long a store of an elastic job has to answer a fresh connection
+/// (connect and handshake) before the caller passes on to the next one of
+/// the job's stores: far more than a LAN's round trips, and well inside the
+/// grace that shrink_lost's survivors wait for each other.
+inline constexpr std::chrono::milliseconds kStoreProbe{500};
+
+/// The job's stores in order: settings.store_addr, then BRAID_STORE_STANDBY's.
+std::vector<std::string> job_stores(const Settings& settings);
 
 /// Connects to the store at `where` as a process joining an elastic job
 /// later (Comm::join): as no rank, so that the sealed store lets it in.

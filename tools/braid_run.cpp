@@ -185,16 +185,10 @@ Action parse_args(int argc, char** argv, Options& opts) {
               [&](std::string_view name, std::string_view v) { opts.node_rank = parse_int(v, name, 0, kMaxRanks - 1); })
       .option({"--master"},
               [&](std::string_view name, std::string_view v) {
-                opts.masters.clear();
-                for (std::size_t at = 0; at <= v.size();) {
-                  const std::size_t comma = std::min(v.find(',', at), v.size());
-                  const std::string one(v.substr(at, comma - at));
-                  HostPort hp = parse_host_port(one, name);
-                  if (hp.port == 0)
+                opts.masters = split(v, ',');
+                for (const std::string& one : opts.masters)
+                  if (parse_host_port(one, name).port == 0)
                     throw UsageError(cat(name, " '", one, "' needs a port other than 0 (host:port)"));
-                  opts.masters.push_back(one);
-                  at = comma + 1;
-                }
               })
       .option({"--host"},
               [&](std::string_view, std::string_view v) {

@@ -372,13 +372,9 @@ Settings Settings::from_env() {
   if (auto v = getenv_string("BRAID_LINGER")) s.linger = parse_duration(*v, "BRAID_LINGER");
   if (auto v = env_integer("BRAID_ELASTIC", 0, 1)) s.elastic = *v == 1;
   if (auto v = env_integer("BRAID_STORE_EXTERNAL", 0, 1)) s.store_external = *v == 1;
-  if (auto v = getenv_string("BRAID_STORE_STANDBY")) {
-    for (std::size_t at = 0; at <= v->size();) {
-      std::size_t comma = std::min(v->find(',', at), v->size());
-      if (comma > at) s.store_standby.push_back(v->substr(at, comma - at));
-      at = comma + 1;
-    }
-  }
+  if (auto v = getenv_string("BRAID_STORE_STANDBY"))
+    for (std::string& store : split(*v, ','))
+      if (!store.empty()) s.store_standby.push_back(std::move(store));
   if (auto v = getenv_string("BRAID_ELASTIC_GRACE")) s.elastic_grace = parse_duration(*v, "BRAID_ELASTIC_GRACE");
   if (auto v = getenv_string("BRAID_DEBUG")) {
     std::string level = upper(*v);

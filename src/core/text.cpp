@@ -81,4 +81,14 @@ std::string describe_ranks(std::span<const int> ranks, std::size_t max_runs) {
   return out;
 }
 
+std::vector<std::string> split(std::string_view text, char separator) {
+  std::vector<std::string> pieces;
+  for (std::size_t at = 0;;) {
+    const std::size_t end = std::min(text.find(separator, at), text.size());
+    pieces.emplace_back(text.substr(at, end - at));
+    if (end == text.size()) return pieces;
+    at = end + 1;
+  }
+}
+
 }  // namespace braid

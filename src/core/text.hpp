@@ -6,6 +6,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace braid {
 
@@ -33,5 +34,9 @@ std::string errno_text(int err);
 /// "ranks 3-65535 (65533 ranks)"; past `max_runs` runs of consecutive ranks
 /// the rest is counted ("ranks 0, 2, 4 and 97 more (100 ranks)").
 std::string describe_ranks(std::span<const int> ranks, std::size_t max_runs = 8);
+
+/// The pieces of `text` between the separators, empty ones included
+/// ("a,,b" is "a", "", "b"; "" is one empty piece).
+std::vector<std::string> split(std::string_view text, char separator);
 
 }  // namespace braid

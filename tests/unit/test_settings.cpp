@@ -148,6 +148,13 @@ TEST_CASE("the job id comes from braid, then torchrun, then Slurm, and is bounde
   CHECK_THROWS_WITH(Settings::from_env(), Catch::Contains("BRAID_JOB_ID is 129 bytes"));
 }
 
+TEST_CASE("split keeps every piece, empty ones too") {
+  CHECK(split("a,b", ',') == std::vector<std::string>{"a", "b"});
+  CHECK(split("a,,b,", ',') == std::vector<std::string>{"a", "", "b", ""});
+  CHECK(split("", ',') == std::vector<std::string>{""});
+  CHECK(split("host:1", ',') == std::vector<std::string>{"host:1"});
+}
+
 TEST_CASE("rank lists are abbreviated") {
   auto ranks = [](std::vector<int> v) { return describe_ranks(v); };
   CHECK(ranks({}) == "no rank");
