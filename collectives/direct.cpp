@@ -17,6 +17,7 @@
 // too. An 8-byte all-reduce then costs half the executor's work of the
 // general form (copy in, send, receive, copy out, reduce).
 #include "collectives/algorithms.hpp"
+#include "core/eager.hpp"
 
 namespace braid {
 
@@ -30,11 +31,10 @@ Schedule direct_all_reduce(const CollectiveShape& shape) {
   // The 2-step form waits for its send before it receives (in place, the
   // output is the input being sent). A send larger than a transport buffers
   // waits for the peer's receive in turn, so both ranks would wait for ever:
-  // 4 MiB over shm (whose ring holds 2 MiB) did. Up to kEagerBytes every
-  // transport takes the send without the receiver; above, the scratch form
-  // receives while it sends.
-  constexpr std::size_t kEagerBytes = 64 * 1024;
-  if (n == 2 && bytes <= kEagerBytes) {
+  // 4 MiB over shm (whose ring holds 2 MiB) did. Up to kEagerSendBytes
+  // (core/eager.hpp) every transport takes the send without the receiver;
+  // above, the scratch form receives while it sends.
+  if (n == 2 && bytes <= kEagerSendBytes) {
     const int peer = 1 - shape.rank;
     const std::uint32_t sent = sched.add(Step{.kind = StepKind::send, .peer = peer, .src = in, .tag_index = 0});
     const std::uint32_t got = sched.add(

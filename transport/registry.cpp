@@ -28,7 +28,9 @@ std::unique_ptr<TransportContext> make_tcp(const ContextSetup& s) {
                                                           .tls = s.settings->tls});
 }
 
-std::unique_ptr<TransportContext> make_shm(const ContextSetup&) { return std::make_unique<ShmContext>(); }
+std::unique_ptr<TransportContext> make_shm(const ContextSetup& s) {
+  return std::make_unique<ShmContext>(RingGeometry{}, s.settings->shm_single_copy_bytes);
+}
 
 #ifdef BRAID_HAVE_CUDA
 bool same_host_with_gpus(const RankInfo& a, const RankInfo& b) { return same_host(a, b) && a.gpus > 0 && b.gpus > 0; }

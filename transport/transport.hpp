@@ -31,6 +31,7 @@
 #include "braid/types.hpp"
 #include "core/comm_id.hpp"
 #include "core/deadline.hpp"
+#include "core/eager.hpp"
 #include "core/device.hpp"
 #include "core/rank_info.hpp"
 #include "core/socket.hpp"

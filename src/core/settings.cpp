@@ -120,6 +120,13 @@ constexpr std::array kTable = {
                 "SO_SNDBUF/SO_RCVBUF per socket (4M, 512K; at least 64K); 0 keeps the kernel's autotuning."},
     SettingInfo{"BRAID_SLICE_BYTES", "512K",
                 "Pipeline slice: collectives move and reduce buffers in pieces of this size."},
+    SettingInfo{"BRAID_SHM_SINGLE_COPY", "0",
+                "Messages between ranks of one host of at least this size (above 64K) are read by the receiver "
+                "straight from the sender's buffer (cross-memory attach, process_vm_readv: one copy instead of two "
+                "through the shared ring; the send completes once it is read). 0, the default, keeps every message "
+                "in the ring, which measured faster for collectives on the development machine (docs/transports.md). "
+                "Where the kernel refuses it (another user, kernel.yama.ptrace_scope 2 or 3, a seccomp policy) "
+                "messages go through the ring."},
     SettingInfo{"BRAID_DEVICE_DIRECT_BYTES", "(auto)",
                 "Where every pair of ranks is on a link that moves GPU memory (cuda_ipc), collectives of at least "
                 "this many bytes (count x element size) on device buffers move GPU to GPU, and smaller ones are "
@@ -401,6 +408,12 @@ Settings Settings::from_env() {
   if (auto v = getenv_string("BRAID_SLICE_BYTES")) {
     s.slice_bytes = parse_bytes(*v, "BRAID_SLICE_BYTES");
     if (s.slice_bytes < 64) throw InvalidArgument(cat("BRAID_SLICE_BYTES='", *v, "' is below the minimum of 64 bytes"));
+  }
+  if (auto v = getenv_string("BRAID_SHM_SINGLE_COPY")) {
+    s.shm_single_copy_bytes = parse_bytes(*v, "BRAID_SHM_SINGLE_COPY");
+    if (s.shm_single_copy_bytes > 0 && s.shm_single_copy_bytes <= 64 * 1024)
+      throw InvalidArgument(cat("BRAID_SHM_SINGLE_COPY='", *v, "' must be above 64K, the sends every transport takes "
+                                "without the receiver (0 turns single copies off)"));
   }
   if (auto v = getenv_string("BRAID_DEVICE_DIRECT_BYTES"))
     s.device_direct_bytes = parse_bytes(*v, "BRAID_DEVICE_DIRECT_BYTES");

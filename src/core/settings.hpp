@@ -69,6 +69,9 @@ struct Settings {
   int tcp_streams = 1;
   std::size_t tcp_buffer_bytes = 0;  // 0: leave the kernel's autotuning alone
   std::size_t slice_bytes = 512 * 1024;
+  // BRAID_SHM_SINGLE_COPY: messages between ranks of one host of at least
+  // this size go by one copy (transport/shm/shm_ring.hpp); 0: never.
+  std::size_t shm_single_copy_bytes = 0;
   // BRAID_DEVICE_DIRECT_BYTES: the smallest collective whose device buffers
   // move over device links (cuda_ipc) directly; unset: chosen by the comm.
   std::optional<std::size_t> device_direct_bytes;

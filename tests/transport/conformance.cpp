@@ -96,6 +96,8 @@ std::unique_ptr<Side> connect_side(int rank, int fd, const CommId& id, int strea
   side->settings.timeout = Millis(10000);
   side->settings.tcp_streams = streams;
   side->settings.transport = transport_name();  // as BRAID_TRANSPORT would name it
+  // shm_single_copy runs the cases with the shm ring's single copies on.
+  side->settings.shm_single_copy_bytes = Settings::from_env().shm_single_copy_bytes;
   SockAddr loopback = resolve(HostPort{"127.0.0.1", 0}, "loopback").front();
   Poller* poller = &side->poller;
   side->context = kind().make(ContextSetup{.service = &side->service,

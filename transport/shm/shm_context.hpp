@@ -91,7 +91,9 @@ class ShmContext final : public TransportContext {
  public:
   static constexpr std::chrono::milliseconds kLivenessEvery{10};
 
-  explicit ShmContext(RingGeometry geometry = {});
+  /// `single_copy_bytes`: the smallest message sent by one copy (shm_ring.hpp;
+  /// BRAID_SHM_SINGLE_COPY), 0 for none.
+  explicit ShmContext(RingGeometry geometry = {}, std::size_t single_copy_bytes = 0);
   ~ShmContext() override;
   ShmContext(const ShmContext&) = delete;
   ShmContext& operator=(const ShmContext&) = delete;
@@ -106,6 +108,7 @@ class ShmContext final : public TransportContext {
   void disarm() override;
 
   RingGeometry geometry() const { return geometry_; }
+  std::size_t single_copy_bytes() const { return single_copy_bytes_; }
   DoorbellWord* own_word() const { return word_; }
   int own_pipe() const { return pipe_write_.get(); }
   int pid() const { return pid_; }
@@ -135,6 +138,7 @@ class ShmContext final : public TransportContext {
                                          Deadline deadline, const PeerWatch& watch);
 
   RingGeometry geometry_;
+  std::size_t single_copy_bytes_;
   int pid_;
   ShmSecret secret_;  // part of every pair name (pair_label)
   Fd bell_;  // the memfd holding word_

@@ -1,5 +1,7 @@
 #include "transport/shm/shm_ring.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -7,17 +9,29 @@
 #include <cstring>
 #include <utility>
 
+#include "core/log.hpp"
+#include "core/process.hpp"
 #include "core/reduce.hpp"
 #include "core/text.hpp"
 #include "transport/message.hpp"
+#include "transport/shm/cma.hpp"
 #include "transport/shm/nt_copy.hpp"
 
 namespace braid {
 namespace {
 
-constexpr std::uint64_t kRingMagic = 0x62726169645f7232ull;  // "braid_r2": slots published by their own seq
+// "braid_r3": single copies (r2: slots published by their own seq).
+constexpr std::uint64_t kRingMagic = 0x62726169645f7233ull;
 constexpr std::size_t kPage = 4096;
 constexpr std::uint32_t kMaxSlots = 1024;
+// A slot whose message the consumer reads from the producer's memory.
+constexpr std::uint32_t kRemoteSlot = 1;
+// The block a single-copy reduce reads from the producer before it reduces
+// from it: small enough to stay in L1/L2 between the two.
+constexpr std::size_t kBounceBytes = 64 * 1024;
+// The consumer's verdict on single copies (Control::single_copy).
+constexpr std::uint32_t kSingleCopyYes = 1;
+constexpr std::uint32_t kSingleCopyNo = 2;
 
 template <typename T>
 std::atomic_ref<T> atomic(T& word) {
@@ -70,6 +84,12 @@ struct ShmRing::Control {
   DoorbellWord producer_bell;  // the other way round (waiting for a free slot)
   alignas(64) std::uint32_t producer_closed;
   alignas(64) std::uint32_t consumer_closed;
+  // Single copies: the producer's probe word (cma.hpp) and pid, published
+  // by storing probe_pid last; the consumer's verdict (kSingleCopyYes/No).
+  alignas(64) std::uint64_t probe_address;
+  std::uint64_t probe_value;
+  std::uint32_t probe_pid;
+  alignas(64) std::uint32_t single_copy;
 };
 
 // Two lines: the first holds what the consumer checks (the publish mark, the
@@ -80,7 +100,7 @@ struct alignas(64) ShmRing::SlotHeader {
   MessageHeader message;         // the message's tag, size and descriptor (transport/message.hpp)
   std::uint64_t offset;          // of this chunk in the message
   std::uint32_t chunk_bytes;
-  std::uint32_t unused;
+  std::uint32_t flags;                  // kRemoteSlot: inline_data holds the producer's address of the message
   std::byte inline_data[kInlineBytes];  // the chunk, when it is at most kInlineBytes
 };
 static_assert(sizeof(ShmRing::SlotHeader) == 128 && offsetof(ShmRing::SlotHeader, inline_data) % 8 == 0,
@@ -147,6 +167,8 @@ std::byte* ShmRing::slot_data(std::uint64_t index) const {
   return slots_ + slot_of(index) * geometry_.slot_bytes;
 }
 
+std::uint64_t ShmRing::load_tail() const { return atomic(control_->tail).load(std::memory_order_seq_cst); }
+
 void ShmRing::close() {
   atomic(producer_ ? control_->producer_closed : control_->consumer_closed).store(1, std::memory_order_seq_cst);
   peer_bell_.ring();
@@ -159,12 +181,34 @@ bool ShmRing::peer_closed() const {
 // ---- producer ----
 
 ShmRingSender::ShmRingSender(std::span<std::byte> region, std::string description, RingCopy copy, DoorbellWord* own,
-                             DoorbellWord* peer)
-    : ShmRing(region, std::move(description), true, own, peer), copy_(copy) {
+                             DoorbellWord* peer, std::size_t single_copy_bytes)
+    : ShmRing(region, std::move(description), true, own, peer), copy_(copy), single_copy_bytes_(single_copy_bytes) {
   // A ring is formatted before its sides attach, so nothing is in flight:
   // the next slot to fill is the next the consumer will read.
   cached_tail_ = atomic(control_->tail).load(std::memory_order_acquire);
   head_ = cached_tail_;
+  if (single_copy_bytes_ > 0) {
+    const CmaProbeWord word = cma_probe_word();
+    control_->probe_address = word.address;
+    control_->probe_value = word.value;
+    atomic(control_->probe_pid).store(static_cast<std::uint32_t>(::getpid()), std::memory_order_release);
+  }
+}
+
+bool ShmRingSender::single_copy(const OutgoingMessage& m) const {
+  // Never at or below kEagerSendBytes, which every link sends without the
+  // receiver (core/eager.hpp).
+  return single_copy_bytes_ > 0 && m.src.bytes >= single_copy_bytes_ && m.src.bytes > kEagerSendBytes &&
+         m.src.kind == MemKind::host && consumer_reads_directly();
+}
+
+bool ShmRingSender::consumer_reads_directly() const {
+  return atomic(control_->single_copy).load(std::memory_order_acquire) == kSingleCopyYes;
+}
+
+bool ShmRingSender::can_move(const OutgoingMessage& m) {
+  if (m.remote_until != 0) return load_tail() >= m.remote_until;
+  return has_space();
 }
 
 bool ShmRingSender::has_space() {
@@ -176,13 +220,44 @@ bool ShmRingSender::has_space() {
 bool ShmRingSender::drained() const { return atomic(control_->tail).load(std::memory_order_seq_cst) == head_; }
 
 bool ShmRingSender::try_push(OutgoingMessage& m) {
+  if (m.remote_until != 0) {
+    // Sent by one copy: done once the consumer freed its slot (it has read
+    // src then). A consumer that closed first never will.
+    cached_tail_ = load_tail();
+    if (cached_tail_ >= m.remote_until) {
+      m.remote_until = 0;
+      return true;
+    }
+    if (peer_closed())
+      throw PeerLost(cat(description_, ": the receiving side closed the ring before it read ",
+                         describe_tag(m.tag), " (", m.src.bytes, " bytes, single copy)"));
+    return false;
+  }
   if (peer_closed()) throw PeerLost(cat(description_, ": the receiving side closed the ring"));
+  if (!m.started && single_copy(m)) {
+    if (!has_space()) return false;
+    SlotHeader& slot = slot_header(head_);
+    slot.message = header_for(m.tag, m.src.bytes);
+    slot.offset = 0;
+    slot.chunk_bytes = 0;
+    slot.flags = kRemoteSlot;
+    const auto address = reinterpret_cast<std::uint64_t>(m.src.data);
+    std::memcpy(slot.inline_data, &address, sizeof(address));
+    ++head_;
+    atomic(slot.seq).store(head_, std::memory_order_seq_cst);  // publishes; seq_cst: see doorbell.hpp
+    m.pushed = m.src.bytes;
+    m.started = true;
+    m.remote_until = head_;
+    peer_bell_.ring();
+    return false;  // done when the consumer has read it
+  }
   while (!m.done() && has_space()) {
     SlotHeader& slot = slot_header(head_);
     std::size_t chunk = std::min(geometry_.slot_bytes, m.src.bytes - m.pushed);
     slot.message = header_for(m.tag, m.src.bytes);
     slot.offset = m.pushed;
     slot.chunk_bytes = static_cast<std::uint32_t>(chunk);
+    slot.flags = 0;
     if (chunk > kInlineBytes) {
       RingCopy how = copy_ == RingCopy::streaming ? RingCopy::streaming : RingCopy::cached;
       copy_chunk(how, slot_data(head_), m.src.data + m.pushed, chunk, m.src.bytes);
@@ -205,6 +280,7 @@ bool ShmRingSender::push_small(ConstMemView src, const Tag& tag) {
   slot.message = header_for(tag, src.bytes);
   slot.offset = 0;
   slot.chunk_bytes = static_cast<std::uint32_t>(src.bytes);
+  slot.flags = 0;
   if (src.bytes > 0) std::memcpy(slot.inline_data, src.data, src.bytes);
   ++head_;
   atomic(slot.seq).store(head_, std::memory_order_seq_cst);  // publishes; seq_cst: see doorbell.hpp
@@ -234,9 +310,68 @@ bool ShmRingSender::wait_for_space(SpinBudget& budget, std::chrono::microseconds
 // ---- consumer ----
 
 ShmRingReceiver::ShmRingReceiver(std::span<std::byte> region, std::string description, RingCopy copy,
-                                 DoorbellWord* own, DoorbellWord* peer)
-    : ShmRing(region, std::move(description), false, own, peer), copy_(copy) {
+                                 DoorbellWord* own, DoorbellWord* peer, bool single_copy)
+    : ShmRing(region, std::move(description), false, own, peer), copy_(copy),
+      single_copy_(single_copy ? SingleCopy::undecided : SingleCopy::off) {
   tail_ = atomic(control_->tail).load(std::memory_order_acquire);
+  if (!single_copy) atomic(control_->single_copy).store(kSingleCopyNo, std::memory_order_release);
+  decide_single_copy();
+}
+
+void ShmRingReceiver::decide_single_copy() {
+  if (single_copy_ != SingleCopy::undecided) return;
+  const std::uint32_t pid = atomic(control_->probe_pid).load(std::memory_order_acquire);
+  if (pid == 0) return;  // the producer has not attached (or offers none)
+  const CmaVerdict verdict =
+      cma_probe(static_cast<pid_t>(pid), CmaProbeWord{control_->probe_address, control_->probe_value});
+  single_copy_ = verdict.allowed ? SingleCopy::on : SingleCopy::off;
+  if (!verdict.allowed) {
+    single_copy_refused_ = verdict.reason;
+    log_info(description_, ": messages go through the ring only, as the kernel refuses single copies: ",
+             verdict.reason);
+  }
+  atomic(control_->single_copy).store(verdict.allowed ? kSingleCopyYes : kSingleCopyNo, std::memory_order_release);
+}
+
+void ShmRingReceiver::release_slot() {
+  ++tail_;
+  atomic(control_->tail).store(tail_, std::memory_order_seq_cst);  // seq_cst: see doorbell.hpp
+  peer_bell_.ring();
+}
+
+void ShmRingReceiver::read_remote(const SlotHeader& slot, IncomingMessage& m) {
+  check_match(slot.message, m.tag, m.dst.bytes, [&] { return cat(description_, ": received"); });
+  if (single_copy_ != SingleCopy::on || m.received != 0 || slot.offset != 0 || m.dst.bytes <= kInlineBytes)
+    throw ProtocolMismatch(cat(description_, ": ", describe_tag(slot.message.as_tag()),
+                               " came as a single copy this side did not agree to (or midway through a message): "
+                               "the ring is corrupt"));
+  std::uint64_t address = 0;
+  std::memcpy(&address, slot.inline_data, sizeof(address));
+  const auto pid = static_cast<pid_t>(atomic(control_->probe_pid).load(std::memory_order_acquire));
+  try {
+    if (m.local == nullptr) {
+      cma_read(pid, address, {m.dst.data, m.dst.bytes});
+    } else {
+      const std::size_t element = size_of(m.type);
+      const std::size_t block = kBounceBytes / element * element;
+      if (bounce_.size() < block) bounce_.resize(block);
+      for (std::size_t at = 0; at < m.dst.bytes; at += block) {
+        const std::size_t n = std::min(block, m.dst.bytes - at);
+        cma_read(pid, address + at, {bounce_.data(), n});
+        reduce(m.type, m.op, m.dst.data + at, m.local + at, bounce_.data(), n / element);
+      }
+    }
+  } catch (const SystemError& e) {
+    // The producer's send waits for this read, so it still runs unless it
+    // died: then its buffer is gone with it.
+    if (process_gone(pid))
+      throw PeerLost(cat(description_, ": the sending process exited while ", describe_tag(m.tag),
+                         " was being read from it (single copy): ", e.what()));
+    throw;
+  }
+  m.received = m.dst.bytes;
+  m.started = true;
+  release_slot();
 }
 
 bool ShmRingReceiver::has_data() {
@@ -275,6 +410,11 @@ bool ShmRingReceiver::try_pop(IncomingMessage& m) {
       if (!has_data()) break;
     }
     const SlotHeader& slot = slot_header(tail_);
+    if (slot.flags & kRemoteSlot) {
+      decide_single_copy();  // a producer offers one only after this side said yes
+      read_remote(slot, m);
+      break;
+    }
     check_slot(slot, m);
     const std::byte* data = chunk_of(slot, tail_);
     std::size_t chunk = slot.chunk_bytes;
@@ -288,10 +428,9 @@ bool ShmRingReceiver::try_pop(IncomingMessage& m) {
     }
     m.received += chunk;
     m.started = true;
-    ++tail_;
-    atomic(control_->tail).store(tail_, std::memory_order_seq_cst);  // seq_cst: see doorbell.hpp
-    peer_bell_.ring();
+    release_slot();
   }
+  if (single_copy_ == SingleCopy::undecided) decide_single_copy();
   return m.done();
 }
 

@@ -54,6 +54,23 @@
 // just wrote from L2/L3 instead of memory, and that producer and consumer
 // overlap within one message.
 //
+// Single copy (cross-memory attach, cma.hpp): through the slots every byte
+// is copied twice, by the producer into a slot and by the consumer out of
+// it. A message of at least `single_copy_bytes` (BRAID_SHM_SINGLE_COPY) and
+// above kEagerSendBytes (core/eager.hpp: what every link sends without the
+// receiver, which schedules rely on) goes
+// instead as one slot that says where the producer's buffer is; the
+// consumer reads it straight from there with process_vm_readv (into the
+// destination, or block by block into a small buffer it then reduces from)
+// and frees the slot; the producer's send completes when it sees the slot
+// freed, so its buffer stays untouched until then, as a rendezvous send of
+// UCX or MPI. One copy instead of two, by the consumer alone. The kernel
+// allows it only where the consumer may ptrace the producer, so the
+// producer publishes a probe word in the control page, the consumer reads it
+// through CMA once and publishes its verdict, and the producer offers single
+// copies only after a yes; until then, and after a no, everything goes
+// through the slots.
+//
 // Waiting: the engine first calls try_push/try_pop; when nothing moves it
 // spins for a SpinBudget (doorbell.hpp: 20 us while spinning has been
 // paying, 0.5 us otherwise), then arm() + wait(). Both sides
@@ -67,6 +84,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "braid/types.hpp"
 #include "transport/shm/doorbell.hpp"
@@ -94,7 +112,10 @@ struct OutgoingMessage {
   ConstMemView src;
   std::size_t pushed = 0;
   bool started = false;  // the first chunk (carrying the header) is in
-  bool done() const { return started && pushed == src.bytes; }
+  /// Sent by one copy (ShmRingSender's single copy): the slot index + 1 of
+  /// the slot that says where src is; done once the consumer freed it.
+  std::uint64_t remote_until = 0;
+  bool done() const { return started && pushed == src.bytes && remote_until == 0; }
 };
 
 /// One receive being served: copy into dst (local == nullptr) or reduce
@@ -156,6 +177,8 @@ class ShmRing {
   /// (the default 8), as a 64-bit division on every poll of a small message
   /// cost more than the rest of the poll.
   std::uint64_t slot_of(std::uint64_t index) const { return slot_mask_ ? index & slot_mask_ : index % geometry_.slot_count; }
+  /// The consumer's tail, as the producer reads it (seq_cst: doorbell.hpp).
+  std::uint64_t load_tail() const;
   /// Where the chunk of `slot` (slot index `index`) is: inline or in its payload slot.
   const std::byte* chunk_of(const SlotHeader& slot, std::uint64_t index) const;
 
@@ -171,12 +194,21 @@ class ShmRing {
 
 class ShmRingSender : public ShmRing {
  public:
+  /// `single_copy_bytes`: messages of at least this size go by one copy when
+  /// the consumer may read this process (0: never; see the file's comment).
   ShmRingSender(std::span<std::byte> region, std::string description, RingCopy copy = RingCopy::by_size,
-                DoorbellWord* own = nullptr, DoorbellWord* peer = nullptr);
+                DoorbellWord* own = nullptr, DoorbellWord* peer = nullptr, std::size_t single_copy_bytes = 0);
   /// Puts as many chunks of `message` into free slots as there are; true
-  /// once all of it is in the ring (src may then be reused). Throws PeerLost
-  /// if the consumer closed.
+  /// once all of it is in the ring (src may then be reused), or, sent by one
+  /// copy, once the consumer has read it. Throws PeerLost if the consumer
+  /// closed.
   bool try_push(OutgoingMessage& message);
+  /// Whether try_push(message) could move now: a free slot, or (one copy)
+  /// the consumer done with it.
+  bool can_move(const OutgoingMessage& message);
+  /// Whether the consumer said it reads this process's messages directly
+  /// (until then, and after a no, every message goes through the slots).
+  bool consumer_reads_directly() const;
   /// The short path (Link::send_now): a whole message of at most
   /// kInlineBytes into the next slot's header if one is free; false
   /// otherwise (nothing written). The caller has no message half pushed.
@@ -199,7 +231,12 @@ class ShmRingSender : public ShmRing {
   bool wait_for_space(SpinBudget& budget, std::chrono::microseconds timeout);
 
  private:
+  // Whether `message` goes by one copy: large enough, and the consumer said
+  // it may read this process.
+  bool single_copy(const OutgoingMessage& message) const;
+
   RingCopy copy_;
+  std::size_t single_copy_bytes_ = 0;
   std::uint64_t head_ = 0;         // messages published (the next slot's seq is head_ + 1 once filled)
   std::uint64_t cached_tail_ = 0;  // the consumer's, as last read
   std::uint32_t ticket_ = 0;
@@ -207,8 +244,10 @@ class ShmRingSender : public ShmRing {
 
 class ShmRingReceiver : public ShmRing {
  public:
+  /// `single_copy`: whether this side reads a producer's messages straight
+  /// from its memory when the producer offers it (and the kernel allows it).
   ShmRingReceiver(std::span<std::byte> region, std::string description, RingCopy copy = RingCopy::by_size,
-                  DoorbellWord* own = nullptr, DoorbellWord* peer = nullptr);
+                  DoorbellWord* own = nullptr, DoorbellWord* peer = nullptr, bool single_copy = false);
   /// Takes as many chunks of the message `message` serves as have arrived,
   /// copying or reducing each into message.dst; true once complete. Throws
   /// TagMismatch (dst untouched) if the next message's tag or size differs,
@@ -225,6 +264,9 @@ class ShmRingReceiver : public ShmRing {
   /// The tag of the message whose first chunk waits at the tail, if one
   /// does (nullopt while none, or midway through a message).
   std::optional<Tag> waiting_tag();
+  /// Why single copies do not run on this ring ("" while they do, or while
+  /// the producer has not yet said where to probe it).
+  const std::string& single_copy_refused() const { return single_copy_refused_; }
   bool arm();
   bool wait(std::chrono::microseconds timeout);
   /// Spins for `spin`, then sleeps, until a slot arrives; false at the timeout.
@@ -235,8 +277,19 @@ class ShmRingReceiver : public ShmRing {
 
  private:
   void check_slot(const SlotHeader& slot, const IncomingMessage& message) const;
+  // Once the producer published its probe word: reads it, and tells the
+  // producer whether single copies may run.
+  void decide_single_copy();
+  // Serves the whole of `message` from the producer's memory (the slot at
+  // the tail says where), copying or reducing through a small bounce buffer.
+  void read_remote(const SlotHeader& slot, IncomingMessage& message);
+  void release_slot();
 
   RingCopy copy_;
+  enum class SingleCopy : std::uint8_t { off, undecided, on };
+  SingleCopy single_copy_ = SingleCopy::off;
+  std::string single_copy_refused_;
+  std::vector<std::byte> bounce_;  // a reduce's block read from the producer
   std::uint64_t tail_ = 0;
   std::uint32_t ticket_ = 0;
 };

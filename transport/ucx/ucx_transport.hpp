@@ -80,7 +80,7 @@ class UcxTransport final : public TransportContext {
   /// the buffering of a TCP socket or a shm ring. Larger ones go by
   /// rendezvous, zero-copy where UCX can (CMA, RDMA), and their send
   /// completes once the receiver took them.
-  static constexpr std::size_t kEagerBytes = 64 * 1024;
+  static constexpr std::size_t kEagerBytes = kEagerSendBytes;  // core/eager.hpp
   /// Pipelined schedules over UCX cut slices no finer than this (unless
   /// BRAID_SLICE_BYTES is smaller): every slice moves by rendezvous, one
   /// put over tcp or one CMA read within a host, and each costs a round
