@@ -13,6 +13,7 @@
 #include "collectives/registry.hpp"
 #include "core/auth.hpp"
 #include "core/check.hpp"
+#include "core/interfaces.hpp"
 #include "core/log.hpp"
 #include "core/text.hpp"
 #include "core/wire.hpp"
@@ -187,6 +188,7 @@ void CommImpl::join(Rendezvous rendezvous) {
   RankInfo info = RankInfo::local(rank_);
   info.rdma = transports_see_rdma();
   info.cache_kib = Machine::private_cache_kib();
+  info.link_mbps = Machine::link_speed_mbps(interface_of(list_interfaces(), advertise_));
   store.set(rank_key("info", rank_), info.encode());
 
   wait_for_ranks(store, "info", deadline);

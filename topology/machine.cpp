@@ -79,6 +79,13 @@ bool virtual_name(const std::string& name) {
   return false;
 }
 
+// The speed sysfs gives interface `dir` (-1 where it says none).
+int sysfs_speed(const std::filesystem::path& dir) {
+  std::ifstream speed(dir / "speed");
+  if (int mbps = -1; speed >> mbps && mbps > 0) return mbps;
+  return -1;
+}
+
 // Every interface the kernel lists, in name order; hwloc adds locality for
 // the ones it sees on PCI.
 std::vector<NetworkInterface> interfaces(hwloc_topology_t topo) {
@@ -90,8 +97,7 @@ std::vector<NetworkInterface> interfaces(hwloc_topology_t topo) {
     nic.name = entry.path().filename().string();
     nic.loopback = nic.name == "lo";
     nic.is_virtual = !nic.loopback && (virtual_name(nic.name) || !std::filesystem::exists(entry.path() / "device", ec));
-    std::ifstream speed(entry.path() / "speed");
-    if (int mbps = -1; speed >> mbps && mbps > 0) nic.speed_mbps = mbps;
+    nic.speed_mbps = sysfs_speed(entry.path());
     out.push_back(std::move(nic));
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
@@ -273,6 +279,16 @@ Machine Machine::from_xml(std::string_view xml, std::span<const std::uint64_t> c
 
 std::uint32_t Machine::cache_kib(std::uint64_t bytes) {
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(bytes / 1024, UINT32_MAX));
+}
+
+std::uint32_t Machine::link_speed_mbps(std::string_view ifname) {
+  if (ifname.empty() || ifname == "lo" || ifname.find('/') != std::string_view::npos || ifname == "." || ifname == "..")
+    return 0;
+  const std::string name(ifname);
+  const std::filesystem::path dir = std::filesystem::path("/sys/class/net") / name;
+  std::error_code ec;
+  if (virtual_name(name) || !std::filesystem::exists(dir / "device", ec)) return 0;
+  return static_cast<std::uint32_t>(std::max(sysfs_speed(dir), 0));
 }
 
 std::uint32_t Machine::private_cache_kib() {

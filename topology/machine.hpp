@@ -86,6 +86,12 @@ struct Machine {
   /// `bytes` of cache as RankInfo::cache_kib carries it: KiB, clamped to
   /// its 32 bits.
   static std::uint32_t cache_kib(std::uint64_t bytes);
+  /// The speed of network interface `ifname` in Mbit/s as the kernel gives
+  /// it (/sys/class/net/IF/speed), for RankInfo::link_mbps: 0 for an empty
+  /// name, loopback, a virtual interface (no device behind it, or a name
+  /// such as veth*, br-*, tun*: their nominal 10 Gbit/s is no measure), a
+  /// link that is down or a driver that does not say (many Wi-Fi cards).
+  static std::uint32_t link_speed_mbps(std::string_view ifname);
   /// This host as hwloc XML (hwloc_topology_export_xmlbuffer, I/O devices
   /// included): the machine part of a topology file (topo_file.hpp).
   static std::string export_xml();

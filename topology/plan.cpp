@@ -51,6 +51,11 @@ CostInputs Plan::cost_inputs(std::size_t bytes) const {
   in.local_rounds = local_rounds;
   in.intra = links.of(intra_transport.empty() ? inter_transport : intra_transport);
   in.inter = inter_transport.empty() ? in.intra : links.of(inter_transport);
+  if (inter_link_gbps > 0 && !inter_transport.empty()) {
+    in.inter.bandwidth_gbps = std::min(in.inter.bandwidth_gbps, inter_link_gbps);
+    if (in.inter.cache_bandwidth_gbps > 0)
+      in.inter.cache_bandwidth_gbps = std::min(in.inter.cache_bandwidth_gbps, inter_link_gbps);
+  }
   in.cache_bytes = cache_bytes;
   in.oversubscribed = oversubscribed;
   in.slice_limit = slice_limit;
@@ -167,7 +172,10 @@ std::string Plan::describe() const {
     }
     algos += cat(", ", collective, " ", chosen);
   }
-  return cat("transports ", transport_names(), algos, " (cost model, ", links.source, " link parameters, ",
+  return cat("transports ", transport_names(), algos, " (cost model, ", links.source, " link parameters",
+             inter_link_gbps > 0 ? cat(" with hosts linked at ", inter_link_gbps * 8, " Gbit/s, the slowest card")
+                                 : std::string(),
+             ", ",
              cache_bytes > 0 ? cat(human_bytes(cache_bytes), " of cache per rank, the least a rank has to itself")
                              : std::string("cache unknown"),
              "), ring ", order);
@@ -289,6 +297,16 @@ Plan make_plan(std::span<const RankInfo> ranks, const Settings& settings, std::s
       // Ranks that take turns on a core take turns on its cache.
       plan.cache_bytes = std::min(plan.cache_bytes, static_cast<std::size_t>(cache_kib * 1024 * cpus / count));
     }
+  }
+  // Bytes between hosts cross a network card: over tcp, no faster than the
+  // slowest that a rank knows of (a virtual interface's says nothing and
+  // counts as unknown; a tuning file's measured rate may be lower still). Not
+  // over ucx, whose RDMA card is not the one the address is on.
+  if (plan.host_count > 1 && plan.inter_transport == "tcp") {
+    std::uint32_t slowest = 0;
+    for (const auto& r : ranks)
+      if (r.link_mbps > 0 && (slowest == 0 || r.link_mbps < slowest)) slowest = r.link_mbps;
+    plan.inter_link_gbps = slowest / 8000.0;
   }
   plan.links = load_link_model(settings.tuning_file, ranks.empty() ? std::string_view() : ranks.front().hostname,
                                static_cast<int>(ranks.size()), plan.host_count, plan.oversubscribed);

@@ -57,6 +57,10 @@ struct Plan {
   LinkModel links;
   std::string intra_transport;  // between ranks of one host ("" when no host has two)
   std::string inter_transport;  // between hosts ("" on one host)
+  /// Over tcp between hosts, the slowest network card's speed that a rank
+  /// reported (RankInfo::link_mbps) in GB/s: the link between hosts is
+  /// priced no faster (its copy rates capped); 0 when no rank knows its card.
+  double inter_link_gbps = 0;
 
   /// The algorithm for one `collective` ("all_reduce", "broadcast", ...) of
   /// `bytes`: the forced one, else the cheapest by the cost model at `bytes`

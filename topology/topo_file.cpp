@@ -19,8 +19,10 @@ constexpr int kVersion = 1;
 constexpr long long kMaxRanks = 1 << 20;
 constexpr unsigned kMaxCpu = 1u << 16;  // CPU numbers up to 65535
 constexpr std::size_t kMaxHostname = 255;
-constexpr std::array<std::string_view, 8> kRankFields = {"hostname", "host_id", "kernel_id", "host_id_env",
-                                                         "pid",      "gpus",    "rdma",      "cpus"};
+constexpr std::array<std::string_view, 9> kRankFields = {"hostname", "host_id", "kernel_id", "host_id_env", "pid",
+                                                         "gpus",     "rdma",    "cpus",      "link_mbps"};
+// Fields from kOptionalFrom on may be left out (files written before them).
+constexpr std::size_t kOptionalFrom = 8;
 
 std::string hex64(std::uint64_t v) {
   std::array<char, 24> text{};
@@ -129,7 +131,7 @@ RankInfo parse_rank(const Reader& in, const std::vector<std::string_view>& w, lo
     f.seen[k] = true;
     f.values[k] = w[i].substr(eq + 1);
   }
-  for (std::size_t k = 0; k < kRankFields.size(); ++k)
+  for (std::size_t k = 0; k < kOptionalFrom; ++k)
     if (!f.seen[k]) in.fail(cat("rank ", rank, ": field '", kRankFields[k], "' is missing"));
   auto field_error = [&](std::string_view key, std::string_view value, std::string_view expected) {
     in.fail(cat("rank ", rank, ": field '", key, "': expected ", expected, ", got ", shown(value)));
@@ -157,6 +159,8 @@ RankInfo parse_rank(const Reader& in, const std::vector<std::string_view>& w, lo
   } catch (const InvalidArgument& e) {
     in.fail(e.what());
   }
+  if (f.seen[8] && !whole_number(f.values[8], info.link_mbps))
+    field_error("link_mbps", f.values[8], "a speed in Mbit/s (a whole number; 0: unknown)");
   return info;
 }
 
@@ -211,7 +215,7 @@ std::string format_topo_file(const TopoFile& file) {
   for (const RankInfo& r : file.ranks)
     out += cat("rank ", r.rank, " hostname=", r.hostname, " host_id=", hex64(r.host_id), " kernel_id=",
                hex64(r.kernel_id), " host_id_env=", r.host_id_from_env ? 1 : 0, " pid=", r.pid, " gpus=", int{r.gpus},
-               " rdma=", r.rdma ? 1 : 0, " cpus=", cpu_list_of(r.cpus), "\n");
+               " rdma=", r.rdma ? 1 : 0, " cpus=", cpu_list_of(r.cpus), " link_mbps=", r.link_mbps, "\n");
   for (const HostMachine& m : file.machines) {
     out += cat("machine host_id=", hex64(m.host_id), "\n", m.xml);
     if (!m.xml.empty() && m.xml.back() != '\n') out += '\n';

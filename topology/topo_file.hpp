@@ -9,7 +9,7 @@
 //
 //   braid-topology 1
 //   ranks 4
-//   rank 0 hostname=node-a host_id=0x6b1d... kernel_id=0x6b1d... host_id_env=0 pid=4242 gpus=0 rdma=0 cpus=0-3
+//   rank 0 hostname=node-a host_id=0x6b1d... kernel_id=0x6b1d... host_id_env=0 pid=4242 gpus=0 rdma=0 cpus=0-3 link_mbps=1000
 //   rank 1 ...                              (one line per rank, every field named once)
 //   machine host_id=0x6b1d...              (hwloc XML of that host, verbatim, up to "end machine")
 //   <?xml version="1.0" encoding="UTF-8"?>
@@ -20,7 +20,9 @@
 //   end plan
 //
 // host_id and kernel_id are 64-bit numbers (0x hexadecimal or decimal);
-// cpus is a CPU list ("0-3,8"; empty: no binding known). A machine section is
+// cpus is a CPU list ("0-3,8"; empty: no binding known); link_mbps, the
+// speed of the rank's network card (RankInfo::link_mbps), may be left out
+// (0: unknown), as files written before it do. A machine section is
 // optional per host; a rank whose host has none is planned without NUMA, NIC
 // or GPU placement.
 #pragma once

@@ -32,6 +32,7 @@ std::vector<std::byte> RankInfo::encode() const {
   w.u8(gpus);
   w.u8(rdma ? 1 : 0);
   w.u32(cache_kib);
+  w.u32(link_mbps);
   w.u32(static_cast<std::uint32_t>(cpus.size()));
   for (auto word : cpus) w.u64(word);
   w.str(hostname);
@@ -53,6 +54,7 @@ RankInfo RankInfo::decode(std::span<const std::byte> bytes) {
   if (rdma > 1) throw ProtocolMismatch(cat("rank info: the RDMA flag is ", int{rdma}, ", not 0 or 1"));
   info.rdma = rdma == 1;
   info.cache_kib = r.u32();
+  info.link_mbps = r.u32();
   const std::uint32_t words = r.u32();
   if (words > kMaxCpuWords) throw ProtocolMismatch(cat("rank info: a CPU mask of ", words, " words (at most ", kMaxCpuWords, ")"));
   for (std::uint32_t i = 0; i < words; ++i) info.cpus.push_back(r.u64());

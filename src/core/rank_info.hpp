@@ -35,6 +35,12 @@ struct RankInfo {
   /// KiB; 0: unknown. The cost model prices copies of
   /// buffers that fit in it at the cache's rates (topology/cost_model.hpp).
   std::uint32_t cache_kib = 0;
+  /// The speed in Mbit/s of the network card behind the address this rank
+  /// advertises (sysfs; topology's Machine::link_speed_mbps, which the comm
+  /// layer sets); 0: unknown, loopback, or a virtual interface (veth, a
+  /// bridge, a tunnel), whose nominal speed says nothing. The cost model
+  /// prices the link between hosts no faster than the slowest card.
+  std::uint32_t link_mbps = 0;
   /// The CPUs this process may run on (its affinity: taskset, a cgroup
   /// cpuset, braid-run's binding), bit c of word c / 64 for CPU c. The
   /// union over the ranks of one kernel is what they share.

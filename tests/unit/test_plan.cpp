@@ -68,6 +68,37 @@ TEST_CASE("plan: 2 namespace hosts x 2 ranks on one 2-core kernel: recdbl when s
   CHECK(make_plan(ranks_on({0, 1, 0, 1}), Settings{}, algorithm_costs()).local_rounds == 0);
 }
 
+TEST_CASE("plan: the network cards' speed prices the link between hosts (1 Gbit/s: hierarchical from a few KiB)") {
+  // The namespace hosts above, now as two laptops whose Ethernet cards say
+  // 1000 Mbit/s (RankInfo::link_mbps): measured on namespaces shaped to
+  // 1 Gbit/s (bench/figures/auto_vs_forced_2x2_1gbit.txt) hierarchical,
+  // which moves half of recdbl's bytes across, was 2x recdbl's speed from
+  // 8 KiB.
+  auto infos = ranks_on({0, 0, 1, 1});
+  for (auto& info : infos) {
+    info.kernel_id = 42;
+    info.cpus = {info.rank % 2 == 0 ? 1u : 2u};
+    info.cache_kib = 1024;
+  }
+  const Plan unknown = make_plan(infos, Settings{}, algorithm_costs());
+  CHECK(unknown.inter_link_gbps == 0);
+  CHECK(unknown.algorithm_for("all_reduce", 32 << 10) == "recdbl");
+  for (auto& info : infos) info.link_mbps = info.rank == 3 ? 1000 : 10000;  // the slowest card counts
+  const Plan gigabit = make_plan(infos, Settings{}, algorithm_costs());
+  INFO(gigabit.describe());
+  CHECK(gigabit.inter_link_gbps == Approx(0.125));
+  CHECK(gigabit.cost_inputs(1 << 20).inter.bandwidth_gbps == Approx(0.125));
+  CHECK(gigabit.cost_inputs(1 << 20).intra == unknown.cost_inputs(1 << 20).intra);  // shm is no card
+  CHECK(gigabit.algorithm_for("all_reduce", 8) == "recdbl");
+  for (std::size_t bytes : {std::size_t{32} << 10, std::size_t{1} << 20, std::size_t{64} << 20})
+    CHECK(gigabit.algorithm_for("all_reduce", bytes) == "hierarchical");
+  CHECK(gigabit.describe().find("hosts linked at 1 Gbit/s") != std::string::npos);
+  // A faster card than the model's rate changes nothing.
+  for (auto& info : infos) info.link_mbps = 100000;
+  CHECK(make_plan(infos, Settings{}, algorithm_costs()).cost_inputs(1 << 20).inter ==
+        unknown.cost_inputs(1 << 20).inter);
+}
+
 TEST_CASE("plan: one host, or hosts of different sizes: never hierarchical, a buffer per rank when large") {
   for (const auto& hosts : {std::vector<int>{0, 0, 0, 0}, std::vector<int>{0, 0, 0, 1, 1}, std::vector<int>{0, 1, 2},
                             std::vector<int>{0, 1}}) {

@@ -285,4 +285,6 @@ TEST_CASE("BRAID_HOST_ID names a simulated host; the kernel stays the machine's,
   RankInfo with_cache = on_a;
   with_cache.cache_kib = 2048;
   CHECK(RankInfo::decode(with_cache.encode()).cache_kib == 2048);
+  with_cache.link_mbps = 2500;
+  CHECK(RankInfo::decode(with_cache.encode()).link_mbps == 2500);
 }

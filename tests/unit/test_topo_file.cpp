@@ -223,7 +223,9 @@ TEST_CASE("topo file: a file that does not parse names the file, the line, the f
       {broken(good, "pid=4001", "pid=x"), "bad.topo:6: rank 1: field 'pid': expected a process id"},
       {broken(good, "gpus=0", "gpus=256"), "bad.topo:5: rank 0: field 'gpus': expected a count from 0 to 255, got '256'"},
       {broken(good, "host_id_env=0", "host_id_env=2"), "bad.topo:5: rank 0: field 'host_id_env': expected 0 or 1"},
-      {broken(good, "cpus=1\n", "cpus=3-1\n"), "bad.topo:6: rank 1: field 'cpus': expected a CPU list such as 0-3,8"},
+      {broken(good, "cpus=1 ", "cpus=3-1 "), "bad.topo:6: rank 1: field 'cpus': expected a CPU list such as 0-3,8"},
+      {broken(good, "link_mbps=0\nrank 1", "link_mbps=fast\nrank 1"),
+       "bad.topo:5: rank 0: field 'link_mbps': expected a speed in Mbit/s"},
       {broken(good, "host_id=0x", "host_id=0xzz"), "bad.topo:5: rank 0: field 'host_id': expected a 64-bit number"},
       {broken(good, " rdma=0", " rdma=0 colour=red"), "bad.topo:5: rank 0: unknown field 'colour'"},
       {broken(good, " rdma=0", " rdma=0 rdma=1"), "bad.topo:5: rank 0: field 'rdma' given twice"},
@@ -238,6 +240,11 @@ TEST_CASE("topo file: a file that does not parse names the file, the line, the f
     INFO("file:\n" << c.text.substr(0, 600));
     CHECK_THROWS_WITH(parse_topo_file(c.text, "bad.topo"), Catch::Contains(c.error));
   }
+  // link_mbps may be left out (files written before it): 0, unknown.
+  f.ranks[1].link_mbps = 1000;
+  const std::string with_speed = format_topo_file(f);
+  CHECK(parse_topo_file(with_speed, "speed.topo").ranks[1].link_mbps == 1000);
+  CHECK(parse_topo_file(broken(with_speed, " link_mbps=1000", ""), "old.topo").ranks[1].link_mbps == 0);
   // A machine no rank is on.
   CHECK_THROWS_WITH(parse_topo_file(broken(good, "machine host_id=0x9e", "machine host_id=0x8e"), "bad.topo"),
                     Catch::Contains("which no rank has"));
