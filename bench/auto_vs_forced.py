@@ -9,7 +9,8 @@ With --hosts 2xN the job runs on two hosts of N ranks each: two network
 namespaces joined by a veth pair (bench/netns_hosts.py; root), each with its
 own host name, one braid-run per namespace (--nnodes 2), so the ranks of a
 namespace talk over shared memory and the two namespaces over TCP across the
-veth pair, as two machines on one switch would; --shape shapes the pair with
+veth pair, as two machines on one switch would (each host on its own half of
+the CPUs where its ranks fit there, as on two machines: 2x1 on 2 CPUs); --shape shapes the pair with
 tc tbf (1gbit, 10gbit). --ranks then counts the ranks per host, and the
 algorithms include hierarchical.
 
@@ -95,7 +96,8 @@ def run_once(build, ranks, algo, lo, hi, iters, warmup, env, bind, hosts=None):
         # earlier launch's connection in TIME_WAIT is in the way.
         _launches[0] += 1
         master = f"{hosts.addr[0]}:{29600 + _launches[0] % 2000}"
-        cmds = [hosts.prefix(k) + run + ["--nnodes", "2", "--node-rank", str(k), "--master", master] + perf
+        cmds = [hosts.prefix(k) + hosts.own_cpus(k, ranks) + run + ["--nnodes", "2", "--node-rank", str(k),
+                                                                    "--master", master] + perf
                 for k in range(2)]
     procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for c in cmds]
     outs = []

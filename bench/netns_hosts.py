@@ -48,6 +48,20 @@ class TwoHosts(VethPair):
         """A command on host `host` (0 or 1): in its namespace, under its own host name."""
         return in_namespace(self.ns[host], HOSTNAME[host])
 
+    def own_cpus(self, host, ranks_per_host):
+        """A prefix that gives host `host` its own half of this process's CPUs
+        (taskset -c), as two machines would have, when each host's ranks fit
+        in its half; [] otherwise (the hosts then share every CPU). Without
+        it each host's braid-run binds its ranks from the first CPU, so the
+        ranks of both hosts would pile onto the same CPUs (2x1 on 2 CPUs: both
+        on CPU 0, the other idle)."""
+        cpus = sorted(os.sched_getaffinity(0))
+        half = len(cpus) // 2
+        if ranks_per_host < 1 or ranks_per_host > half:
+            return []
+        mine = cpus[host * half:(host + 1) * half]
+        return ["taskset", "-c", ",".join(str(c) for c in mine)]
+
     def describe(self):
         return f"2 namespaces joined by a veth pair ({ADDR[0]}, {ADDR[1]}), " + \
             (f"shaped to {self.shape} with tc tbf" if self.shape else "unshaped")
