@@ -104,7 +104,8 @@ Executor::Executor(const Schedule& schedule, Buffers buffers, std::span<Link* co
     // would poll it until the engine slept (50 ms, the edge of the
     // socket's news already taken).
     const std::size_t limit = link.short_message_bytes();
-    short_[i] = limit > 0 && bytes <= limit && (s.kind != StepKind::recv_reduce || link.can_reduce());
+    // recv_now reduces on every link with a short path (transport.hpp).
+    short_[i] = limit > 0 && bytes <= limit;
   }
   chain_ = n > 0;
   for (std::size_t i = 0; i < n && chain_; ++i) {

@@ -166,8 +166,10 @@ class Link {
   ///             nothing was sent, and the caller uses send().
   ///   recv_now: true when the message had arrived whole and is now in dst
   ///             (copied, or dst = local op message when `local` is not
-  ///             null); false when it has not arrived (dst untouched). It
-  ///             throws what a failed receive would (TagMismatch, PeerLost).
+  ///             null, on every link with a short path, whether or not
+  ///             can_reduce()); false when it has not arrived (dst
+  ///             untouched). It throws what a failed receive would
+  ///             (TagMismatch, PeerLost).
   /// A caller that polls recv_now instead of posting recv() must post the
   /// receive before it sleeps: only a queued receive makes busy() true and
   /// brings the link's news to the sleeping engine.

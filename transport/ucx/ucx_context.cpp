@@ -130,6 +130,7 @@ UcxContext::~UcxContext() {
     for (auto& [key, inbox] : inboxes_)
       for (auto& [seq, arrival] : inbox->arrivals) release(arrival);
     inboxes_.clear();
+    last_inbox_ = nullptr;
     for (auto& op : orphans_)
       if (op->request != nullptr && !op->done) ucp_request_cancel(worker_, op->request);
     close_peers_locked();
@@ -151,7 +152,17 @@ std::shared_ptr<UcxInbox> UcxContext::inbox(const std::array<std::byte, 16>& com
   return slot;
 }
 
+UcxInbox& UcxContext::inbox_for(const UcxWireHeader& h) {
+  if (last_inbox_ == nullptr || std::get<1>(last_key_) != h.to || std::get<2>(last_key_) != h.from ||
+      std::get<0>(last_key_) != h.comm_id) {
+    last_inbox_ = inbox(h.comm_id, h.to, h.from).get();
+    last_key_ = Key{h.comm_id, h.to, h.from};
+  }
+  return *last_inbox_;
+}
+
 void UcxContext::drop_inbox(const std::array<std::byte, 16>& comm_id, int to, int from) {
+  last_inbox_ = nullptr;
   auto it = inboxes_.find(Key{comm_id, to, from});
   if (it == inboxes_.end()) return;
   for (auto& [seq, arrival] : it->second->arrivals) release(arrival);
@@ -230,7 +241,7 @@ ucs_status_t UcxContext::on_message(void* arg, const void* header, std::size_t h
   }
   UcxWireHeader h;
   std::memcpy(&h, header, sizeof h);
-  auto inbox = self->inbox(h.comm_id, h.to, h.from);
+  UcxInbox* inbox = &self->inbox_for(h);
   const bool rendezvous = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
   const bool kept = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) != 0;
   if (h.message.tag == kUcxHelloTag) {

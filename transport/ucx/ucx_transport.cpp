@@ -12,6 +12,7 @@
 
 #include "core/log.hpp"
 #include "core/rank_info.hpp"
+#include "core/reduce.hpp"
 #include "core/text.hpp"
 #include "core/wire.hpp"
 #include "core/process.hpp"
@@ -176,6 +177,75 @@ class UcxLink final : public Link {
 
   Request recv_reduce(MemView, ConstMemView, DataType, ReduceOp, Tag) override {
     throw InvalidArgument("ucx links do not reduce as they receive (can_reduce() is false)");
+  }
+
+  // The short path (Link::send_now, recv_now). A small message leaves by
+  // UCX's eager protocol inside the call or not at all
+  // (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL: no request, no queue entry, the header
+  // on the stack); one that arrived is copied or reduced out of the inbox.
+  // Through the request path an 8-byte all-reduce over posix,cma took 0.4 us
+  // against Open MPI's 0.2, its time spread over the queues, the requests
+  // and their locks.
+  static constexpr std::size_t kShortBytes = 256;
+  std::size_t short_message_bytes() const override { return kShortBytes; }
+
+  bool send_now(ConstMemView src, const Tag& tag) override {
+    if (src.bytes > kShortBytes || src.kind != MemKind::host) return false;
+    std::lock_guard lock(context_->mutex());
+    if (!sends_.empty() || broken_ || remote_->status != UCS_OK) return false;
+    UcxWireHeader header{comm_id_, self_, peer_, send_sequence_, header_for(tag, src.bytes)};
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+    param.flags = UCP_AM_SEND_FLAG_EAGER;
+    const ucs_status_ptr_t s =
+        ucp_am_send_nbx(remote_->ep, kUcxMessageId, &header, sizeof header, src.data, src.bytes, &param);
+    // Not sent now (UCS_ERR_NO_RESOURCE) or failed: send() goes the long way
+    // and reports a failure. A request is never returned in this mode.
+    if (UCS_PTR_IS_PTR(s)) {
+      ucp_request_free(s);
+      return false;
+    }
+    if (UCS_PTR_STATUS(s) != UCS_OK) return false;
+    ++send_sequence_;
+    return true;
+  }
+
+  bool recv_now(MemView dst, const std::byte* local, DataType type, ReduceOp op, const Tag& tag) override {
+    if (dst.bytes > kShortBytes || dst.kind != MemKind::host) return false;
+    std::lock_guard lock(context_->mutex());
+    if (broken_) std::rethrow_exception(broken_);
+    if (!recvs_.empty()) return false;
+    auto found = inbox_->arrivals.find(receive_sequence_);
+    if (found == inbox_->arrivals.end()) {
+      context_->progress_locked();
+      found = inbox_->arrivals.find(receive_sequence_);
+      if (found == inbox_->arrivals.end() || found->second.rendezvous) return false;
+    }
+    UcxInbox::Arrival arrival = std::move(found->second);
+    inbox_->arrivals.erase(found);
+    try {
+      check_match(arrival.header, tag, dst.bytes, [&] {
+        return cat("rank ", self_, ": received from ", peer_name_, " (", describe_tag(tag), ")");
+      });
+      if (arrival.length != arrival.header.bytes)
+        throw ProtocolMismatch(cat("rank ", self_, ": a message from ", peer_name_, " announced ", arrival.header.bytes,
+                                   " bytes and carried ", arrival.length));
+      if (local != nullptr && dst.bytes % size_of(type) != 0)
+        throw InvalidArgument(cat("rank ", self_, ": a reduce of ", dst.bytes, " bytes from ", peer_name_,
+                                  " is not a whole number of ", name_of(type), " elements"));
+    } catch (const Error&) {
+      context_->release(arrival);
+      fail(std::current_exception());
+      throw;
+    }
+    ++receive_sequence_;
+    const std::byte* data = arrival.data != nullptr ? static_cast<const std::byte*>(arrival.data) : arrival.copy.data();
+    if (dst.bytes > 0) {
+      if (local == nullptr) std::memcpy(dst.data, data, dst.bytes);
+      else reduce(type, op, dst.data, local, data, dst.bytes / size_of(type));
+    }
+    context_->release(arrival);
+    return true;
   }
 
   bool progress() override {
