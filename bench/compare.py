@@ -15,7 +15,9 @@ braid's busbw over the busbw of the best peer of the same transport class
 matplotlib it also draws DIR/busbw_<collective>.png and
 DIR/latency_<collective>.png (bench/plot_results.py). Unless --no-limits or
 --smoke, it also measures the machine's limits (bench/limits.py, written to
-DIR/limits.csv) and shows braid's TCP busbw as a fraction of one loopback
+DIR/limits.csv), prints the least all-reduce time it models per size (2 and 4
+ranks over shm and tcp), shows each braid row's median time against that
+limit ("limit/braid"), and shows braid's TCP busbw as a fraction of one loopback
 TCP stream (iperf3's when installed).
 
 Transport classes: "tcp" moves bytes through the kernel's TCP stack over
@@ -254,17 +256,33 @@ def install_and_build(build):
         subprocess.run(["ninja", "-C", build], check=True, stdout=subprocess.DEVNULL)
 
 
+def limit_function(limits_module, machine):
+    """limit_us(collective, class, ranks, size) for compare_report: the least
+    all-reduce time bench/limits.py models over shm or tcp; None elsewhere."""
+    if machine is None:
+        return None
+
+    def limit_us(collective, cls, ranks, size):
+        if collective != "all_reduce" or cls not in ("shm", "tcp"):
+            return None
+        return limits_module.modelled_us(machine, cls, ranks, size)
+    return limit_us
+
+
 def report_only(args, out):
     records = compare_report.read_csv(args.from_csv)
     rounds = len({r["round"] for r in records})
     stream = None
     limits_csv = os.path.join(os.path.dirname(os.path.abspath(args.from_csv)), "limits.csv")
+    limit_us = None
     if os.path.exists(limits_csv):
         with open(limits_csv, newline="") as f:
             streams = {r["build"]: float(r["median"]) for r in csv.DictReader(f) if r["measure"] == "tcp_stream"}
         stream = streams.get("iperf3") or streams.get("threads")
+        import limits
+        limit_us = limit_function(limits, limits.read_csv(limits_csv))
     table_sizes = [parse_size(s) for s in args.table_sizes.split(",")]
-    print(compare_report.format_tables(compare_report.summarize(records), table_sizes, rounds, stream))
+    print(compare_report.format_tables(compare_report.summarize(records), table_sizes, rounds, stream, limit_us))
     if not args.no_plots:
         import plot_results
         for path in plot_results.plot(args.from_csv, out):
@@ -367,13 +385,16 @@ def measure(args, build, out, variants, missing):
     summary = compare_report.summarize(records)
     table_sizes = [parse_size(s) for s in args.table_sizes.split(",")]
     stream = None
+    limit_us = None
     if not args.smoke and not args.no_limits and not args.hosts:
         import limits
         machine = limits.measure(build)
         limits.write_csv(os.path.join(out, "limits.csv"), machine)
         print(limits.format_limits(machine) + "\n")
+        print(limits.format_model(machine) + "\n")
         stream = machine["tcp"]["iperf3_gbps"] or machine["tcp"]["stream_gbps"]
-    print(compare_report.format_tables(summary, table_sizes, args.rounds, stream))
+        limit_us = limit_function(limits, machine)
+    print(compare_report.format_tables(summary, table_sizes, args.rounds, stream, limit_us))
     print(f"csv: {csv_path}")
     if not args.no_plots:
         try:

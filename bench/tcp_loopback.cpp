@@ -1,11 +1,15 @@
 // What this machine's TCP stack allows over loopback, the ceiling of every
 // TCP transport on one host: the half round trip of an 8-byte ping-pong and
 // the throughput of one stream, between two threads over 127.0.0.1 with
-// TCP_NODELAY (as braid's TCP transport sets it). bench/limits runs it, and
-// iperf3 as well when it is installed.
+// TCP_NODELAY (as braid's TCP transport sets it). The ping-pong runs twice:
+// blocking in recv (each message a sleep and a wake-up), and polling with
+// MSG_DONTWAIT (as a rank that spins does), which is the floor on a machine
+// with a core per side. bench/limits runs it, and iperf3 as well when it is
+// installed.
 //
 //   tcp_loopback [--seconds S] [--csv]
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -50,9 +54,12 @@ std::pair<int, int> connect_pair() {
   return {client, server};
 }
 
-bool full(int fd, char* data, std::size_t n, bool send_it) {
+// `polling`: receive with MSG_DONTWAIT and try again at once (bounded by the
+// peer's answer: the caller's loops are bounded in count).
+bool full(int fd, char* data, std::size_t n, bool send_it, bool polling = false) {
   while (n > 0) {
-    ssize_t k = send_it ? ::send(fd, data, n, MSG_NOSIGNAL) : ::recv(fd, data, n, 0);
+    ssize_t k = send_it ? ::send(fd, data, n, MSG_NOSIGNAL) : ::recv(fd, data, n, polling ? MSG_DONTWAIT : 0);
+    if (k < 0 && polling && !send_it && (errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (k <= 0) return false;
     data += k;
     n -= static_cast<std::size_t>(k);
@@ -61,19 +68,19 @@ bool full(int fd, char* data, std::size_t n, bool send_it) {
 }
 
 // Median half round trip in us over `batches` batches of `trips` round trips.
-double ping_pong_us(int batches, int trips) {
+double ping_pong_us(int batches, int trips, bool polling) {
   auto [a, b] = connect_pair();
-  std::thread echo([fd = b, total = batches * trips] {
+  std::thread echo([fd = b, total = batches * trips, polling] {
     char buf[8];
     for (int i = 0; i < total; ++i)
-      if (!full(fd, buf, 8, false) || !full(fd, buf, 8, true)) return;
+      if (!full(fd, buf, 8, false, polling) || !full(fd, buf, 8, true)) return;
   });
   std::vector<double> half_rtt;
   char buf[8] = {};
   for (int batch = 0; batch < batches; ++batch) {
     const auto start = Clock::now();
     for (int i = 0; i < trips; ++i)
-      if (!full(a, buf, 8, true) || !full(a, buf, 8, false)) die("ping-pong");
+      if (!full(a, buf, 8, true) || !full(a, buf, 8, false, polling)) die("ping-pong");
     half_rtt.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count() / trips / 2);
   }
   echo.join();
@@ -118,9 +125,13 @@ int main(int argc, char** argv) {
     if (a == "--csv") csv = true;
     else if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
   }
-  const double latency = ping_pong_us(9, 2000);
+  const double latency = ping_pong_us(9, 2000, false);
+  const double polled = ping_pong_us(9, 2000, true);
   const double throughput = stream_gbps(seconds);
-  if (csv) std::printf("measure,value,unit\nping_pong_half_rtt_8B,%.3f,us\nstream_throughput,%.3f,GB/s\n", latency, throughput);
-  else std::printf("8-byte ping-pong, half round trip: %.2f us (median of 9 x 2000)\n"
-                   "one TCP stream: %.2f GB/s (%.1f s)\n", latency, throughput, seconds);
+  if (csv)
+    std::printf("measure,value,unit\nping_pong_half_rtt_8B,%.3f,us\nping_pong_half_rtt_8B_polling,%.3f,us\n"
+                "stream_throughput,%.3f,GB/s\n", latency, polled, throughput);
+  else
+    std::printf("8-byte ping-pong, half round trip: %.2f us blocking, %.2f us polling (median of 9 x 2000)\n"
+                "one TCP stream: %.2f GB/s (%.1f s)\n", latency, polled, throughput, seconds);
 }
