@@ -79,6 +79,13 @@ bool virtual_name(const std::string& name) {
   return false;
 }
 
+// Interface `name` (sysfs folder `dir`) is not a card of this host: a
+// virtual name, or no device behind it (loopback included).
+bool virtual_interface(const std::string& name, const std::filesystem::path& dir) {
+  std::error_code ec;
+  return virtual_name(name) || !std::filesystem::exists(dir / "device", ec);
+}
+
 // The speed sysfs gives interface `dir` (-1 where it says none).
 int sysfs_speed(const std::filesystem::path& dir) {
   std::ifstream speed(dir / "speed");
@@ -96,7 +103,7 @@ std::vector<NetworkInterface> interfaces(hwloc_topology_t topo) {
     NetworkInterface nic;
     nic.name = entry.path().filename().string();
     nic.loopback = nic.name == "lo";
-    nic.is_virtual = !nic.loopback && (virtual_name(nic.name) || !std::filesystem::exists(entry.path() / "device", ec));
+    nic.is_virtual = !nic.loopback && virtual_interface(nic.name, entry.path());
     nic.speed_mbps = sysfs_speed(entry.path());
     out.push_back(std::move(nic));
   }
@@ -286,8 +293,7 @@ std::uint32_t Machine::link_speed_mbps(std::string_view ifname) {
     return 0;
   const std::string name(ifname);
   const std::filesystem::path dir = std::filesystem::path("/sys/class/net") / name;
-  std::error_code ec;
-  if (virtual_name(name) || !std::filesystem::exists(dir / "device", ec)) return 0;
+  if (virtual_interface(name, dir)) return 0;
   return static_cast<std::uint32_t>(std::max(sysfs_speed(dir), 0));
 }
 

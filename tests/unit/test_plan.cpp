@@ -20,6 +20,19 @@ namespace {
 using testing::crossings;
 using testing::ranks_on;
 
+// Two namespace hosts of 2 ranks, as bench/auto_vs_forced.py --hosts 2x2 runs
+// them: two host names, one kernel, 2 CPUs for 4 ranks, a 1 MiB L2 each;
+// ranks numbered host by host.
+std::vector<RankInfo> namespace_hosts_2x2() {
+  auto infos = ranks_on({0, 0, 1, 1});
+  for (auto& info : infos) {
+    info.kernel_id = 42;
+    info.cpus = {info.rank % 2 == 0 ? 1u : 2u};
+    info.cache_kib = 1024;
+  }
+  return infos;
+}
+
 TEST_CASE("plan: 2 hosts x 2 ranks, interleaved: few hops when small, hierarchical when large") {
   const Plan plan = make_plan(ranks_on({0, 1, 0, 1}), Settings{}, algorithm_costs());
   CHECK(plan.hosts == std::vector<int>{0, 1, 0, 1});
@@ -38,15 +51,7 @@ TEST_CASE("plan: 2 hosts x 2 ranks, interleaved: few hops when small, hierarchic
 }
 
 TEST_CASE("plan: 2 namespace hosts x 2 ranks on one 2-core kernel: recdbl when small, hierarchical when large") {
-  // As bench/auto_vs_forced.py --hosts 2x2 runs them: two host names, one
-  // kernel, 2 CPUs for 4 ranks; ranks numbered host by host.
-  auto infos = ranks_on({0, 0, 1, 1});
-  for (auto& info : infos) {
-    info.kernel_id = 42;
-    info.cpus = {info.rank % 2 == 0 ? 1u : 2u};
-    info.cache_kib = 1024;
-  }
-  const Plan plan = make_plan(infos, Settings{}, algorithm_costs());
+  const Plan plan = make_plan(namespace_hosts_2x2(), Settings{}, algorithm_costs());
   INFO(plan.describe());
   CHECK(plan.oversubscribed);
   CHECK(plan.host_count == 2);
@@ -74,12 +79,7 @@ TEST_CASE("plan: the network cards' speed prices the link between hosts (1 Gbit/
   // 1 Gbit/s (bench/figures/auto_vs_forced_2x2_1gbit.txt) hierarchical,
   // which moves half of recdbl's bytes across, was 2x recdbl's speed from
   // 8 KiB.
-  auto infos = ranks_on({0, 0, 1, 1});
-  for (auto& info : infos) {
-    info.kernel_id = 42;
-    info.cpus = {info.rank % 2 == 0 ? 1u : 2u};
-    info.cache_kib = 1024;
-  }
+  auto infos = namespace_hosts_2x2();
   const Plan unknown = make_plan(infos, Settings{}, algorithm_costs());
   CHECK(unknown.inter_link_gbps == 0);
   CHECK(unknown.algorithm_for("all_reduce", 32 << 10) == "recdbl");

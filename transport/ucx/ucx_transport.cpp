@@ -224,12 +224,7 @@ class UcxLink final : public Link {
     UcxInbox::Arrival arrival = std::move(found->second);
     inbox_->arrivals.erase(found);
     try {
-      check_match(arrival.header, tag, dst.bytes, [&] {
-        return cat("rank ", self_, ": received from ", peer_name_, " (", describe_tag(tag), ")");
-      });
-      if (arrival.length != arrival.header.bytes)
-        throw ProtocolMismatch(cat("rank ", self_, ": a message from ", peer_name_, " announced ", arrival.header.bytes,
-                                   " bytes and carried ", arrival.length));
+      check_arrival(arrival, tag, dst.bytes);
       if (local != nullptr && dst.bytes % size_of(type) != 0)
         throw InvalidArgument(cat("rank ", self_, ": a reduce of ", dst.bytes, " bytes from ", peer_name_,
                                   " is not a whole number of ", name_of(type), " elements"));
@@ -411,6 +406,17 @@ class UcxLink final : public Link {
     Request request;
   };
 
+  // Throws TagMismatch or ProtocolMismatch unless `arrival` is the message a
+  // receive of `bytes` with `tag` expects, whole.
+  void check_arrival(const UcxInbox::Arrival& arrival, const Tag& tag, std::size_t bytes) const {
+    check_match(arrival.header, tag, bytes, [&] {
+      return cat("rank ", self_, ": received from ", peer_name_, " (", describe_tag(tag), ")");
+    });
+    if (arrival.length != arrival.header.bytes)
+      throw ProtocolMismatch(cat("rank ", self_, ": a message from ", peer_name_, " announced ", arrival.header.bytes,
+                                 " bytes and carried ", arrival.length));
+  }
+
   // Takes the receive's message if it arrived: checks its header, then
   // copies it (eager) or starts moving it into place (rendezvous).
   bool start_receive(PendingRecv& r) {
@@ -420,12 +426,7 @@ class UcxLink final : public Link {
     inbox_->arrivals.erase(found);
     r.op = std::make_unique<UcxOp>();
     try {
-      check_match(arrival.header, r.tag, r.dst.bytes, [&] {
-        return cat("rank ", self_, ": received from ", peer_name_, " (", describe_tag(r.tag), ")");
-      });
-      if (arrival.length != arrival.header.bytes)
-        throw ProtocolMismatch(cat("rank ", self_, ": a message from ", peer_name_, " announced ", arrival.header.bytes,
-                                   " bytes and carried ", arrival.length));
+      check_arrival(arrival, r.tag, r.dst.bytes);
     } catch (...) {
       context_->release(arrival);
       throw;
