@@ -27,7 +27,8 @@
 // placement) while the other CPU idles; a spinning rank then holds the CPU
 // its peer needs, and each exchange waits for a wake-up. After an Open MPI
 // run, two launches of five of an 8-byte all-reduce on 2 ranks stayed in that
-// state (16-40 us per call instead of 1.2 us); bound, none did.
+// state (16-40 us per call instead of 1.2 us); bound, none did. "The i-th"
+// skips CPUs that another braid-run on this machine claimed (cpu_claims.hpp).
 //
 // Ranks get /dev/null as stdin: they run in background process groups, where
 // reading the terminal would stop them. The store port is picked by binding
@@ -65,6 +66,7 @@
 #include "core/socket.hpp"
 #include "core/text.hpp"
 #include "command_line.hpp"
+#include "cpu_claims.hpp"
 #include "rank_output.hpp"
 
 extern char** environ;
@@ -123,9 +125,10 @@ options:
                    going on (Comm::shrink_lost), and a rank started again
                    with the same command joins the running job
   --bind-to B      core: bind rank i to the i-th CPU braid-run may use (round
-                   robin when there are more ranks than CPUs); none:
-                   leave placement to the kernel (default: core when the
-                   ranks fit those CPUs, else none)
+                   robin when there are more ranks than CPUs), skipping
+                   CPUs that another braid-run on this machine claimed
+                   (BRAID_CPU_CLAIMS); none: leave placement to the kernel
+                   (default: core when the ranks fit those CPUs, else none)
   --env-help       print the settings (BRAID_*, TF_CONFIG) as a Markdown table
   --version        print braid's version
   -h, --help       print this help
@@ -356,7 +359,13 @@ class Launcher {
       for (int c = 0; c < CPU_SETSIZE; ++c)
         if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
       const bool fit = static_cast<std::size_t>(opts_.ranks) <= cpus.size();
-      if (opts_.bind.value_or(fit)) cpus_ = std::move(cpus);
+      if (opts_.bind.value_or(fit)) {
+        // Claimed, so that another braid-run on this machine binds elsewhere
+        // (cpu_claims.hpp); held until braid-run exits.
+        const auto path = Settings::raw("BRAID_CPU_CLAIMS").value_or(CpuClaims::default_path());
+        claims_.emplace(path == "none" ? std::string() : path, cpus, opts_.ranks);
+        cpus_ = claims_->order();
+      }
     }
   }
 
@@ -666,6 +675,7 @@ class Launcher {
   OutputSink out_, err_;
   Fd signals_;
   std::vector<std::string> env_base_;
+  std::optional<CpuClaims> claims_;  // the CPUs this braid-run claimed, while it binds
   std::vector<int> cpus_;  // rank i is bound to cpus_[i % size]; empty: no binding
   std::string job_id_;  // empty: the user's BRAID_JOB_ID passes through
   std::string store_addr_;

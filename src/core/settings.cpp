@@ -137,6 +137,12 @@ constexpr std::array kTable = {
                 "Microseconds to busy-poll before sleeping in the kernel; auto spins while every local "
                 "rank has a core (up to 20 us, shorter while spins keep failing with every CPU busy), else "
                 "polls with sched_yield for up to 1 ms, handing the core to the ranks that share it."},
+    SettingInfo{"BRAID_CPU_CLAIMS", "/dev/shm/braid-cpu-claims",
+                "braid-run: the file in which each braid-run that binds its ranks claims their CPUs (a lock per "
+                "CPU, dropped when it exits), so that two braid-runs on one machine (two jobs, or the nodes of one "
+                "job) bind to CPUs nobody else claimed while there are any, and else share them so that ranks of "
+                "the same local position do not share one. none: no claims, rank i on the i-th CPU braid-run "
+                "may use."},
     SettingInfo{"BRAID_ALGO", "(auto)",
                 "Force algorithms: a name (ring) for every collective that has it, or per collective "
                 "(all_reduce:tree,broadcast:binomial). See docs/algorithms.md."},

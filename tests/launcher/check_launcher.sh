@@ -224,6 +224,56 @@ launcher-killed)
   wait $bg 2>/dev/null
   no_leftovers
   ;;
+cpu-claims)
+  # Two braid-runs on one machine bind their ranks to different CPUs while
+  # there are free ones (tools/cpu_claims.hpp); the claims of one that exited
+  # are gone. A claims file of this case's own keeps other tests' out.
+  mapfile -t cpus < <(taskset -pc $$ | sed 's/.*: //' | tr ',' '\n' |
+                      awk -F- '{ for (c = $1; c <= ($2 == "" ? $1 : $2); c++) print c }')
+  if (( ${#cpus[@]} < 2 )); then
+    echo "skipped: needs 2 CPUs, this test may use ${#cpus[@]}"
+    exit 77
+  fi
+  export BRAID_CPU_CLAIMS=$tmp/claims
+  show='grep Cpus_allowed_list /proc/self/status | sed "s/.*:\s*//"'
+  # A braid-run whose rank prints its CPU and holds the claim for 4 s.
+  "$BR" -n 1 --bind-to core -- sh -c "$show; sleep 4" "$token" >"$tmp/held" 2>>"$tmp/err" &
+  held=$!
+  for _ in $(seq 100); do [[ -s $tmp/held ]] && break; sleep 0.05; done
+  [[ $(cat "$tmp/held") == "[0] ${cpus[0]}" ]] || fail "the first braid-run bound to '$(cat "$tmp/held")', not CPU ${cpus[0]}"
+  run -n 1 --bind-to core -- sh -c "$show" "$token"
+  expect_rc 0
+  expect_out "[0] ${cpus[1]}"
+  # Without claims, the second binds from the first CPU as well.
+  BRAID_CPU_CLAIMS=none run -n 1 --bind-to core -- sh -c "$show" "$token"
+  expect_out "[0] ${cpus[0]}"
+  # Nodes of one job on one machine: the second to start finds every CPU
+  # claimed and puts its ranks where the first has a rank of another local
+  # position, whichever node starts first.
+  kill $held; wait $held 2>/dev/null
+  n=${#cpus[@]}
+  "$BR" -n "$n" --nnodes 2 --node-rank 0 --master 127.0.0.1:1 --bind-to core -- sh -c "$show; sleep 4" "$token" \
+    >"$tmp/held" 2>>"$tmp/err" &
+  held=$!
+  for _ in $(seq 100); do [[ $(wc -l <"$tmp/held") -ge $n ]] && break; sleep 0.05; done
+  grep -qxF "[0] ${cpus[0]}" "$tmp/held" || fail "node 0's rank 0 is not on CPU ${cpus[0]}: $(cat "$tmp/held")"
+  run -n "$n" --nnodes 2 --node-rank 1 --master 127.0.0.1:1 --bind-to core -- sh -c "$show" "$token"
+  expect_out "[$n] ${cpus[1]}"
+  expect_out "[$(( 2 * n - 1 ))] ${cpus[0]}"
+  kill $held; wait $held 2>/dev/null
+  "$BR" -n "$n" --nnodes 2 --node-rank 1 --master 127.0.0.1:1 --bind-to core -- sh -c "$show; sleep 4" "$token" \
+    >"$tmp/held" 2>>"$tmp/err" &
+  held=$!
+  for _ in $(seq 100); do [[ $(wc -l <"$tmp/held") -ge $n ]] && break; sleep 0.05; done
+  grep -qxF "[$n] ${cpus[0]}" "$tmp/held" || fail "node 1's rank $n is not on CPU ${cpus[0]}: $(cat "$tmp/held")"
+  run -n "$n" --nnodes 2 --node-rank 0 --master 127.0.0.1:1 --bind-to core -- sh -c "$show" "$token"
+  expect_out "[0] ${cpus[1]}"
+  kill $held; wait $held 2>/dev/null
+  # Its claims went with it.
+  run -n 1 --bind-to core -- sh -c "$show" "$token"
+  expect_out "[0] ${cpus[0]}"
+  no_leftovers
+  ;;
 *)
   echo "unknown case '$name'" >&2
   exit 2
