@@ -153,6 +153,27 @@ double busiest_rank(const CostInputs& in, const LinkParams& l, const Work& w) {
   return w.messages * l.latency_us + std::max(l.transfer_us(w.sent), l.reduce_us(w.reduced));
 }
 
+// The link between hosts for a schedule made of ring pieces, which keep a
+// flow window there (CostInputs::inter_window, ring_pieces.hpp), where a
+// round would put `in_flight` bytes on the link at once: with the window,
+// above 256 KiB, the link's rates times kWindowGain. Measured over a veth
+// pair between two namespace hosts (2 x 1 ranks, the ring, medians of 3
+// interleaved rounds, bench/auto_vs_forced.py --hosts 2x1 against
+// bench/figures/auto_vs_forced_2x1.txt): 1 MiB 504 -> 281 us, 2 MiB 993 ->
+// 543, 4 MiB 1989 -> 1156, 16 MiB 8698 -> 5606, 64 MiB 34.0 -> 24.9 ms
+// (1.8x falling to 1.4x); at 512 KiB (256 KiB in flight) no gain. The
+// schedules without a window (tree, rabenseifner, recdbl, direct) keep the
+// streaming rates.
+constexpr double kWindowGain = 1.5;
+constexpr double kWindowFreeBytes = 256 * 1024;
+
+LinkParams windowed(const CostInputs& in, LinkParams l, double in_flight) {
+  if (!in.inter_window || in_flight <= kWindowFreeBytes) return l;
+  l.bandwidth_gbps *= kWindowGain;
+  l.cache_bandwidth_gbps *= kWindowGain;
+  return l;
+}
+
 double ring_on(const CostInputs& in, const LinkParams& l, int n, double m) {
   if (n <= 1) return 0;
   const double share = (n - 1.0) / n;
@@ -198,7 +219,11 @@ double rounds(const CostInputs& in, int count, BytesOf bytes_of, bool reduces, b
 }  // namespace
 
 double ring_all_reduce(const CostInputs& in) {
-  return ring_on(in, in.flat(), in.ranks, static_cast<double>(in.bytes));
+  const double m = static_cast<double>(in.bytes);
+  // The window pays where every hop crosses between hosts (one rank per
+  // host); with several ranks per host the flat ring measured no faster.
+  const LinkParams l = in.hosts > 1 && in.hosts == in.ranks ? windowed(in, in.flat(), m / in.ranks) : in.flat();
+  return ring_on(in, l, in.ranks, m);
 }
 
 double direct_all_reduce(const CostInputs& in) {
@@ -300,7 +325,7 @@ double hierarchical_all_reduce(const CostInputs& in) {
   const double h = in.hosts, x = m / k, cross = (h - 1) / h;
   const Work between{.messages = 2 * (h - 1), .sent = 2 * cross * x, .received = cross * x, .reduced = cross * x,
                      .pipelined = true};
-  return busiest_rank(in, in.intra_at(), inside) + across(in, in.inter_at(), between, k);
+  return busiest_rank(in, in.intra_at(), inside) + across(in, windowed(in, in.inter_at(), x / h), between, k);
 }
 
 double binomial_broadcast(const CostInputs& in) {

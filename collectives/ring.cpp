@@ -13,7 +13,9 @@
 // Pipelining: each chunk is cut into slices of about slice_bytes, and a
 // slice's step in round s+1 waits only for the same slice's step in round s,
 // so round s+1 of slice 0 runs while round s of slice 1 is still in flight,
-// and the reduction of one slice overlaps the transfer of the next.
+// and the reduction of one slice overlaps the transfer of the next. Where a
+// link of the ring has a flow window (ring_pieces.hpp), a round's sends run
+// at most that many bytes ahead of its receives, in slices no larger.
 //
 // Every rank reduces chunk c in the same ring order, and the all-gather
 // copies one rank's result to all, so the result is bit-identical everywhere.
@@ -22,6 +24,8 @@
 // any subset of the ranks, so other schedules compose them
 // (hierarchical.cpp).
 #include <algorithm>
+#include <cstdint>
+#include <vector>
 
 #include "collectives/algorithms.hpp"
 #include "collectives/ring_pieces.hpp"
@@ -34,6 +38,12 @@ std::size_t RingPiece::slices() const {
   // chunk has the same step index on every rank.
   const std::size_t max_chunk_bytes = chunks().size(0) * element;
   return std::max<std::size_t>(1, (max_chunk_bytes + slice_bytes - 1) / slice_bytes);
+}
+
+std::size_t RingPiece::window_slices() const {
+  if (window_bytes == 0 || !window_here) return 0;
+  const std::size_t slice = std::max<std::size_t>(1, chunks().size(0) * element / slices());
+  return std::max<std::size_t>(1, window_bytes / slice);
 }
 
 Region RingPiece::slice(BufferId buffer, std::size_t chunk, std::size_t j) const {
@@ -59,6 +69,15 @@ std::size_t chunk_at(const RingPiece& p, int round_offset) {
 
 void add_deps(Step& step, std::span<const std::uint32_t> more) { step.deps.insert(step.deps.end(), more.begin(), more.end()); }
 
+constexpr std::uint32_t kNoStep = UINT32_MAX;
+
+// The flow window: slice j's send waits for this round's receive of slice
+// j - window (one that was not skipped as empty).
+void add_window_dep(Step& send, const std::vector<std::uint32_t>& received, std::size_t j, std::size_t window) {
+  if (window == 0 || j < window) return;
+  if (const std::uint32_t r = received[j - window]; r != kNoStep) send.deps.push_back(r);
+}
+
 }  // namespace
 
 RingState append_ring_reduce_scatter(Schedule& sched, const RingPiece& p, BufferId source,
@@ -70,17 +89,20 @@ RingState append_ring_reduce_scatter(Schedule& sched, const RingPiece& p, Buffer
   const std::size_t rounds = static_cast<std::size_t>(n - 1);
   RingState state{std::vector<std::uint32_t>(slices), std::vector<std::uint32_t>(slices * rounds),
                   std::vector<bool>(slices, false)};
+  const std::size_t window = p.window_slices();
   // Round s sends chunk pos-s and reduces chunk pos-s-1 into the output. A
   // slice that is empty (count < n * slices) is skipped; sender and receiver
   // compute the same size, so they skip the same message.
   for (std::size_t s = 0; s < rounds; ++s) {
     const int r = static_cast<int>(s);
+    std::vector<std::uint32_t> received(slices, kNoStep);  // this round's receives
     for (std::size_t j = 0; j < slices; ++j) {
       Region src = p.slice(s == 0 ? source : BufferId::output, chunk_at(p, -r), j);
       if (src.bytes > 0) {
         Step send{.kind = StepKind::send, .peer = next, .src = src, .tag_index = tag_of(p, 0, r, j)};
         if (s > 0) send.deps = {state.last[j]};
         else add_deps(send, entry);
+        add_window_dep(send, received, j, window);
         state.rs_send[s * slices + j] = sched.add(std::move(send));
       }
       Region dst = p.slice(BufferId::output, chunk_at(p, -r - 1), j);
@@ -90,7 +112,7 @@ RingState append_ring_reduce_scatter(Schedule& sched, const RingPiece& p, Buffer
         Region local = p.slice(source, chunk_at(p, -r - 1), j);
         Step reduce{.kind = StepKind::recv_reduce, .peer = prev, .src = local, .dst = dst, .tag_index = tag_of(p, 0, r, j)};
         if (s == 0) add_deps(reduce, entry);
-        state.last[j] = sched.add(std::move(reduce));
+        state.last[j] = received[j] = sched.add(std::move(reduce));
         state.has_last[j] = true;
       }
     }
@@ -118,20 +140,24 @@ void append_ring_all_gather(Schedule& sched, const RingPiece& p, RingState& stat
   // Round s sends chunk pos+1-s and receives chunk pos-s. A receive
   // overwrites a region that reduce-scatter sent from in round s (in place,
   // that is the caller's input), so it waits for that send.
+  const std::size_t window = p.window_slices();
   for (std::size_t s = 0; s + 1 < static_cast<std::size_t>(n); ++s) {
     const int r = static_cast<int>(s);
+    std::vector<std::uint32_t> received(slices, kNoStep);  // this round's receives
     for (std::size_t j = 0; j < slices; ++j) {
       Region src = p.slice(BufferId::output, chunk_at(p, 1 - r), j);
       if (src.bytes > 0) {
         Step send{.kind = StepKind::send, .peer = next, .src = src, .tag_index = tag_of(p, 1, r, j)};
         if (state.has_last[j]) send.deps = {state.last[j]};
         if (s == 0) add_deps(send, entry);
+        add_window_dep(send, received, j, window);
         sched.add(std::move(send));
       }
       Region dst = p.slice(BufferId::output, chunk_at(p, -r), j);
       if (dst.bytes > 0) {
-        state.last[j] = sched.add(Step{.kind = StepKind::recv, .peer = prev, .dst = dst, .tag_index = tag_of(p, 1, r, j),
-                                       .deps = {state.rs_send[s * slices + j]}});
+        state.last[j] = received[j] = sched.add(Step{.kind = StepKind::recv, .peer = prev, .dst = dst,
+                                                     .tag_index = tag_of(p, 1, r, j),
+                                                     .deps = {state.rs_send[s * slices + j]}});
         state.has_last[j] = true;
       }
     }
@@ -156,8 +182,12 @@ Schedule ring_all_reduce(const CollectiveShape& shape) {
     sched.add(Step{.kind = StepKind::copy, .src = {BufferId::input, 0, all.bytes}, .dst = all});
     return sched;
   }
-  const RingPiece piece{.ring = shape.ring, .pos = ring_position(shape.ring, shape.rank), .count = shape.count,
-                        .element = element, .slice_bytes = shape.slice_bytes};
+  const std::size_t window = shape.ring_window(shape.ring);
+  const int pos = ring_position(shape.ring, shape.rank);
+  const int next = shape.ring[static_cast<std::size_t>((pos + 1) % shape.ranks)];
+  const RingPiece piece{.ring = shape.ring, .pos = pos, .count = shape.count, .element = element,
+                        .slice_bytes = window_slice(shape.slice_bytes, window), .window_bytes = window,
+                        .window_here = shape.window_between(shape.rank, next) > 0};
   RingState state = append_ring_reduce_scatter(sched, piece, BufferId::input, {});
   // The owner finishes avg once, before the result travels.
   if (shape.op == ReduceOp::avg) append_ring_average(sched, piece, state);

@@ -21,12 +21,33 @@ struct RingPiece {
   std::size_t element = 1;    // bytes per element
   std::size_t slice_bytes = 512 * 1024;
   std::uint32_t tag_base = 0;  // added to every tag_index (pieces sharing a peer must not overlap)
+  // The flow window (CollectiveShape::ring_window): in each round, the send
+  // of slice j waits for the receive of slice j - w, w = window / slice, so
+  // at most `window_bytes` go out ahead of what came in (0: unbounded).
+  //
+  // Why: between hosts that share a kernel (network namespaces, containers
+  // on one machine; bench/netns_hosts.py's two hosts), the sender's CPU runs
+  // the receiving side's TCP stack and queues the data in the receiver's
+  // socket. A full-duplex exchange over a veth pair moved 64-256 KiB at
+  // 5 GB/s each way, while 1 MiB streamed took 500 us: 2 GB/s, the same
+  // exchange in 128 KiB steps 175 us (a plain C program, no braid). Bounded
+  // to 64 KiB ahead, braid's ring over that pair ran 1.8-2x faster from 1 to
+  // 4 MiB, and the hierarchical all-reduce on 2 hosts of 2 ranks 1.5x at
+  // 1-16 MiB. Over loopback (one host, MTU 64 KiB) the window did not pay.
+  std::size_t window_bytes = 0;
+  // Whether this rank's link to its successor has the window (the piece's
+  // slices are cut to the window on every rank alike; only the sends over
+  // such a link wait).
+  bool window_here = false;
 
   int n() const { return static_cast<int>(ring.size()); }
   /// The partition of the region into one chunk per ring position.
   Partition chunks() const { return Partition{count, static_cast<std::size_t>(n())}; }
   /// Slices per chunk: the same on every rank of the ring.
   std::size_t slices() const;
+  /// How many slices this rank's sends in a round may run ahead of its
+  /// receives (0: unbounded; else at least 1).
+  std::size_t window_slices() const;
   /// Slice j of chunk c, in `buffer`.
   Region slice(BufferId buffer, std::size_t chunk, std::size_t j) const;
   /// The chunk this rank owns after reduce_scatter: (pos + 1) mod n.
@@ -34,6 +55,11 @@ struct RingPiece {
   /// Tags used by the piece: [tag_base, tag_base + tags()).
   std::uint32_t tags() const;
 };
+
+/// The slice of a piece with flow window `window` (0: none): no larger than it.
+inline std::size_t window_slice(std::size_t slice_bytes, std::size_t window) {
+  return window > 0 && window < slice_bytes ? window : slice_bytes;
+}
 
 /// What a reduce-scatter leaves for the all-gather that follows it.
 struct RingState {

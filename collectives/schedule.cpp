@@ -101,6 +101,20 @@ std::vector<int> Schedule::peers() const {
   return out;
 }
 
+std::size_t CollectiveShape::window_between(int a, int b) const {
+  if (flow_window == 0 || window_groups.empty() || hosts.empty()) return 0;
+  const auto ua = static_cast<std::size_t>(a), ub = static_cast<std::size_t>(b);
+  if (ua >= hosts.size() || ub >= hosts.size() || ua >= window_groups.size() || ub >= window_groups.size()) return 0;
+  const bool bounded = hosts[ua] != hosts[ub] && window_groups[ua] >= 0 && window_groups[ua] == window_groups[ub];
+  return bounded ? flow_window : 0;
+}
+
+std::size_t CollectiveShape::ring_window(std::span<const int> members) const {
+  for (std::size_t i = 0; i < members.size() && members.size() > 1; ++i)
+    if (window_between(members[i], members[(i + 1) % members.size()]) > 0) return flow_window;
+  return 0;
+}
+
 int ring_position(std::span<const int> ring, int rank) {
   auto it = std::find(ring.begin(), ring.end(), rank);
   BRAID_CHECK(it != ring.end(), "rank ", rank, " is not in the ring");

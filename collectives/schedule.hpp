@@ -112,6 +112,18 @@ struct CollectiveShape {
   ReduceOp op = ReduceOp::sum;
   int root = 0;
   std::size_t slice_bytes = 512 * 1024;
+  // The flow window of links between hosts (BRAID_FLOW_WINDOW): a link
+  // between ranks of different hosts whose window groups are equal (and not
+  // negative) gets flow_window; the communicator puts the ranks of one kernel
+  // in one group (collectives/ring_pieces.hpp says why). Empty or 0: none.
+  std::span<const int> window_groups;
+  std::size_t flow_window = 0;
+
+  /// The window of the link from rank a to rank b (0: unbounded).
+  std::size_t window_between(int a, int b) const;
+  /// The window of a ring over `members` (in ring order): flow_window if any
+  /// of its links has one.
+  std::size_t ring_window(std::span<const int> members) const;
 };
 
 /// Index of `rank` in `ring`; throws Error(internal) if absent.

@@ -81,6 +81,10 @@ struct CostInputs {
   /// below): more ranks on a host than its cores cut fewer slices.
   bool oversubscribed = false;
   std::size_t slice_limit = 512 * 1024;
+  /// The ring's pieces keep a flow window on the links between hosts
+  /// (Plan::flow_window): the ring and the hierarchical all-reduce move
+  /// across faster than the link's streaming rates (algorithm_costs.cpp).
+  bool inter_window = false;
 
   /// intra and inter at this call's working set (LinkParams::at).
   LinkParams intra_at() const { return intra.at(working_set_of(static_cast<double>(bytes)), static_cast<double>(cache_bytes)); }
@@ -96,6 +100,10 @@ struct CostInputs {
 
 /// The finest slice of the pipelined schedules.
 inline constexpr std::size_t kMinPipelineSlice = 32 * 1024;
+
+/// BRAID_FLOW_WINDOW's auto size, between hosts of one kernel
+/// (collectives/ring_pieces.hpp says why and what it measured).
+inline constexpr std::size_t kAutoFlowWindow = 64 * 1024;
 
 /// The slice of the pipelined schedules, one rule for the communicator
 /// (CommImpl::shape) and the cost model: a share of `bytes` / `ranks` cut in

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include "braid/types.hpp"
 #include "core/log.hpp"
@@ -59,6 +60,7 @@ CostInputs Plan::cost_inputs(std::size_t bytes) const {
   in.cache_bytes = cache_bytes;
   in.oversubscribed = oversubscribed;
   in.slice_limit = slice_limit;
+  in.inter_window = flow_window > 0 && host_count > 1;
   return in;
 }
 
@@ -191,6 +193,31 @@ std::string_view Plan::transport_between(const RankInfo& a, const RankInfo& b) c
   return braid::transport_between(transports, a, b, transport_setting).name;
 }
 
+FlowWindow flow_window_of(std::span<const RankInfo> ranks, const Settings& settings) {
+  // auto: hosts that share a kernel (the ranks' kernel_id; simulated hosts,
+  // BRAID_HOST_ID, talk over loopback, where the window did not pay); a size:
+  // every pair of hosts. The same on every rank, from the same infos.
+  FlowWindow w;
+  w.groups.assign(ranks.size(), -1);
+  w.bytes = settings.flow_window.value_or(kAutoFlowWindow);
+  if (w.bytes == 0) return w;
+  std::map<std::uint64_t, int> group_of_kernel;  // numbered by the kernel's first rank
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    if (settings.flow_window) w.groups[r] = 0;
+    else if (!ranks[r].host_id_from_env) w.groups[r] = group_of_kernel.try_emplace(ranks[r].kernel_id, static_cast<int>(r)).first->second;
+  }
+  // None unless some group holds ranks of two hosts.
+  std::map<int, std::uint64_t> host_of_group;
+  bool any = false;
+  for (std::size_t r = 0; r < ranks.size() && !any; ++r) {
+    if (w.groups[r] < 0) continue;
+    const auto [seen, first] = host_of_group.try_emplace(w.groups[r], ranks[r].host_id);
+    any = !first && seen->second != ranks[r].host_id;
+  }
+  if (!any) w.bytes = 0;
+  return w;
+}
+
 Plan make_plan(std::span<const RankInfo> ranks, const Settings& settings, std::span<const AlgorithmCost> algorithms) {
   Plan plan;
   plan.transports = transport_order(settings.transport);
@@ -308,6 +335,7 @@ Plan make_plan(std::span<const RankInfo> ranks, const Settings& settings, std::s
       if (r.link_mbps > 0 && (slowest == 0 || r.link_mbps < slowest)) slowest = r.link_mbps;
     plan.inter_link_gbps = slowest / 8000.0;
   }
+  plan.flow_window = flow_window_of(ranks, settings).bytes;
   plan.links = load_link_model(settings.tuning_file, ranks.empty() ? std::string_view() : ranks.front().hostname,
                                static_cast<int>(ranks.size()), plan.host_count, plan.oversubscribed);
   plan.choose();

@@ -120,6 +120,12 @@ constexpr std::array kTable = {
                 "SO_SNDBUF/SO_RCVBUF per socket (4M, 512K; at least 64K); 0 keeps the kernel's autotuning."},
     SettingInfo{"BRAID_SLICE_BYTES", "512K",
                 "Pipeline slice: collectives move and reduce buffers in pieces of this size."},
+    SettingInfo{"BRAID_FLOW_WINDOW", "(auto)",
+                "Bytes a pipelined ring step may send to a rank of another host ahead of what it has received "
+                "from its predecessor; the ring's slices there are no larger. auto: 64K between hosts that share "
+                "a kernel (network namespaces or containers on one machine, where the sending CPU does the "
+                "receiving kernel's work: a 1 MiB all-reduce across two such hosts of 2 ranks took 1.6x as long "
+                "unbounded), else unbounded. A size bounds every link between hosts; 0: unbounded everywhere."},
     SettingInfo{"BRAID_SHM_SINGLE_COPY", "0",
                 "Messages between ranks of one host of at least this size (above 64K) are read by the receiver "
                 "straight from the sender's buffer (cross-memory attach, process_vm_readv: one copy instead of two "
@@ -414,6 +420,14 @@ Settings Settings::from_env() {
   if (auto v = getenv_string("BRAID_SLICE_BYTES")) {
     s.slice_bytes = parse_bytes(*v, "BRAID_SLICE_BYTES");
     if (s.slice_bytes < 64) throw InvalidArgument(cat("BRAID_SLICE_BYTES='", *v, "' is below the minimum of 64 bytes"));
+  }
+  if (auto v = getenv_string("BRAID_FLOW_WINDOW")) {
+    if (upper(*v) != "AUTO") {
+      s.flow_window = parse_bytes(*v, "BRAID_FLOW_WINDOW");
+      if (*s.flow_window > 0 && *s.flow_window < 4096)
+        throw InvalidArgument(cat("BRAID_FLOW_WINDOW='", *v, "' is below 4K: slices that small cost more in "
+                                  "messages than any window saves (0 turns the window off)"));
+    }
   }
   if (auto v = getenv_string("BRAID_SHM_SINGLE_COPY")) {
     s.shm_single_copy_bytes = parse_bytes(*v, "BRAID_SHM_SINGLE_COPY");

@@ -69,6 +69,10 @@ struct Settings {
   int tcp_streams = 1;
   std::size_t tcp_buffer_bytes = 0;  // 0: leave the kernel's autotuning alone
   std::size_t slice_bytes = 512 * 1024;
+  // BRAID_FLOW_WINDOW: what a ring step may send ahead of its receives on a
+  // link between hosts (collectives/ring_pieces.hpp); unset: auto (the
+  // communicator bounds links between hosts of one kernel); 0: never.
+  std::optional<std::size_t> flow_window;
   // BRAID_SHM_SINGLE_COPY: messages between ranks of one host of at least
   // this size go by one copy (transport/shm/shm_ring.hpp); 0: never.
   std::size_t shm_single_copy_bytes = 0;

@@ -66,6 +66,25 @@ TEST_CASE("cost model: latency-bound links take the fewest hops, bandwidth-bound
   CHECK(mixed.algorithm_for("all_reduce", 64 << 20) == "rabenseifner");
 }
 
+TEST_CASE("cost model: a flow window between hosts of one kernel prices the ring's pieces faster across") {
+  // 2 hosts of 1 rank: the ring and the double tree tie without the window
+  // (the tree takes it); hosts on one kernel (namespaces) get the window,
+  // and the ring wins where a round would put more than 256 KiB in flight.
+  auto infos = ranks_on({0, 1});
+  Plan apart = plan_with(infos, {5, 2, 10});
+  CHECK(apart.flow_window == 0);
+  CHECK(apart.algorithm_for("all_reduce", 4 << 20) == "tree");
+  for (auto& i : infos) i.kernel_id = infos.front().kernel_id;
+  Plan one_kernel = plan_with(infos, {5, 2, 10});
+  CHECK(one_kernel.flow_window == kAutoFlowWindow);
+  CHECK(one_kernel.cost_inputs(4 << 20).inter_window);
+  CHECK(one_kernel.algorithm_for("all_reduce", 4 << 20) == "ring");
+  CHECK(one_kernel.algorithm_for("all_reduce", 512 << 10) == "tree");  // 256 KiB in flight: no gain
+  // Simulated hosts (BRAID_HOST_ID) talk over loopback: no window.
+  for (auto& i : infos) i.host_id_from_env = true;
+  CHECK(plan_with(infos, {5, 2, 10}).flow_window == 0);
+}
+
 TEST_CASE("cost model: ranks that share cores take the ring, not the tree, from medium sizes") {
   // 4 ranks on one host of 2 CPUs (the development VM's shape): the built-in
   // oversubscribed parameters. Measured there (bench/auto_vs_forced.py) the

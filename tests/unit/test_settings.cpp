@@ -135,6 +135,24 @@ TEST_CASE("a socket buffer too small to be useful is refused") {
   CHECK(Settings::from_env().tcp_buffer_bytes == 0);
 }
 
+TEST_CASE("the flow window: auto, a size, 0, and too small") {
+  CHECK_FALSE(Settings::from_env().flow_window.has_value());
+  {
+    EnvVar w("BRAID_FLOW_WINDOW", "auto");
+    CHECK_FALSE(Settings::from_env().flow_window.has_value());
+  }
+  {
+    EnvVar w("BRAID_FLOW_WINDOW", "256K");
+    CHECK(Settings::from_env().flow_window == std::optional<std::size_t>(256u << 10));
+  }
+  {
+    EnvVar w("BRAID_FLOW_WINDOW", "0");
+    CHECK(Settings::from_env().flow_window == std::optional<std::size_t>(0));
+  }
+  EnvVar w("BRAID_FLOW_WINDOW", "1K");
+  CHECK_THROWS_WITH(Settings::from_env(), Catch::Contains("BRAID_FLOW_WINDOW='1K'") && Catch::Contains("4K"));
+}
+
 TEST_CASE("the job id comes from braid, then torchrun, then Slurm, and is bounded") {
   EnvVar slurm("SLURM_JOB_ID", "4242");
   CHECK(Settings::from_env().job_id == "4242");
