@@ -247,6 +247,7 @@ void CommImpl::enroll() {
                      .size = size_,
                      .tcp_streams = settings_.tcp_streams,
                      .tcp_buffer_bytes = settings_.tcp_buffer_bytes,
+                     .tcp_buffer_auto = settings_.tcp_buffer_auto,
                      .timeout = settings_.timeout,
                      .derived = derived_};
   if (contexts_.empty()) {

@@ -245,6 +245,7 @@ struct LinkOwner {
   int size = 0;
   int tcp_streams = 1;
   std::size_t tcp_buffer_bytes = 0;
+  bool tcp_buffer_auto = false;  // BRAID_TCP_BUFFER auto: tcp_context.cpp's choice per peer
   Millis timeout{300000};
   /// Made by its members without an exchange (Comm::shrink): a peer may not
   /// have made its side yet when this side dials, and is asked again.

@@ -75,6 +75,12 @@ int RankInfo::shared_cpus(std::span<const RankInfo> infos, std::uint64_t kernel)
   return count;
 }
 
+std::uint64_t RankInfo::local_kernel_id() {
+  std::string boot_id;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
+  return std::hash<std::string>{}(boot_id + "/pid:" + pid_namespace());
+}
+
 RankInfo RankInfo::local(int rank) {
   RankInfo info;
   info.rank = rank;
@@ -90,7 +96,7 @@ RankInfo RankInfo::local(int rank) {
   // same cores).
   std::string boot_id;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
-  info.kernel_id = std::hash<std::string>{}(boot_id + "/pid:" + pid_namespace());
+  info.kernel_id = local_kernel_id();
   cpu_set_t set;
   CPU_ZERO(&set);
   if (::sched_getaffinity(0, sizeof set, &set) == 0) {

@@ -52,6 +52,8 @@ struct RankInfo {
   static RankInfo decode(std::span<const std::byte> bytes);
   /// This process, as rank `rank`.
   static RankInfo local(int rank);
+  /// This process's kernel_id (boot id + PID namespace), as local() sets it.
+  static std::uint64_t local_kernel_id();
   /// How many CPUs the ranks of `infos` whose kernel_id is `kernel` may run
   /// on together (the union of their affinities).
   static int shared_cpus(std::span<const RankInfo> infos, std::uint64_t kernel);

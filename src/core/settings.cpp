@@ -116,8 +116,11 @@ constexpr std::array kTable = {
                 "process that hosts the store serves it on its listener's port when it can. Open this range (and "
                 "the store's port) in the firewall."},
     SettingInfo{"BRAID_TCP_STREAMS", "1", "TCP sockets per peer; a message is striped over them (1-16)."},
-    SettingInfo{"BRAID_TCP_BUFFER", "0",
-                "SO_SNDBUF/SO_RCVBUF per socket (4M, 512K; at least 64K); 0 keeps the kernel's autotuning."},
+    SettingInfo{"BRAID_TCP_BUFFER", "(auto)",
+                "SO_SNDBUF/SO_RCVBUF per socket (4M, 512K; at least 64K); 0 keeps the kernel's autotuning. auto: "
+                "1M between ranks of one kernel (loopback, network namespaces of one machine) where "
+                "net.core.rmem_max and wmem_max allow it, else the kernel's autotuning (4 ranks over loopback: a "
+                "1 MiB all-reduce in 491-522 us instead of 729-756)."},
     SettingInfo{"BRAID_SLICE_BYTES", "512K",
                 "Pipeline slice: collectives move and reduce buffers in pieces of this size."},
     SettingInfo{"BRAID_FLOW_WINDOW", "(auto)",
@@ -408,7 +411,8 @@ Settings Settings::from_env() {
   if (auto v = getenv_string("BRAID_SOCKET_IFNAME")) s.socket_ifname = *v;
   if (auto v = getenv_string("BRAID_PORT_RANGE")) s.port_range = PortRange::parse(*v, "BRAID_PORT_RANGE");
   if (auto v = env_integer("BRAID_TCP_STREAMS", 1, 16)) s.tcp_streams = static_cast<int>(*v);
-  if (auto v = getenv_string("BRAID_TCP_BUFFER")) {
+  if (auto v = getenv_string("BRAID_TCP_BUFFER"); v && upper(*v) != "AUTO") {
+    s.tcp_buffer_auto = false;
     s.tcp_buffer_bytes = parse_bytes(*v, "BRAID_TCP_BUFFER");
     // A 4K buffer made a 1 MiB send take 24 s on loopback: far past any
     // useful rate, and past typical timeouts.

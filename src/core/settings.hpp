@@ -68,6 +68,7 @@ struct Settings {
   std::string launch_source;               // where rank and size came from (launch_env.hpp), for describe()
   int tcp_streams = 1;
   std::size_t tcp_buffer_bytes = 0;  // 0: leave the kernel's autotuning alone
+  bool tcp_buffer_auto = true;       // BRAID_TCP_BUFFER unset: 1M between ranks of one kernel (tcp_context.cpp)
   std::size_t slice_bytes = 512 * 1024;
   // BRAID_FLOW_WINDOW: what a ring step may send ahead of its receives on a
   // link between hosts (collectives/ring_pieces.hpp); unset: auto (the
