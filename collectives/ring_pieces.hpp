@@ -25,8 +25,9 @@ struct RingPiece {
   // of slice j waits for the receive of slice j - w, w = window / slice, so
   // at most `window_bytes` go out ahead of what came in (0: unbounded).
   //
-  // Why: between hosts that share a kernel (network namespaces, containers
-  // on one machine; bench/netns_hosts.py's two hosts), the sender's CPU runs
+  // Why: between hosts that share a kernel (network namespaces of one
+  // machine in one PID namespace, RankInfo::kernel_id; bench/netns_hosts.py's
+  // two hosts), the sender's CPU runs
   // the receiving side's TCP stack and queues the data in the receiver's
   // socket. A full-duplex exchange over a veth pair moved 64-256 KiB at
   // 5 GB/s each way, while 1 MiB streamed took 500 us: 2 GB/s, the same

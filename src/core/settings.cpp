@@ -126,7 +126,7 @@ constexpr std::array kTable = {
     SettingInfo{"BRAID_FLOW_WINDOW", "(auto)",
                 "Bytes a pipelined ring step may send to a rank of another host ahead of what it has received "
                 "from its predecessor; the ring's slices there are no larger. auto: 64K between hosts that share "
-                "a kernel (network namespaces or containers on one machine, where the sending CPU does the "
+                "a kernel (network namespaces of one machine in one PID namespace, where the sending CPU does the "
                 "receiving kernel's work: a 1 MiB all-reduce across two such hosts of 2 ranks took 1.6x as long "
                 "unbounded), else unbounded. A size bounds every link between hosts; 0: unbounded everywhere."},
     SettingInfo{"BRAID_SHM_SINGLE_COPY", "0",
