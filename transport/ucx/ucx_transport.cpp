@@ -10,6 +10,7 @@
 #include <deque>
 #include <thread>
 
+#include "core/check.hpp"
 #include "core/log.hpp"
 #include "core/rank_info.hpp"
 #include "core/reduce.hpp"
@@ -200,11 +201,11 @@ class UcxLink final : public Link {
     const ucs_status_ptr_t s =
         ucp_am_send_nbx(remote_->ep, kUcxMessageId, &header, sizeof header, src.data, src.bytes, &param);
     // Not sent now (UCS_ERR_NO_RESOURCE) or failed: send() goes the long way
-    // and reports a failure. A request is never returned in this mode.
-    if (UCS_PTR_IS_PTR(s)) {
-      ucp_request_free(s);
-      return false;
-    }
+    // and reports a failure. A request is never returned in this mode; one
+    // that was would still be in flight, and sending the message again the
+    // long way would send it twice.
+    BRAID_CHECK(!UCS_PTR_IS_PTR(s), "rank ", self_, ": ucp_am_send_nbx to ", peer_name_,
+                " returned a request under UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL");
     if (UCS_PTR_STATUS(s) != UCS_OK) return false;
     ++send_sequence_;
     return true;
