@@ -24,27 +24,49 @@ Fd open_claims(const std::string& path) {
   return fd;
 }
 
-// Locks byte `cpu` of the file for this open file description; false when
-// another description holds it (another braid-run's claim).
-bool try_claim(int fd, int cpu) {
+// Locks bytes [start, start + length) of the file for this open file
+// description (length 0: to the end and beyond); false when another
+// description holds one of them (another braid-run's claim).
+bool try_lock(int fd, off_t start, off_t length) {
   struct flock lock {};
   lock.l_type = F_WRLCK;
   lock.l_whence = SEEK_SET;
-  lock.l_start = cpu;
-  lock.l_len = 1;
+  lock.l_start = start;
+  lock.l_len = length;
   return ::fcntl(fd, F_OFD_SETLK, &lock) == 0;
+}
+
+// Whether `path` still names the file open at `fd`: the last braid-run to
+// let go of another file may have removed it between open and lock.
+bool still_named(int fd, const std::string& path) {
+  struct stat open_one {}, named {};
+  return ::fstat(fd, &open_one) == 0 && ::stat(path.c_str(), &named) == 0 && open_one.st_dev == named.st_dev &&
+         open_one.st_ino == named.st_ino;
 }
 
 }  // namespace
 
-CpuClaims::CpuClaims(std::string path, std::span<const int> allowed, int ranks) {
+CpuClaims::CpuClaims(std::string path, std::span<const int> allowed, int ranks) : path_(std::move(path)) {
   std::vector<int> mine, others;
-  if (!path.empty()) file_ = open_claims(path);
-  for (int cpu : allowed) {
-    const bool take = static_cast<int>(mine.size()) < ranks && (!file_ || try_claim(file_.get(), cpu));
-    (take ? mine : others).push_back(cpu);
+  // Claims count once they are locked in the file the path names; a file
+  // removed meanwhile is opened anew (a few tries; then claims are off).
+  for (int attempt = 0; attempt < 8 && !path_.empty(); ++attempt) {
+    file_ = open_claims(path_);
+    if (!file_) break;
+    mine.clear();
+    others.clear();
+    for (int cpu : allowed) {
+      const bool take = static_cast<int>(mine.size()) < ranks && try_lock(file_.get(), cpu, 1);
+      (take ? mine : others).push_back(cpu);
+    }
+    if (still_named(file_.get(), path_)) break;
+    file_.reset();
   }
-  claimed_ = mine.size();
+  if (!file_) {  // no claims: every CPU counts as free
+    mine.clear();
+    others.clear();
+    for (int cpu : allowed) (static_cast<int>(mine.size()) < ranks ? mine : others).push_back(cpu);
+  }
   // Each claimed byte says which of this braid-run's rank positions binds
   // there (plus 1; 0: not known), for the next braid-run's choice below.
   if (file_)
@@ -72,6 +94,14 @@ CpuClaims::CpuClaims(std::string path, std::span<const int> allowed, int ranks) 
   }
   std::rotate(others.begin(), others.begin() + static_cast<std::ptrdiff_t>(best_shift), others.end());
   order_.insert(order_.end(), others.begin(), others.end());
+}
+
+CpuClaims::~CpuClaims() {
+  // A lock on the whole file is granted only while no other braid-run holds
+  // a byte of it (this one's own claims do not conflict): then nobody needs
+  // the file, and one that opened it meanwhile finds it gone (still_named)
+  // and makes a new one.
+  if (file_ && try_lock(file_.get(), 0, 0)) ::unlink(path_.c_str());
 }
 
 }  // namespace braid

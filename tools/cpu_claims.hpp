@@ -11,7 +11,8 @@
 // So each braid-run claims the CPUs it binds to: one byte per CPU of a file
 // in /dev/shm, locked with an open-file-description lock (F_OFD_SETLK) that
 // the kernel drops when braid-run exits, however it exits, so no claim
-// outlives its job. A braid-run binds its ranks to the CPUs nobody claimed
+// outlives its job. The last braid-run to let go removes the file (one
+// killed leaves it, emptied of locks, for the next to remove). A braid-run binds its ranks to the CPUs nobody claimed
 // first, in order. When there are too few left, the rest of its ranks share
 // the claimed CPUs round robin, starting where the fewest of them land on a
 // CPU that holds the other braid-run's rank of the same local position (each
@@ -35,25 +36,27 @@ namespace braid {
 
 class CpuClaims {
  public:
-  /// The file the claims are locked in (BRAID_CPU_CLAIMS_FILE overrides it,
-  /// for tests that must not meet other jobs' claims).
+  /// The file the claims are locked in (BRAID_CPU_CLAIMS overrides it, for
+  /// tests that must not meet other jobs' claims).
   static std::string default_path();
 
   /// Claims CPUs of `allowed` (in that order) for `ranks` ranks, in the file
   /// at `path` (none where empty); held until this object is destroyed.
   CpuClaims(std::string path, std::span<const int> allowed, int ranks);
+  /// Drops the claims; the last braid-run holding any removes the file.
+  ~CpuClaims();
+  CpuClaims(const CpuClaims&) = delete;
+  CpuClaims& operator=(const CpuClaims&) = delete;
 
   /// The CPU of each rank position, repeated round robin for more ranks than
   /// entries: first the CPUs this object claimed, then (where those are fewer
   /// than the ranks) the others, rotated as the comment above says.
   const std::vector<int>& order() const { return order_; }
-  /// How many of order() this object claimed.
-  std::size_t claimed() const { return claimed_; }
 
  private:
+  std::string path_;
   Fd file_;
   std::vector<int> order_;
-  std::size_t claimed_ = 0;
 };
 
 }  // namespace braid

@@ -236,10 +236,15 @@ cpu-claims)
   fi
   export BRAID_CPU_CLAIMS=$tmp/claims
   show='grep Cpus_allowed_list /proc/self/status | sed "s/.*:\s*//"'
-  # A braid-run whose rank prints its CPU and holds the claim for 4 s.
-  "$BR" -n 1 --bind-to core -- sh -c "$show; sleep 4" "$token" >"$tmp/held" 2>>"$tmp/err" &
-  held=$!
-  for _ in $(seq 100); do [[ -s $tmp/held ]] && break; sleep 0.05; done
+  # hold N ARGS...: a braid-run (ARGS) in the background whose N ranks print
+  # their CPUs into $tmp/held and hold their claims for 4 s; waits for the N lines.
+  hold() {
+    local lines=$1; shift
+    "$BR" "$@" --bind-to core -- sh -c "$show; sleep 4" "$token" >"$tmp/held" 2>>"$tmp/err" &
+    held=$!
+    for _ in $(seq 100); do [[ $(wc -l <"$tmp/held") -ge $lines ]] && break; sleep 0.05; done
+  }
+  hold 1 -n 1
   [[ $(cat "$tmp/held") == "[0] ${cpus[0]}" ]] || fail "the first braid-run bound to '$(cat "$tmp/held")', not CPU ${cpus[0]}"
   run -n 1 --bind-to core -- sh -c "$show" "$token"
   expect_rc 0
@@ -252,26 +257,21 @@ cpu-claims)
   # position, whichever node starts first.
   kill $held; wait $held 2>/dev/null
   n=${#cpus[@]}
-  "$BR" -n "$n" --nnodes 2 --node-rank 0 --master 127.0.0.1:1 --bind-to core -- sh -c "$show; sleep 4" "$token" \
-    >"$tmp/held" 2>>"$tmp/err" &
-  held=$!
-  for _ in $(seq 100); do [[ $(wc -l <"$tmp/held") -ge $n ]] && break; sleep 0.05; done
+  hold "$n" -n "$n" --nnodes 2 --node-rank 0 --master 127.0.0.1:1
   grep -qxF "[0] ${cpus[0]}" "$tmp/held" || fail "node 0's rank 0 is not on CPU ${cpus[0]}: $(cat "$tmp/held")"
   run -n "$n" --nnodes 2 --node-rank 1 --master 127.0.0.1:1 --bind-to core -- sh -c "$show" "$token"
   expect_out "[$n] ${cpus[1]}"
   expect_out "[$(( 2 * n - 1 ))] ${cpus[0]}"
   kill $held; wait $held 2>/dev/null
-  "$BR" -n "$n" --nnodes 2 --node-rank 1 --master 127.0.0.1:1 --bind-to core -- sh -c "$show; sleep 4" "$token" \
-    >"$tmp/held" 2>>"$tmp/err" &
-  held=$!
-  for _ in $(seq 100); do [[ $(wc -l <"$tmp/held") -ge $n ]] && break; sleep 0.05; done
+  hold "$n" -n "$n" --nnodes 2 --node-rank 1 --master 127.0.0.1:1
   grep -qxF "[$n] ${cpus[0]}" "$tmp/held" || fail "node 1's rank $n is not on CPU ${cpus[0]}: $(cat "$tmp/held")"
   run -n "$n" --nnodes 2 --node-rank 0 --master 127.0.0.1:1 --bind-to core -- sh -c "$show" "$token"
   expect_out "[0] ${cpus[1]}"
   kill $held; wait $held 2>/dev/null
-  # Its claims went with it.
+  # Its claims went with it, and the last braid-run removed the file.
   run -n 1 --bind-to core -- sh -c "$show" "$token"
   expect_out "[0] ${cpus[0]}"
+  [[ ! -e $BRAID_CPU_CLAIMS ]] || fail "the claims file outlived every braid-run"
   no_leftovers
   ;;
 *)
