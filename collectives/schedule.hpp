@@ -114,8 +114,9 @@ struct CollectiveShape {
   std::size_t slice_bytes = 512 * 1024;
   // The flow window of links between hosts (BRAID_FLOW_WINDOW): a link
   // between ranks of different hosts whose window groups are equal (and not
-  // negative) gets flow_window; the communicator puts the ranks of one kernel
-  // in one group (collectives/ring_pieces.hpp says why). Empty or 0: none.
+  // negative) gets flow_window; the plan puts the ranks of one kernel in one
+  // group (topology/plan.hpp's FlowWindow; ring_pieces.hpp says why). Empty
+  // or 0: none.
   std::span<const int> window_groups;
   std::size_t flow_window = 0;
 

@@ -246,8 +246,8 @@ void CommImpl::enroll() {
                      .rank = rank_,
                      .size = size_,
                      .tcp_streams = settings_.tcp_streams,
-                     .tcp_buffer_bytes = settings_.tcp_buffer_bytes,
-                     .tcp_buffer_auto = settings_.tcp_buffer_auto,
+                     .tcp_buffer_bytes = settings_.tcp_buffer_bytes.value_or(0),
+                     .tcp_buffer_auto = !settings_.tcp_buffer_bytes,
                      .timeout = settings_.timeout,
                      .derived = derived_};
   if (contexts_.empty()) {
@@ -299,11 +299,6 @@ void CommImpl::start(std::vector<RankInfo> infos, Addresses addresses, std::opti
   for (int a = 0; a < size_; ++a)
     for (int b = a + 1; b < size_; ++b)
       slice_floor_ = std::max(slice_floor_, contexts_[static_cast<std::size_t>(kind_between(a, b))]->min_slice_bytes());
-  {
-    FlowWindow window = flow_window_of(infos_, settings_);
-    window_groups_ = std::move(window.groups);
-    flow_window_ = window.bytes;
-  }
   local_rank_ = static_cast<int>(std::count_if(infos_.begin(), infos_.begin() + rank_, [&](const RankInfo& i) {
     return i.host_id == infos_[rank_].host_id;
   }));
@@ -473,9 +468,10 @@ std::string CommImpl::describe() const {
              device_links_ ? cat("; device buffers GPU to GPU from ", human_bytes(device_direct_min_), ", staged below")
                            : std::string(),
              "; slice ", human_bytes(settings_.slice_bytes),
-             flow_window_ > 0 ? cat(", flow window ", human_bytes(flow_window_), " between hosts",
-                                    settings_.flow_window ? "" : " of one kernel")
-                              : std::string(),
+             plan_.flow_window.bytes > 0
+                 ? cat(", flow window ", human_bytes(plan_.flow_window.bytes), " between hosts",
+                       settings_.flow_window ? "" : " of one kernel")
+                 : std::string(),
              ", spin ",
              policy_.adaptive        ? std::string("adaptive")
              : policy_.yield_us > 0  ? cat("yield ", policy_.yield_us, " us")
@@ -495,8 +491,8 @@ CollectiveShape CommImpl::shape(std::size_t count, DataType type, ReduceOp op, i
   s.type = type;
   s.op = op;
   s.root = root;
-  s.window_groups = window_groups_;
-  s.flow_window = flow_window_;
+  s.window_groups = plan_.flow_window.groups;
+  s.flow_window = plan_.flow_window.bytes;
   // The slice of the pipelined schedules: topology's pipeline_slice, the
   // rule the cost model prices, above the transports' floor (slice_floor_).
   const std::size_t bytes = count * size_of(type);

@@ -466,10 +466,6 @@ class CommImpl {
   std::size_t device_direct_min_ = 0;  // device_links_: smaller collectives are staged (BRAID_DEVICE_DIRECT_BYTES)
   bool shaping_direct_ = false;  // make_op is building a schedule for device buffers moved directly
   std::size_t slice_floor_ = 0;  // the largest TransportContext::min_slice_bytes() of the pairs' transports
-  // The flow window of links between hosts (BRAID_FLOW_WINDOW,
-  // collectives/ring_pieces.hpp): by rank, its group (-1: none), and the size.
-  std::vector<int> window_groups_;
-  std::size_t flow_window_ = 0;
   int local_rank_ = 0;          // among the ranks of this host (host_id), in rank order
   int local_size_ = 1;
   static constexpr std::chrono::microseconds kOversubscribedYield{1000};

@@ -60,7 +60,7 @@ CostInputs Plan::cost_inputs(std::size_t bytes) const {
   in.cache_bytes = cache_bytes;
   in.oversubscribed = oversubscribed;
   in.slice_limit = slice_limit;
-  in.inter_window = flow_window > 0 && host_count > 1;
+  in.inter_window = flow_window.bytes > 0 && host_count > 1;
   return in;
 }
 
@@ -204,7 +204,8 @@ FlowWindow flow_window_of(std::span<const RankInfo> ranks, const Settings& setti
   std::map<std::uint64_t, int> group_of_kernel;  // numbered by the kernel's first rank
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     if (settings.flow_window) w.groups[r] = 0;
-    else if (!ranks[r].host_id_from_env) w.groups[r] = group_of_kernel.try_emplace(ranks[r].kernel_id, static_cast<int>(r)).first->second;
+    else if (!ranks[r].host_id_from_env)
+      w.groups[r] = group_of_kernel.try_emplace(ranks[r].kernel_id, static_cast<int>(r)).first->second;
   }
   // None unless some group holds ranks of two hosts.
   std::map<int, std::uint64_t> host_of_group;
@@ -335,7 +336,7 @@ Plan make_plan(std::span<const RankInfo> ranks, const Settings& settings, std::s
       if (r.link_mbps > 0 && (slowest == 0 || r.link_mbps < slowest)) slowest = r.link_mbps;
     plan.inter_link_gbps = slowest / 8000.0;
   }
-  plan.flow_window = flow_window_of(ranks, settings).bytes;
+  plan.flow_window = flow_window_of(ranks, settings);
   plan.links = load_link_model(settings.tuning_file, ranks.empty() ? std::string_view() : ranks.front().hostname,
                                static_cast<int>(ranks.size()), plan.host_count, plan.oversubscribed);
   plan.choose();

@@ -27,6 +27,18 @@ namespace braid {
 
 struct TransportKind;
 
+/// The flow window of links between hosts (BRAID_FLOW_WINDOW;
+/// collectives/ring_pieces.hpp says what it is and why): by rank, its window
+/// group (-1: none; a link between ranks of different hosts in one group
+/// gets the window), and the window's size, 0 when no such link exists. auto
+/// puts the ranks of one kernel in one group, except simulated hosts
+/// (BRAID_HOST_ID, which talk over loopback, where the window did not pay);
+/// a size puts every rank in group 0.
+struct FlowWindow {
+  std::vector<int> groups;
+  std::size_t bytes = 0;
+};
+
 struct Plan {
   /// BRAID_TRANSPORT's order (every compiled transport by default); each pair
   /// of ranks uses the first that reaches it.
@@ -61,9 +73,10 @@ struct Plan {
   /// reported (RankInfo::link_mbps) in GB/s: the link between hosts is
   /// priced no faster (its copy rates capped); 0 when no rank knows its card.
   double inter_link_gbps = 0;
-  /// The flow window between hosts (flow_window_of), which the cost model
-  /// prices for the schedules made of ring pieces.
-  std::size_t flow_window = 0;
+  /// The flow window between hosts (flow_window_of): what the schedules
+  /// made of ring pieces keep (the communicator's shapes take it from here)
+  /// and the cost model prices.
+  FlowWindow flow_window;
 
   /// The algorithm for one `collective` ("all_reduce", "broadcast", ...) of
   /// `bytes`: the forced one, else the cheapest by the cost model at `bytes`
@@ -123,17 +136,7 @@ struct Plan {
 /// above this layer, and the planner reads it without including it.
 Plan make_plan(std::span<const RankInfo> ranks, const Settings& settings, std::span<const AlgorithmCost> algorithms);
 
-/// The flow window of links between hosts (BRAID_FLOW_WINDOW;
-/// collectives/ring_pieces.hpp says what it is and why): by rank, its window
-/// group (-1: none; a link between ranks of different hosts in one group
-/// gets the window), and the window's size, 0 when no such link exists. auto
-/// puts the ranks of one kernel in one group, except simulated hosts
-/// (BRAID_HOST_ID, which talk over loopback, where the window did not pay);
-/// a size puts every rank in group 0.
-struct FlowWindow {
-  std::vector<int> groups;
-  std::size_t bytes = 0;
-};
+/// The flow window of `ranks` under `settings` (FlowWindow).
 FlowWindow flow_window_of(std::span<const RankInfo> ranks, const Settings& settings);
 
 }  // namespace braid

@@ -75,11 +75,21 @@ int RankInfo::shared_cpus(std::span<const RankInfo> infos, std::uint64_t kernel)
   return count;
 }
 
-std::uint64_t RankInfo::local_kernel_id() {
+namespace {
+
+std::string read_boot_id() {
   std::string boot_id;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
+  return boot_id;
+}
+
+std::uint64_t kernel_id_of(const std::string& boot_id) {
   return std::hash<std::string>{}(boot_id + "/pid:" + pid_namespace());
 }
+
+}  // namespace
+
+std::uint64_t RankInfo::local_kernel_id() { return kernel_id_of(read_boot_id()); }
 
 RankInfo RankInfo::local(int rank) {
   RankInfo info;
@@ -94,9 +104,8 @@ RankInfo RankInfo::local(int rank) {
   // names (network namespaces with host names of their own on one machine,
   // as bench/netns_hosts.py and the two-laptop test make them, run on the
   // same cores).
-  std::string boot_id;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
-  info.kernel_id = local_kernel_id();
+  const std::string boot_id = read_boot_id();
+  info.kernel_id = kernel_id_of(boot_id);
   cpu_set_t set;
   CPU_ZERO(&set);
   if (::sched_getaffinity(0, sizeof set, &set) == 0) {

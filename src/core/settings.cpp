@@ -412,11 +412,10 @@ Settings Settings::from_env() {
   if (auto v = getenv_string("BRAID_PORT_RANGE")) s.port_range = PortRange::parse(*v, "BRAID_PORT_RANGE");
   if (auto v = env_integer("BRAID_TCP_STREAMS", 1, 16)) s.tcp_streams = static_cast<int>(*v);
   if (auto v = getenv_string("BRAID_TCP_BUFFER"); v && upper(*v) != "AUTO") {
-    s.tcp_buffer_auto = false;
     s.tcp_buffer_bytes = parse_bytes(*v, "BRAID_TCP_BUFFER");
     // A 4K buffer made a 1 MiB send take 24 s on loopback: far past any
     // useful rate, and past typical timeouts.
-    if (s.tcp_buffer_bytes > 0 && s.tcp_buffer_bytes < kMinTcpBuffer)
+    if (*s.tcp_buffer_bytes > 0 && *s.tcp_buffer_bytes < kMinTcpBuffer)
       throw InvalidArgument(cat("BRAID_TCP_BUFFER='", *v, "' is below ", human_bytes(kMinTcpBuffer),
                                 ", too small to move data at a useful rate; use at least 64K, or 0 for the kernel's "
                                 "autotuning"));

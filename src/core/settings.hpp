@@ -67,8 +67,9 @@ struct Settings {
   std::optional<PortRange> port_range;     // BRAID_PORT_RANGE: every listening socket's port
   std::string launch_source;               // where rank and size came from (launch_env.hpp), for describe()
   int tcp_streams = 1;
-  std::size_t tcp_buffer_bytes = 0;  // 0: leave the kernel's autotuning alone
-  bool tcp_buffer_auto = true;       // BRAID_TCP_BUFFER unset: 1M between ranks of one kernel (tcp_context.cpp)
+  // BRAID_TCP_BUFFER: 0 leaves the kernel's autotuning alone; unset: auto
+  // (1M between ranks of one kernel, transport/tcp/tcp_context.cpp).
+  std::optional<std::size_t> tcp_buffer_bytes;
   std::size_t slice_bytes = 512 * 1024;
   // BRAID_FLOW_WINDOW: what a ring step may send ahead of its receives on a
   // link between hosts (collectives/ring_pieces.hpp); unset: auto (the

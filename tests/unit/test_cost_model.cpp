@@ -72,17 +72,17 @@ TEST_CASE("cost model: a flow window between hosts of one kernel prices the ring
   // and the ring wins where a round would put more than 256 KiB in flight.
   auto infos = ranks_on({0, 1});
   Plan apart = plan_with(infos, {5, 2, 10});
-  CHECK(apart.flow_window == 0);
+  CHECK(apart.flow_window.bytes == 0);
   CHECK(apart.algorithm_for("all_reduce", 4 << 20) == "tree");
   for (auto& i : infos) i.kernel_id = infos.front().kernel_id;
   Plan one_kernel = plan_with(infos, {5, 2, 10});
-  CHECK(one_kernel.flow_window == kAutoFlowWindow);
+  CHECK(one_kernel.flow_window.bytes == kAutoFlowWindow);
   CHECK(one_kernel.cost_inputs(4 << 20).inter_window);
   CHECK(one_kernel.algorithm_for("all_reduce", 4 << 20) == "ring");
   CHECK(one_kernel.algorithm_for("all_reduce", 512 << 10) == "tree");  // 256 KiB in flight: no gain
   // Simulated hosts (BRAID_HOST_ID) talk over loopback: no window.
   for (auto& i : infos) i.host_id_from_env = true;
-  CHECK(plan_with(infos, {5, 2, 10}).flow_window == 0);
+  CHECK(plan_with(infos, {5, 2, 10}).flow_window.bytes == 0);
 }
 
 TEST_CASE("cost model: ranks that share cores take the ring, not the tree, from medium sizes") {

@@ -129,10 +129,10 @@ TEST_CASE("a socket buffer too small to be useful is refused") {
   }
   {
     EnvVar b("BRAID_TCP_BUFFER", "64K");
-    CHECK(Settings::from_env().tcp_buffer_bytes == 64u << 10);
+    CHECK(Settings::from_env().tcp_buffer_bytes == std::optional<std::size_t>(64u << 10));
   }
   EnvVar b("BRAID_TCP_BUFFER", "0");
-  CHECK(Settings::from_env().tcp_buffer_bytes == 0);
+  CHECK(Settings::from_env().tcp_buffer_bytes == std::optional<std::size_t>(0));
 }
 
 TEST_CASE("the flow window: auto, a size, 0, and too small") {
