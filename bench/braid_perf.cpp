@@ -233,7 +233,7 @@ int main(int argc, char** argv) {
     for (auto t : o.types)
       buffer_bytes = std::max(buffer_bytes, std::max<std::size_t>(1, o.max_bytes / braid::size_of(t) / blocks) * blocks *
                                                 braid::size_of(t));
-    PerfBuffers buffers(buffer_bytes, o.device, comm.local_rank());
+    PerfBuffers buffers(buffer_bytes, o.device, comm.local_rank(), o.local_register ? &comm : nullptr);
     // The plan the communicator made from the same rank infos and settings
     // (topology/plan.hpp, with the registry's costs), for naming the algorithm
     // of each row.

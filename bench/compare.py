@@ -61,15 +61,17 @@ sys.path.insert(0, HERE)
 import compare_report  # noqa: E402
 from netns_hosts import HOSTNAME as HOST_NAMES, TwoHosts  # noqa: E402
 
-# braid transports to try: (label, class, environment). A transport braid
-# does not have is left out after one quick probe. UCX runs in its two
-# flavours here, as Open MPI's UCX rows do: UCX's tcp on loopback, and its
-# shared memory with CMA.
+# braid transports to try: (label, class, environment, braid-perf options).
+# A transport braid does not have is left out after one quick probe. UCX runs
+# in its two flavours here, as Open MPI's UCX rows do: UCX's tcp on loopback,
+# and its shared memory with CMA. shm-mem is shm with buffers from
+# braid_mem_alloc (braid-perf -R 1), which the ranks read in place.
 BRAID_TRANSPORTS = [
-    ("tcp", "tcp", {"BRAID_TRANSPORT": "tcp"}),
-    ("shm", "shm", {"BRAID_TRANSPORT": "shm"}),
-    ("ucx-tcp", "tcp", {"BRAID_TRANSPORT": "ucx", "UCX_TLS": "tcp", "UCX_NET_DEVICES": "lo"}),
-    ("ucx-shm", "shm", {"BRAID_TRANSPORT": "ucx", "UCX_TLS": "posix,cma"}),
+    ("tcp", "tcp", {"BRAID_TRANSPORT": "tcp"}, []),
+    ("shm", "shm", {"BRAID_TRANSPORT": "shm"}, []),
+    ("shm-mem", "shm", {"BRAID_TRANSPORT": "shm"}, ["-R", "1"]),
+    ("ucx-tcp", "tcp", {"BRAID_TRANSPORT": "ucx", "UCX_TLS": "tcp", "UCX_NET_DEVICES": "lo"}, []),
+    ("ucx-shm", "shm", {"BRAID_TRANSPORT": "ucx", "UCX_TLS": "posix,cma"}, []),
 ]
 
 # The peers: (library, transport label, class, how to start it).
@@ -120,18 +122,18 @@ def find_variants(args, build):
     mpi_perf = os.path.join(build, "bench", "peers", "mpi_perf")
     gloo_perf = os.path.join(build, "bench", "peers", "gloo_perf")
     variants, missing = [], []
-    for transport, klass, transport_env in BRAID_TRANSPORTS:
+    for transport, klass, transport_env, perf_args in BRAID_TRANSPORTS:
         env = {**transport_env, "BRAID_SOCKET_IFNAME": "lo", "BRAID_TIMEOUT": "120s"}
         probe = subprocess.run([run, "-n", "1", "--timeout", "30s", perf, "all_reduce", "-b", "8", "-e", "8", "-n", "1",
-                                "-w", "0", "-c", "0", "--csv"], env={**os.environ, **env},
+                                "-w", "0", "-c", "0", "--csv", *perf_args], env={**os.environ, **env},
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if probe.returncode != 0:
             missing.append(f"braid/{transport} (not built into this braid)")
             continue
 
-        def braid_command(ranks, collective, _unused_dir, args=args):
+        def braid_command(ranks, collective, _unused_dir, args=args, perf_args=perf_args):
             return [run, "-n", str(ranks), "--no-prefix", "--timeout", f"{LAUNCH_TIMEOUT_S}s", perf, collective,
-                    *sweep_args(args), "-c", "0", "--csv", "--no-progress"]
+                    *sweep_args(args), "-c", "0", "--csv", "--no-progress", *perf_args]
         variants.append(Variant("braid", transport, klass, braid_command, env))
     for library, transport, klass, mca in PEERS:
         if library == "openmpi":

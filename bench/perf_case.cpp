@@ -19,8 +19,8 @@ std::size_t count_for(const CaseSpec& s, int n, std::size_t bytes) {
 Case::Case(const CaseSpec& o, braid::Comm& comm, PerfBuffers& buffers, std::size_t bytes)
     : o_(o), comm_(comm), buffers_(buffers), kind_(even_form(o.collective->kind)), call_(o.collective->kind),
       rank_(comm.rank()), n_(comm.size()), element_(braid::size_of(o.type)) {
-  std::vector<std::byte>& send = buffers.send;
-  std::vector<std::byte>& recv = buffers.recv;
+  HostBuffer& send = buffers.send;
+  HostBuffer& recv = buffers.recv;
   const std::size_t blocks = o.collective->blocked ? static_cast<std::size_t>(n_) : 1;
   count_ = count_for(o, n_, bytes);
   total_ = count_ * blocks;

@@ -25,14 +25,47 @@ struct CaseSpec {
 // least one (per rank where there are blocks) unless the row is empty.
 std::size_t count_for(const CaseSpec& s, int n, std::size_t bytes);
 
-// The send and receive buffers: host vectors, and with --device their
+// A host buffer: heap memory, or (-R 1) braid's shared memory (braid::mem_alloc),
+// which the ranks of a host read in place, registered with the communicator.
+class HostBuffer {
+ public:
+  HostBuffer(std::size_t bytes, braid::Comm* registered_with)
+      : bytes_(bytes), comm_(registered_with) {
+    if (comm_ == nullptr) {
+      heap_.resize(bytes);
+      data_ = heap_.data();
+      return;
+    }
+    data_ = static_cast<std::byte*>(braid::mem_alloc(std::max<std::size_t>(bytes, 1)));
+    handle_ = comm_->register_buffer(data_, bytes);
+  }
+  ~HostBuffer() {
+    if (comm_ == nullptr) return;
+    comm_->deregister_buffer(handle_);
+    braid::mem_free(data_);
+  }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  std::byte* data() { return data_; }
+  std::size_t size() const { return bytes_; }
+
+ private:
+  std::vector<std::byte> heap_;
+  std::byte* data_ = nullptr;
+  std::size_t bytes_ = 0;
+  braid::Comm* comm_ = nullptr;
+  void* handle_ = nullptr;
+};
+
+// The send and receive buffers: host buffers, and with --device their
 // copies in GPU memory, which the calls use; patterns are written and checked
-// in the host vectors and copied across.
+// in the host buffers and copied across.
 struct PerfBuffers {
-  std::vector<std::byte> send, recv;
+  HostBuffer send, recv;
   braid::device::Memory device_send, device_recv;
 
-  PerfBuffers(std::size_t bytes, bool device, int local_rank) : send(bytes), recv(bytes) {
+  PerfBuffers(std::size_t bytes, bool device, int local_rank, braid::Comm* registered_with = nullptr)
+      : send(bytes, registered_with), recv(bytes, registered_with) {
     if (!device) return;
     if (braid::device::count() == 0)
       throw braid::Error(braid::ErrorCode::unsupported, "--device: " + braid::device::status());

@@ -66,8 +66,11 @@ Options take "-x VALUE", "-xVALUE", "--name VALUE" or "--name=VALUE", as in nccl
   -M, --memory_report 0|1  1: after the sweep, each rank's peak resident memory; default 0
   -g 1, -t 1               nccl-tests' GPUs and threads per process: braid has one rank per
                            process, so only 1 is accepted; braid-run -n sets the ranks
-  -p 0, -G 0, -R 0         nccl-tests' parallel init, CUDA graph launches and buffer
-                           registration: braid has none of them, so only 0 is accepted
+  -p 0, -G 0               nccl-tests' parallel init and CUDA graph launches: braid has
+                           neither, so only 0 is accepted
+  -R, --local_register 0|1 1: host buffers from braid::mem_alloc, registered with the
+                           communicator, which ranks of one host read in place (shm's mapped
+                           messages, above 64K); default 0 (heap memory)
   --version                braid's version
   -h, --help               this text
 
@@ -217,9 +220,14 @@ ParsedCommandLine parse_options(const std::vector<std::string_view>& args, std::
                                     "braid's calls are synchronous with the GPU and queue nothing on a stream, so "
                                     "there is nothing to capture: use -G 0"))
       .option({"-R", "--local_register"},
-              only_zero(2, "registers the buffers with NCCL (1: locally, 2: symmetric memory); braid has no "
-                           "buffer registration (its transports copy through staging memory of their own): use "
-                           "-R 0"))
+              [&](auto name, auto v) {
+                const int mode = parse_choice(name, v, 0, 2);
+                if (mode == 2)
+                  throw UsageError(
+                      "-R 2 registers symmetric memory (NCCL's window registration); braid has none: use -R 1 "
+                      "(buffers from braid::mem_alloc, registered) or -R 0");
+                o.local_register = mode == 1;
+              })
       .option({"--algo"}, [&](auto, auto v) { o.algo = v; })
       .option({"--transport"}, [&](auto, auto v) { o.transport = v; })
       .option({"--tune"}, [&](auto, auto v) { o.tune = v; })

@@ -38,6 +38,7 @@ struct Options {
   bool progress = true;
   std::string algo;       // --algo: COLLECTIVE:NAME added to BRAID_ALGO
   std::string transport;  // --transport: BRAID_TRANSPORT
+  bool local_register = false;  // -R 1: host buffers from braid::mem_alloc, registered
   bool device = false;    // --device: buffers in GPU memory (device local_rank % devices)
   std::string tune;       // --tune FILE: fit the cost model's link parameters, write FILE (perf_tune.hpp)
 };

@@ -309,6 +309,30 @@ braid_result_t braid_red_op_destroy(braid_redop_t op, braid_comm_t comm) {
 
 braid_result_t braid_comm_user_rank(braid_comm_t comm, int* rank) { return braid_comm_rank(comm, rank); }
 
+braid_result_t braid_mem_alloc(void** ptr, size_t size) {
+  return guarded([&] {
+    require(ptr, "the pointer for the allocation");
+    *ptr = nullptr;
+    *ptr = braid::mem_alloc(size);
+  });
+}
+
+braid_result_t braid_mem_free(void* ptr) {
+  return guarded([&] { braid::mem_free(ptr); });
+}
+
+braid_result_t braid_comm_register(braid_comm_t comm, void* buff, size_t size, void** handle) {
+  return guarded([&] {
+    require(handle, "the handle pointer");
+    *handle = nullptr;
+    *handle = comm_of(comm).register_buffer(buff, size);
+  });
+}
+
+braid_result_t braid_comm_deregister(braid_comm_t comm, void* handle) {
+  return guarded([&] { comm_of(comm).deregister_buffer(handle); });
+}
+
 braid_result_t braid_sendrecv(const void* sendbuf, size_t sendcount, int dest, void* recvbuf, size_t recvcount,
                               int source, braid_datatype_t datatype, braid_comm_t comm) {
   return guarded(

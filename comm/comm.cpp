@@ -7,6 +7,7 @@
 #include "group.hpp"
 #include "core/log.hpp"
 #include "core/text.hpp"
+#include "transport/shm/shared_memory.hpp"
 
 namespace braid {
 
@@ -327,6 +328,17 @@ void Comm::finalize() {
   impl_->finalize();
 }
 void Comm::flush() { impl().flush(); }
+void* Comm::register_buffer(void* buffer, std::size_t bytes) {
+  CommImpl& c = impl();
+  return shared_register(&c, buffer, bytes, cat("rank ", c.rank(), ": register_buffer"));
+}
+void Comm::deregister_buffer(void* handle) {
+  CommImpl& c = impl();
+  shared_deregister(&c, handle, cat("rank ", c.rank(), ": deregister_buffer"));
+}
+
+void* mem_alloc(std::size_t bytes) { return shared_alloc(bytes); }
+void mem_free(void* pointer) { shared_free(pointer); }
 
 void Comm::check_span_sizes(std::size_t small, std::size_t big, int factor, const char* op) {
   if (big != small * static_cast<std::size_t>(factor)) {

@@ -20,6 +20,7 @@
 #include "topo_inputs.hpp"
 #include "topology/machine.hpp"
 #include "topology/topo_plan.hpp"
+#include "transport/shm/shared_memory.hpp"
 
 namespace braid {
 
@@ -41,6 +42,7 @@ CommImpl::~CommImpl() {
     log_info("rank ", rank_, ": the communicator ended after an error: ", e.what());
   }
   runtime_.remove(*this);
+  shared_deregister_all(this);
 }
 
 std::unique_ptr<CommImpl> CommImpl::create(Rendezvous rendezvous, int rank, int size, Settings settings) {

@@ -29,7 +29,10 @@ std::unique_ptr<TransportContext> make_tcp(const ContextSetup& s) {
 }
 
 std::unique_ptr<TransportContext> make_shm(const ContextSetup& s) {
-  return std::make_unique<ShmContext>(RingGeometry{}, s.settings->shm_single_copy_bytes);
+  return std::make_unique<ShmContext>(RingGeometry{}, s.settings->shm_single_copy_bytes, s.settings->shm_mapped,
+                                      s.settings->shm_stores == Settings::ShmStores::plain       ? RingCopy::cached
+                                      : s.settings->shm_stores == Settings::ShmStores::streaming ? RingCopy::streaming
+                                                                                                  : RingCopy::adaptive);
 }
 
 #ifdef BRAID_HAVE_CUDA

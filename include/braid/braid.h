@@ -392,6 +392,26 @@ braid_result_t braid_work_test(braid_work_t work, int* done);
 /** Frees the handle; the operation itself still runs to completion. Accepts NULL. */
 braid_result_t braid_work_free(braid_work_t work);
 
+/** Shared memory for buffers (NCCL's ncclMemAlloc): `size` bytes (rounded up
+ * to whole pages) of zeroed host memory that the other ranks of this host map,
+ * so that a message above 64K from it is copied or reduced by the receiver
+ * straight out of it instead of through braid's shared ring. Any buffer
+ * inside it is recognised by every call. braid_invalid_argument for size 0,
+ * braid_system_error when the kernel refuses the memory. */
+braid_result_t braid_mem_alloc(void** ptr, size_t size);
+/** Frees what braid_mem_alloc returned (NULL: nothing); braid_invalid_argument
+ * for any other pointer and for memory still registered with a communicator. */
+braid_result_t braid_mem_free(void* ptr);
+/** Registers `size` bytes at `buff` with `comm` (NCCL's ncclCommRegister); the
+ * range must lie in memory from braid_mem_alloc (braid_invalid_argument
+ * otherwise), which stays allocated until deregistered. Memory from
+ * braid_mem_alloc is read in place registered or not: registering is how code
+ * written for NCCL says the buffer stays. Destroying `comm` ends its
+ * registrations. */
+braid_result_t braid_comm_register(braid_comm_t comm, void* buff, size_t size, void** handle);
+/** Ends a registration braid_comm_register returned for `comm`. */
+braid_result_t braid_comm_deregister(braid_comm_t comm, void* handle);
+
 /** The version of these headers; braid_get_version() gives the library's,
  * coded major * 10000 + minor * 100 + patch, as NCCL codes its own. */
 #define BRAID_VERSION_MAJOR 0

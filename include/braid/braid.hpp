@@ -135,6 +135,20 @@ void shutdown();
 /// is logged and their Work fails).
 void group_start();
 void group_end();
+
+/// Shared memory for buffers (as NCCL's ncclMemAlloc): `bytes` (rounded up
+/// to whole pages) of zeroed host memory that the other ranks of this host
+/// map, so that a message above 64K from it is copied or reduced by the
+/// receiver straight out of it, instead of being copied into braid's shared
+/// ring and out again (docs/transports.md, "Mapped messages"). Collectives
+/// and point-to-point calls need nothing else: any buffer inside it is
+/// recognised. Throws InvalidArgument for 0 bytes, SystemError when the
+/// kernel refuses the memory. Free it with mem_free.
+void* mem_alloc(std::size_t bytes);
+/// Frees what mem_alloc returned (nullptr: nothing). Throws InvalidArgument
+/// for any other pointer and for memory still registered with a communicator.
+/// Peers that mapped it drop their mappings on their next new one.
+void mem_free(void* pointer);
 /// Ends one level of the calling thread's group after something in it
 /// failed: the group issues nothing (see above) and this throws nothing.
 void group_end_failed() noexcept;
@@ -353,6 +367,17 @@ class Comm {
   /// Waits until every operation started here (the *_async ones included) is
   /// done, each bounded by the timeout; throws the error of a failed one.
   void flush();
+  /// Registers `bytes` at `buffer` with this communicator (as NCCL's
+  /// ncclCommRegister) and returns the registration's handle. The range must
+  /// lie in memory from mem_alloc (InvalidArgument otherwise, saying so),
+  /// which stays allocated until deregistered: mem_free refuses it. Memory
+  /// from mem_alloc is read in place registered or not; registering is how
+  /// code written for NCCL, which needs it, says that the buffer stays.
+  /// Destroying the communicator ends its registrations.
+  void* register_buffer(void* buffer, std::size_t bytes);
+  /// Ends a registration register_buffer returned here (InvalidArgument for
+  /// any other handle).
+  void deregister_buffer(void* handle);
   /// Ends this rank's part in the communicator in order: finishes every
   /// operation started here (each bounded by the timeout), tells every peer
   /// it linked to that it finalized (a peer does not take that for a

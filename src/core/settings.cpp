@@ -136,6 +136,17 @@ constexpr std::array kTable = {
                 "in the ring, which measured faster for collectives on the development machine (docs/transports.md). "
                 "Where the kernel refuses it (another user, kernel.yama.ptrace_scope 2 or 3, a seccomp policy) "
                 "messages go through the ring."},
+    SettingInfo{"BRAID_SHM_MAPPED", "1",
+                "Messages above 64K between ranks of one host whose source is memory from braid_mem_alloc are "
+                "read by the receiver straight from the sender's buffer, which it maps once (one copy or reduction, "
+                "no system call per message; the send completes once it is read). 0: they go through the shared "
+                "ring as any other message."},
+    SettingInfo{"BRAID_SHM_STORES", "auto",
+                "How a rank fills the shared ring's slots for a rank of its host: plain stores (the receiver then "
+                "reads the data from the sender's cache), streaming stores (from memory), or auto: per ring, "
+                "chunks of 8K and more the way that has cost the two sides less time, timed as they go (which "
+                "wins depends on where the two processes run: on the development VM it changed by itself, 3x "
+                "either way; docs/transports.md)."},
     SettingInfo{"BRAID_DEVICE_DIRECT_BYTES", "(auto)",
                 "Where every pair of ranks is on a link that moves GPU memory (cuda_ipc), collectives of at least "
                 "this many bytes (count x element size) on device buffers move GPU to GPU, and smaller ones are "
@@ -437,6 +448,19 @@ Settings Settings::from_env() {
     if (s.shm_single_copy_bytes > 0 && s.shm_single_copy_bytes <= 64 * 1024)
       throw InvalidArgument(cat("BRAID_SHM_SINGLE_COPY='", *v, "' must be above 64K, the sends every transport takes "
                                 "without the receiver (0 turns single copies off)"));
+  }
+  if (auto v = getenv_string("BRAID_SHM_MAPPED")) {
+    const std::string value = upper(*v);
+    if (value == "0" || value == "OFF" || value == "FALSE" || value == "NO") s.shm_mapped = false;
+    else if (value == "1" || value == "ON" || value == "TRUE" || value == "YES") s.shm_mapped = true;
+    else throw InvalidArgument(cat("BRAID_SHM_MAPPED='", *v, "' is not 0 or 1"));
+  }
+  if (auto v = getenv_string("BRAID_SHM_STORES")) {
+    const std::string value = upper(*v);
+    if (value == "AUTO") s.shm_stores = Settings::ShmStores::automatic;
+    else if (value == "PLAIN") s.shm_stores = Settings::ShmStores::plain;
+    else if (value == "STREAMING") s.shm_stores = Settings::ShmStores::streaming;
+    else throw InvalidArgument(cat("BRAID_SHM_STORES='", *v, "' is not auto, plain or streaming"));
   }
   if (auto v = getenv_string("BRAID_DEVICE_DIRECT_BYTES"))
     s.device_direct_bytes = parse_bytes(*v, "BRAID_DEVICE_DIRECT_BYTES");

@@ -78,6 +78,13 @@ struct Settings {
   // BRAID_SHM_SINGLE_COPY: messages between ranks of one host of at least
   // this size go by one copy (transport/shm/shm_ring.hpp); 0: never.
   std::size_t shm_single_copy_bytes = 0;
+  // BRAID_SHM_MAPPED: whether shm links take messages from the peer's
+  // braid_mem_alloc memory in place (transport/shm/shared_memory.hpp).
+  bool shm_mapped = true;
+  // BRAID_SHM_STORES: how a shm ring's producer fills its slots
+  // (transport/shm/shm_ring.hpp, "Adaptive stores").
+  enum class ShmStores : std::uint8_t { automatic, plain, streaming };
+  ShmStores shm_stores = ShmStores::automatic;
   // BRAID_DEVICE_DIRECT_BYTES: the smallest collective whose device buffers
   // move over device links (cuda_ipc) directly; unset: chosen by the comm.
   std::optional<std::size_t> device_direct_bytes;

@@ -667,6 +667,50 @@ static void pre_mul_sums(braid_comm_t comm, int rank, int n) {
   EXPECT_OK(braid_red_op_destroy(op, comm));
 }
 
+/* braid_mem_alloc's shared memory: collectives on it (messages above 64K are
+ * read in place by the ranks of this host), registration, and the refusals. */
+static void shared_memory(braid_comm_t comm, int rank, int n) {
+  enum { kCount = (1 << 20) / 4 + 3 };
+  int32_t *send = NULL, *recv = NULL;
+  int32_t heap[16];
+  void *handle = NULL, *other = NULL;
+  int i, r, wrong = 0;
+  EXPECT_CODE(braid_mem_alloc(NULL, 64), braid_invalid_argument);
+  EXPECT_CODE(braid_mem_alloc((void**)&send, 0), braid_invalid_argument);
+  EXPECT(send == NULL);
+  EXPECT_OK(braid_mem_alloc((void**)&send, kCount * sizeof(int32_t)));
+  EXPECT_OK(braid_mem_alloc((void**)&recv, kCount * sizeof(int32_t)));
+  if (send == NULL || recv == NULL) return;
+  for (i = 0; i < kCount; ++i) send[i] = value(rank, i);
+  EXPECT_OK(braid_all_reduce(send, recv, kCount, braid_i32, braid_sum, comm));
+  for (i = 0; i < kCount; ++i) {
+    int32_t expected = 0;
+    for (r = 0; r < n; ++r) expected += value(r, i);
+    wrong += recv[i] != expected || send[i] != value(rank, i);
+  }
+  EXPECT(wrong == 0);
+  /* Broadcast in place from the last rank, registered. */
+  EXPECT_OK(braid_comm_register(comm, send, kCount * sizeof(int32_t), &handle));
+  EXPECT(handle != NULL);
+  if (rank != n - 1) memset(send, 0, kCount * sizeof(int32_t));
+  EXPECT_OK(braid_broadcast(send, send, kCount, braid_i32, n - 1, comm));
+  wrong = 0;
+  for (i = 0; i < kCount; ++i) wrong += send[i] != value(n - 1, i);
+  EXPECT(wrong == 0);
+  EXPECT_CODE(braid_mem_free(send), braid_invalid_argument); /* still registered */
+  EXPECT_CODE(braid_comm_register(comm, heap, sizeof heap, &other), braid_invalid_argument);
+  EXPECT(strstr(braid_last_error(), "braid_mem_alloc") != NULL);
+  EXPECT(other == NULL);
+  EXPECT_CODE(braid_comm_register(comm, send, kCount * sizeof(int32_t), NULL), braid_invalid_argument);
+  EXPECT_OK(braid_comm_deregister(comm, handle));
+  EXPECT_CODE(braid_comm_deregister(comm, handle), braid_invalid_argument);
+  EXPECT_OK(braid_mem_free(send));
+  EXPECT_CODE(braid_mem_free(send), braid_invalid_argument);
+  EXPECT_CODE(braid_mem_free(heap), braid_invalid_argument);
+  EXPECT_OK(braid_mem_free(recv));
+  EXPECT_OK(braid_mem_free(NULL));
+}
+
 int main(void) {
   braid_comm_t comm = NULL;
   int rank = -1, n = 0;
@@ -709,6 +753,7 @@ int main(void) {
   pre_mul_sums(comm, rank, n);
   stats(comm, rank, n);
   uneven(comm, rank, n);
+  shared_memory(comm, rank, n);
   config_and_ids(comm, rank, n);
   unique_id_and_timeout(comm, rank, n);
   EXPECT_OK(braid_comm_destroy(comm));

@@ -2,7 +2,7 @@
 // 2, 3 and 4 ranks over real TCP sockets:
 //
 //   braid-run -n 3 collective_check [--large-mib 64] [--only all_reduce|broadcast]
-//                                   [--expect-in-describe TEXT]...
+//                                   [--expect-in-describe TEXT]... [--shared-memory]
 //
 // all_reduce: every type x op at counts 0, 1, odd, not divisible by the rank
 // count, and several pipeline slices, in place and out of place; then one
@@ -14,6 +14,7 @@
 // runs one of the two (the tests that force one algorithm with BRAID_ALGO).
 // --expect-in-describe fails the run unless Comm::describe() contains TEXT
 // (the test on simulated hosts checks that it mixes shm and tcp).
+// --shared-memory takes every buffer from braid::mem_alloc (host_bytes.hpp).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +24,7 @@
 
 #include "braid/braid.hpp"
 #include "expected_values.hpp"
+#include "host_bytes.hpp"
 
 namespace {
 
@@ -53,7 +55,7 @@ std::string describe(const char* op, braid::DataType t, const std::string& detai
 void check_all_reduce(braid::Comm& comm, Tally& tally, braid::DataType type, braid::ReduceOp op, std::size_t count,
                       bool in_place) {
   const std::size_t bytes = count * braid::size_of(type);
-  std::vector<std::byte> send(bytes + 1), recv(bytes + 1, std::byte{0xcd});
+  braid::check::HostBytes send(bytes + 1), recv(bytes + 1, std::byte{0xcd});
   braid::check::fill_reduce_input(type, op, comm.rank(), send.data(), count);
   std::byte* out = in_place ? send.data() : recv.data();
   comm.all_reduce(send.data(), out, count, type, op);
@@ -70,7 +72,7 @@ void check_all_reduce(braid::Comm& comm, Tally& tally, braid::DataType type, bra
 
 void check_broadcast(braid::Comm& comm, Tally& tally, braid::DataType type, int root, std::size_t count, bool in_place) {
   const std::size_t bytes = count * braid::size_of(type);
-  std::vector<std::byte> send(bytes + 1, std::byte{0xab}), recv(bytes + 1, std::byte{0xcd});
+  braid::check::HostBytes send(bytes + 1, std::byte{0xab}), recv(bytes + 1, std::byte{0xcd});
   if (comm.rank() == root) braid::check::fill_broadcast_input(type, root, send.data(), count);
   std::byte* out = in_place ? send.data() : recv.data();
   comm.broadcast(send.data(), out, count, type, root);
@@ -88,6 +90,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--large-mib") == 0 && i + 1 < argc) large_mib = std::strtoul(argv[++i], nullptr, 10);
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
+    else if (std::strcmp(argv[i], "--shared-memory") == 0) braid::check::g_shared_memory = true;
     else if (std::strcmp(argv[i], "--expect-in-describe") == 0 && i + 1 < argc) expected_in_describe.push_back(argv[++i]);
     else {
       std::fprintf(stderr,

@@ -2,7 +2,7 @@
 // cover, of point-to-point, of asynchronous work and of split; run by the
 // test suite under braid-run with 2 to 5 ranks over real TCP sockets:
 //
-//   braid-run -n 4 collectives_all_check [--large-mib 4]
+//   braid-run -n 4 collectives_all_check [--large-mib 4] [--shared-memory]
 //
 // reduce, reduce_scatter: every type x op; all_gather, all_to_all, gather,
 // scatter: every type. Counts 0, 1, odd, not divisible by the rank count and
@@ -36,6 +36,7 @@
 #include "braid/braid.hpp"
 #include "tally.hpp"
 #include "expected_values.hpp"
+#include "host_bytes.hpp"
 
 namespace {
 
@@ -63,7 +64,7 @@ struct Buffer {
     return true;
   }
   std::size_t bytes;
-  std::vector<std::byte> storage;
+  braid::check::HostBytes storage;  // the heap, or --shared-memory: braid::mem_alloc's
 };
 
 std::string name(DataType t) { return std::string(braid::name_of(t)); }
@@ -542,6 +543,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--large-mib") == 0 && i + 1 < argc) large_mib = std::strtoul(argv[++i], nullptr, 10);
     else if (std::strcmp(argv[i], "--exclude") == 0 && i + 1 < argc) excluded = parse_ranks(argv[++i]);
+    else if (std::strcmp(argv[i], "--shared-memory") == 0) braid::check::g_shared_memory = true;
     else if (std::strcmp(argv[i], "--exclude-how") == 0 && i + 1 < argc) kill = std::strcmp(argv[++i], "kill") == 0;
     else {
       std::fprintf(stderr, "usage: collectives_all_check [--large-mib N] [--exclude R,R,... [--exclude-how exit|kill]]\n");

@@ -84,7 +84,7 @@ ShmAddress parse_address(std::span<const std::byte> bytes, std::string_view who)
 
 ShmPeerProcess::ShmPeerProcess(int pid, int bell_fd, int pipe_fd, std::string_view who, DoorbellWord* own_word,
                                int own_pipe)
-    : watch_(pid) {
+    : watch_(pid), mappings_(pid) {
   if (pid == ::getpid()) {
     // Ranks of one process (threads) ring the process's own word.
     own_ = true;
@@ -117,7 +117,7 @@ ShmPeerProcess::ShmPeerProcess(int pid, int bell_fd, int pipe_fd, std::string_vi
   }
 }
 
-ShmPeerProcess::ShmPeerProcess(int pid) : watch_(pid), exited_(true) {
+ShmPeerProcess::ShmPeerProcess(int pid) : watch_(pid), exited_(true), mappings_(pid) {
   // Nobody sleeps on this word: ringing it reads zero sleepers and stops.
   void* p = ::mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw SystemError(cat("shm: cannot map a page: ", errno_text(errno)));
@@ -131,8 +131,8 @@ ShmPeerProcess::~ShmPeerProcess() {
 
 // ---- the process's context ----------------------------------------------------------
 
-ShmContext::ShmContext(RingGeometry geometry, std::size_t single_copy_bytes)
-    : geometry_(geometry), single_copy_bytes_(single_copy_bytes), pid_(::getpid()), secret_(CommId::random().bytes) {
+ShmContext::ShmContext(RingGeometry geometry, std::size_t single_copy_bytes, bool mapped, RingCopy stores)
+    : geometry_(geometry), single_copy_bytes_(single_copy_bytes), mapped_(mapped), stores_(stores), pid_(::getpid()), secret_(CommId::random().bytes) {
   ShmRing::check(geometry_);
   // Segments whose creator died before it could unlink them (a kill -9
   // during connection set-up) go now.

@@ -50,6 +50,7 @@
 #include "core/process.hpp"
 #include "core/socket.hpp"
 #include "transport/shm/doorbell.hpp"
+#include "transport/shm/shared_memory.hpp"
 #include "transport/shm/shm_ring.hpp"
 #include "transport/shm/shm_segment.hpp"
 #include "transport/transport.hpp"
@@ -73,6 +74,8 @@ class ShmPeerProcess {
   int pid() const { return watch_.pid(); }
   /// False once the process exited (or was killed).
   bool alive() const { return !exited_ && watch_.alive(); }
+  /// Its shared allocations this process mapped (mapped messages).
+  PeerMappings& mappings() { return mappings_; }
 
  private:
   ProcessWatch watch_;
@@ -80,6 +83,7 @@ class ShmPeerProcess {
   int pipe_ = -1;
   bool own_ = false;     // this process: the word and pipe are the context's
   bool exited_ = false;  // made for a process that was gone already
+  PeerMappings mappings_;
 };
 
 class ShmLink;
@@ -92,8 +96,12 @@ class ShmContext final : public TransportContext {
   static constexpr std::chrono::milliseconds kLivenessEvery{10};
 
   /// `single_copy_bytes`: the smallest message sent by one copy (shm_ring.hpp;
-  /// BRAID_SHM_SINGLE_COPY), 0 for none.
-  explicit ShmContext(RingGeometry geometry = {}, std::size_t single_copy_bytes = 0);
+  /// BRAID_SHM_SINGLE_COPY), 0 for none. `mapped`: whether this process's
+  /// links take mapped messages (shared_memory.hpp; BRAID_SHM_MAPPED).
+  /// `stores`: how producers fill slots (RingCopy::adaptive, cached or
+  /// streaming; BRAID_SHM_STORES).
+  explicit ShmContext(RingGeometry geometry = {}, std::size_t single_copy_bytes = 0, bool mapped = true,
+                      RingCopy stores = RingCopy::adaptive);
   ~ShmContext() override;
   ShmContext(const ShmContext&) = delete;
   ShmContext& operator=(const ShmContext&) = delete;
@@ -109,6 +117,8 @@ class ShmContext final : public TransportContext {
 
   RingGeometry geometry() const { return geometry_; }
   std::size_t single_copy_bytes() const { return single_copy_bytes_; }
+  bool mapped() const { return mapped_; }
+  RingCopy stores() const { return stores_; }
   DoorbellWord* own_word() const { return word_; }
   int own_pipe() const { return pipe_write_.get(); }
   int pid() const { return pid_; }
@@ -139,6 +149,8 @@ class ShmContext final : public TransportContext {
 
   RingGeometry geometry_;
   std::size_t single_copy_bytes_;
+  bool mapped_;
+  RingCopy stores_;
   int pid_;
   ShmSecret secret_;  // part of every pair name (pair_label)
   Fd bell_;  // the memfd holding word_

@@ -32,9 +32,10 @@ ShmLink::ShmLink(int self, const RankInfo& peer, std::shared_ptr<ShmSegment> seg
     : self_(self), peer_(peer.rank), context_(context), process_(std::move(process)), segment_(std::move(segment)),
       peer_opened_(!created), peer_name_(cat("rank ", peer.rank, " (", peer.hostname, ", shm pid ", peer.pid, ")")),
       sender_(ring_region(self < peer.rank ? 0 : 1, geometry), cat("rank ", self, ": shm ring to ", peer_name_),
-              RingCopy::by_size, context_.own_word(), process_->word(), context_.single_copy_bytes()),
+              context_.stores(), context_.own_word(), process_->word(), context_.single_copy_bytes()),
       receiver_(ring_region(self < peer.rank ? 1 : 0, geometry), cat("rank ", self, ": shm ring from ", peer_name_),
-                RingCopy::by_size, context_.own_word(), process_->word(), context_.single_copy_bytes() > 0) {
+                RingCopy::by_size, context_.own_word(), process_->word(), context_.single_copy_bytes() > 0,
+                context_.mapped() ? &process_->mappings() : nullptr) {
   sender_.wake_peer_through(process_->pipe());
   receiver_.wake_peer_through(process_->pipe());
   context_.add_link(this);

@@ -13,6 +13,7 @@
 #include "core/process.hpp"
 #include "core/reduce.hpp"
 #include "core/text.hpp"
+#include "core/ticks.hpp"
 #include "transport/message.hpp"
 #include "transport/shm/cma.hpp"
 #include "transport/shm/nt_copy.hpp"
@@ -20,12 +21,24 @@
 namespace braid {
 namespace {
 
-// "braid_r3": single copies (r2: slots published by their own seq).
-constexpr std::uint64_t kRingMagic = 0x62726169645f7233ull;
+// "braid_r4": mapped messages (r3: single copies; r2: slots published by
+// their own seq).
+constexpr std::uint64_t kRingMagic = 0x62726169645f7234ull;
 constexpr std::size_t kPage = 4096;
 constexpr std::uint32_t kMaxSlots = 1024;
 // A slot whose message the consumer reads from the producer's memory.
 constexpr std::uint32_t kRemoteSlot = 1;
+// A slot whose message the consumer reads from the producer's shared
+// allocation (inline_data holds a MappedRef).
+constexpr std::uint32_t kMappedSlot = 2;
+// A slot whose chunk the producer filled with streaming stores (adaptive).
+constexpr std::uint32_t kStreamedSlot = 4;
+// The first chunk of a trial (adaptive): the change of way costs it what
+// neither way costs in the long run, so neither side counts it.
+constexpr std::uint32_t kUntimedSlot = 8;
+// The consumer's word on mapped messages (Control::mapped).
+constexpr std::uint32_t kMapsYes = 1;
+constexpr std::uint32_t kMapsNo = 2;
 // The block a single-copy reduce reads from the producer before it reduces
 // from it: small enough to stay in L1/L2 between the two.
 constexpr std::size_t kBounceBytes = 64 * 1024;
@@ -66,9 +79,11 @@ void copy_chunk(RingCopy how, void* dst, const void* src, std::size_t bytes, std
   switch (how) {
     case RingCopy::cached: cached_copy(dst, src, bytes); break;
     case RingCopy::streaming: nt_copy(dst, src, bytes); break;
-    case RingCopy::by_size: copy_large(dst, src, bytes, message_bytes); break;
+    case RingCopy::by_size:
+    case RingCopy::adaptive: copy_large(dst, src, bytes, message_bytes); break;
   }
 }
+
 
 }  // namespace
 
@@ -90,6 +105,11 @@ struct ShmRing::Control {
   std::uint64_t probe_value;
   std::uint32_t probe_pid;
   alignas(64) std::uint32_t single_copy;
+  std::uint32_t mapped;  // the consumer's word on mapped messages (kMapsYes/No)
+  // The consumer's ticks spent taking chunks filled plainly [0] or with
+  // streaming stores [1], and their bytes (adaptive stores).
+  alignas(64) std::uint64_t read_ticks[2];
+  std::uint64_t read_bytes[2];
 };
 
 // Two lines: the first holds what the consumer checks (the publish mark, the
@@ -107,6 +127,18 @@ static_assert(sizeof(ShmRing::SlotHeader) == 128 && offsetof(ShmRing::SlotHeader
               "a slot header is two lines, its inline chunk aligned for every element type");
 
 namespace {
+
+// What a mapped slot's inline_data holds: the allocation and the offset of
+// the message in it (shared_memory.hpp's SharedRange).
+struct MappedRef {
+  std::uint64_t serial;
+  std::uint64_t allocation_bytes;
+  std::uint64_t offset;
+  std::uint32_t fd;
+  std::uint32_t unused;
+};
+static_assert(sizeof(MappedRef) <= ShmRing::kInlineBytes, "a mapped reference fits a slot header");
+
 std::size_t control_bytes(std::uint32_t slots) {
   std::size_t raw = sizeof(ShmRing::Control) + slots * sizeof(ShmRing::SlotHeader);
   return (raw + kPage - 1) / kPage * kPage;
@@ -202,6 +234,10 @@ bool ShmRingSender::single_copy(const OutgoingMessage& m) const {
          m.src.kind == MemKind::host && consumer_reads_directly();
 }
 
+bool ShmRingSender::consumer_maps() const {
+  return atomic(control_->mapped).load(std::memory_order_acquire) == kMapsYes;
+}
+
 bool ShmRingSender::consumer_reads_directly() const {
   return atomic(control_->single_copy).load(std::memory_order_acquire) == kSingleCopyYes;
 }
@@ -234,6 +270,29 @@ bool ShmRingSender::try_push(OutgoingMessage& m) {
     return false;
   }
   if (peer_closed()) throw PeerLost(cat(description_, ": the receiving side closed the ring"));
+  // Mapped: above kEagerSendBytes (which every link sends without the
+  // receiver, core/eager.hpp) from memory braid_mem_alloc gave.
+  if (!m.started && m.src.bytes > kEagerSendBytes && m.src.kind == MemKind::host && consumer_maps()) {
+    if (auto range = shared_find(m.src.data, m.src.bytes)) {
+      if (!has_space()) return false;
+      SlotHeader& slot = slot_header(head_);
+      slot.message = header_for(m.tag, m.src.bytes);
+      slot.offset = 0;
+      slot.chunk_bytes = 0;
+      slot.flags = kMappedSlot;
+      const MappedRef ref{range->serial, range->allocation_bytes, range->offset, static_cast<std::uint32_t>(range->fd),
+                          0};
+      std::memcpy(slot.inline_data, &ref, sizeof(ref));
+      ++head_;
+      atomic(slot.seq).store(head_, std::memory_order_seq_cst);  // publishes; seq_cst: see doorbell.hpp
+      m.pushed = m.src.bytes;
+      m.started = true;
+      m.remote_until = head_;
+      ++mapped_sent_;
+      peer_bell_.ring();
+      return false;  // done when the consumer has read it
+    }
+  }
   if (!m.started && single_copy(m)) {
     if (!has_space()) return false;
     SlotHeader& slot = slot_header(head_);
@@ -259,8 +318,7 @@ bool ShmRingSender::try_push(OutgoingMessage& m) {
     slot.chunk_bytes = static_cast<std::uint32_t>(chunk);
     slot.flags = 0;
     if (chunk > kInlineBytes) {
-      RingCopy how = copy_ == RingCopy::streaming ? RingCopy::streaming : RingCopy::cached;
-      copy_chunk(how, slot_data(head_), m.src.data + m.pushed, chunk, m.src.bytes);
+      slot.flags = fill(head_, m.src.data + m.pushed, chunk, m.src.bytes);
     } else if (chunk > 0) {
       std::memcpy(slot.inline_data, m.src.data + m.pushed, chunk);
     }
@@ -271,6 +329,77 @@ bool ShmRingSender::try_push(OutgoingMessage& m) {
     peer_bell_.ring();
   }
   return m.done();
+}
+
+ShmRingSender::Spent ShmRingSender::consumer_spent() const {
+  Spent spent;
+  for (int way = 0; way < 2; ++way) {
+    spent.ticks[way] = atomic(control_->read_ticks[way]).load(std::memory_order_relaxed);
+    spent.bytes[way] = atomic(control_->read_bytes[way]).load(std::memory_order_relaxed);
+  }
+  return spent;
+}
+
+void ShmRingSender::next_phase() {
+  switch (phase_) {
+    case Phase::keep:
+      phase_ = Phase::first_trial;
+      left_ = kTrialChunks + 1;  // the first untimed
+      stream_first_ = !stream_first_;
+      own_at_trial_ = own_;
+      consumer_at_trial_ = consumer_spent();
+      return;
+    case Phase::first_trial:
+      phase_ = Phase::second_trial;
+      left_ = kTrialChunks + 1;
+      return;
+    case Phase::second_trial: break;
+  }
+  // Ticks per byte of each way over the trials, both sides added; the
+  // consumer may not have taken the last chunks yet, so each side's rate
+  // comes from what it did. A way without bytes on either side: no verdict.
+  const Spent theirs = consumer_spent();
+  double cost[2] = {0, 0};
+  bool known = true;
+  for (int way = 0; way < 2; ++way) {
+    const std::uint64_t own_bytes = own_.bytes[way] - own_at_trial_.bytes[way];
+    const std::uint64_t their_bytes = theirs.bytes[way] - consumer_at_trial_.bytes[way];
+    if (own_bytes == 0 || their_bytes == 0) {
+      known = false;
+      continue;
+    }
+    cost[way] = static_cast<double>(own_.ticks[way] - own_at_trial_.ticks[way]) / static_cast<double>(own_bytes) +
+                static_cast<double>(theirs.ticks[way] - consumer_at_trial_.ticks[way]) / static_cast<double>(their_bytes);
+  }
+  // Plain stays unless streaming costs 10% less; streaming stays unless plain does.
+  if (known) streaming_ = streaming_ ? !(cost[0] < 0.9 * cost[1]) : cost[1] < 0.9 * cost[0];
+  phase_ = Phase::keep;
+  left_ = kKeepChunks;
+}
+
+std::uint32_t ShmRingSender::fill(std::uint64_t index, const std::byte* src, std::size_t chunk,
+                                  std::size_t message_bytes) {
+  std::byte* dst = slot_data(index);
+  if (copy_ != RingCopy::adaptive || chunk < kAdaptiveBytes) {
+    copy_chunk(copy_ == RingCopy::streaming ? RingCopy::streaming : RingCopy::cached, dst, src, chunk, message_bytes);
+    return copy_ == RingCopy::streaming ? kStreamedSlot : 0;
+  }
+  const bool stream = phase_ == Phase::keep           ? streaming_
+                      : phase_ == Phase::first_trial ? stream_first_
+                                                     : !stream_first_;
+  const bool timed = phase_ == Phase::keep || left_ <= kTrialChunks;
+  const std::int64_t begin = ticks();
+  if (stream) nt_copy(dst, src, chunk);
+  else cached_copy(dst, src, chunk);
+  const int way = stream ? 1 : 0;
+  if (timed) {
+    own_.ticks[way] += static_cast<std::uint64_t>(std::max<std::int64_t>(ticks() - begin, 0));
+    own_.bytes[way] += chunk;
+  }
+  if (--left_ == 0) next_phase();
+  ++adaptive_chunks_;
+  streamed_chunks_ += stream ? 1 : 0;
+  return (stream ? kStreamedSlot : 0) | (timed ? 0 : kUntimedSlot);
 }
 
 bool ShmRingSender::push_small(ConstMemView src, const Tag& tag) {
@@ -310,10 +439,11 @@ bool ShmRingSender::wait_for_space(SpinBudget& budget, std::chrono::microseconds
 // ---- consumer ----
 
 ShmRingReceiver::ShmRingReceiver(std::span<std::byte> region, std::string description, RingCopy copy,
-                                 DoorbellWord* own, DoorbellWord* peer, bool single_copy)
+                                 DoorbellWord* own, DoorbellWord* peer, bool single_copy, PeerMappings* mappings)
     : ShmRing(region, std::move(description), false, own, peer), copy_(copy),
-      single_copy_(single_copy ? SingleCopy::undecided : SingleCopy::off) {
+      single_copy_(single_copy ? SingleCopy::undecided : SingleCopy::off), mappings_(mappings) {
   tail_ = atomic(control_->tail).load(std::memory_order_acquire);
+  atomic(control_->mapped).store(mappings != nullptr ? kMapsYes : kMapsNo, std::memory_order_release);
   if (!single_copy) atomic(control_->single_copy).store(kSingleCopyNo, std::memory_order_release);
   decide_single_copy();
 }
@@ -374,6 +504,26 @@ void ShmRingReceiver::read_remote(const SlotHeader& slot, IncomingMessage& m) {
   release_slot();
 }
 
+void ShmRingReceiver::read_mapped(const SlotHeader& slot, IncomingMessage& m) {
+  check_match(slot.message, m.tag, m.dst.bytes, [&] { return cat(description_, ": received"); });
+  MappedRef ref{};
+  std::memcpy(&ref, slot.inline_data, sizeof(ref));
+  if (mappings_ == nullptr || m.received != 0 || slot.offset != 0 || m.dst.bytes <= kEagerSendBytes ||
+      ref.offset > ref.allocation_bytes || m.dst.bytes > ref.allocation_bytes - ref.offset)
+    throw ProtocolMismatch(cat(description_, ": ", describe_tag(slot.message.as_tag()), " came as a mapped message ",
+                               "this side did not agree to, midway through a message or outside its allocation (",
+                               m.dst.bytes, " bytes at ", ref.offset, " of ", ref.allocation_bytes,
+                               "): the ring is corrupt"));
+  const std::byte* base = mappings_->map(
+      SharedRange{static_cast<int>(ref.fd), ref.serial, ref.allocation_bytes, ref.offset});
+  const std::byte* src = base + ref.offset;
+  if (m.local == nullptr) copy_chunk(copy_, m.dst.data, src, m.dst.bytes, m.dst.bytes);
+  else reduce(m.type, m.op, m.dst.data, m.local, src, m.dst.bytes / size_of(m.type));
+  m.received = m.dst.bytes;
+  m.started = true;
+  release_slot();
+}
+
 bool ShmRingReceiver::has_data() {
   // The slot at tail is published once its seq is tail + 1 (seq_cst: see
   // doorbell.hpp). One line, which the producer writes once per message.
@@ -410,6 +560,10 @@ bool ShmRingReceiver::try_pop(IncomingMessage& m) {
       if (!has_data()) break;
     }
     const SlotHeader& slot = slot_header(tail_);
+    if (slot.flags & kMappedSlot) {
+      read_mapped(slot, m);
+      break;
+    }
     if (slot.flags & kRemoteSlot) {
       decide_single_copy();  // a producer offers one only after this side said yes
       read_remote(slot, m);
@@ -418,6 +572,9 @@ bool ShmRingReceiver::try_pop(IncomingMessage& m) {
     check_slot(slot, m);
     const std::byte* data = chunk_of(slot, tail_);
     std::size_t chunk = slot.chunk_bytes;
+    // Timed for the producer's adaptive stores (shm_ring.hpp).
+    const std::int64_t begin =
+        chunk >= ShmRingSender::kAdaptiveBytes && !(slot.flags & kUntimedSlot) ? ticks() : 0;
     if (chunk > 0) {
       if (m.local == nullptr && chunk <= kInlineBytes)
         std::memcpy(m.dst.data + m.received, data, chunk);
@@ -425,6 +582,13 @@ bool ShmRingReceiver::try_pop(IncomingMessage& m) {
         copy_chunk(copy_, m.dst.data + m.received, data, chunk, m.dst.bytes);
       else
         reduce(m.type, m.op, m.dst.data + m.received, m.local + m.received, data, chunk / size_of(m.type));
+    }
+    if (begin != 0) {
+      const int way = (slot.flags & kStreamedSlot) ? 1 : 0;
+      read_ticks_[way] += static_cast<std::uint64_t>(std::max<std::int64_t>(ticks() - begin, 0));
+      read_bytes_[way] += chunk;
+      atomic(control_->read_ticks[way]).store(read_ticks_[way], std::memory_order_relaxed);
+      atomic(control_->read_bytes[way]).store(read_bytes_[way], std::memory_order_relaxed);
     }
     m.received += chunk;
     m.started = true;

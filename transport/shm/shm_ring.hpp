@@ -71,6 +71,30 @@
 // copies only after a yes; until then, and after a no, everything goes
 // through the slots.
 //
+// Mapped messages (shared_memory.hpp): a message above kEagerSendBytes
+// whose source lies in memory from braid_mem_alloc goes as one slot naming
+// the allocation (its memfd, number and size) and the offset; the consumer
+// maps the allocation once (PeerMappings, kept for later messages) and
+// copies or reduces straight from it in one pass, then frees the slot, and
+// the send completes then, as a single copy's. No system call per message,
+// no bounce buffer, and the producer copies nothing. The consumer says at
+// attach whether it maps (Control::mapped); a producer offers mapped slots
+// only after that yes (BRAID_SHM_MAPPED=0 says no).
+//
+// Adaptive stores (RingCopy::adaptive): whether a slot should be filled with
+// plain stores (the consumer then reads the lines from the producer's cache)
+// or streaming ones (from memory) depends on where the two processes run,
+// and on this VM that changes by itself for minutes at a time. With both on
+// one L3, plain stores win: `shm_pingpong bandwidth` at 1 MiB, 51 GB/s
+// against 17 streaming; at other times (the vCPUs apart, every line crossing
+// between caches) the same command measured 9.5 against 28, and a 1 MiB
+// all-reduce on 2 ranks took 205 us instead of 63. So each side times its
+// part of every chunk of at least kAdaptiveBytes (ticks per KiB, kept as a
+// moving average per way of filling; the consumer publishes its own in the
+// control page), and the producer fills the next chunk the way whose two
+// averages add up to less, by 10% to change, trying the other way on about
+// one chunk in 16 so that both averages stay current.
+//
 // Waiting: the engine first calls try_push/try_pop; when nothing moves it
 // spins for a SpinBudget (doorbell.hpp: 20 us while spinning has been
 // paying, 0.5 us otherwise), then arm() + wait(). Both sides
@@ -88,6 +112,7 @@
 
 #include "braid/types.hpp"
 #include "transport/shm/doorbell.hpp"
+#include "transport/shm/shared_memory.hpp"
 #include "transport/transport.hpp"
 
 namespace braid {
@@ -104,7 +129,10 @@ struct RingGeometry {
 /// into a destination of at least kNtCopyMinBytes (copy_large). Measured with
 /// `shm_pingpong bandwidth` (GB/s per busier side's CPU second, 64 MiB):
 /// memcpy both sides 2.3, streaming out of the slot 9.4, streaming both 7.3.
-enum class RingCopy : std::uint8_t { cached, streaming, by_size };
+/// `adaptive`: the consumer as by_size; the producer fills each chunk of at
+/// least kAdaptiveBytes the way that has cost the two sides less time
+/// (see "Adaptive stores" above), smaller ones with memcpy.
+enum class RingCopy : std::uint8_t { cached, streaming, by_size, adaptive };
 
 /// One message being sent; the ring advances `pushed` as chunks go in.
 struct OutgoingMessage {
@@ -209,6 +237,20 @@ class ShmRingSender : public ShmRing {
   /// Whether the consumer said it reads this process's messages directly
   /// (until then, and after a no, every message goes through the slots).
   bool consumer_reads_directly() const;
+  /// Whether the consumer said it maps this process's shared allocations
+  /// (mapped messages; until then every message goes through the slots).
+  bool consumer_maps() const;
+  /// Messages this side sent as mapped slots (tests, benchmarks).
+  std::uint64_t mapped_sent() const { return mapped_sent_; }
+  /// Chunks of at least kAdaptiveBytes filled with streaming stores, and
+  /// all of them (RingCopy::adaptive; tests, benchmarks).
+  std::uint64_t streamed_chunks() const { return streamed_chunks_; }
+  std::uint64_t adaptive_chunks() const { return adaptive_chunks_; }
+
+  /// The smallest chunk RingCopy::adaptive decides for (and times).
+  static constexpr std::size_t kAdaptiveBytes = 8 * 1024;
+  /// Whether the adaptive stores keep streaming now (tests).
+  bool keeps_streaming() const { return streaming_; }
   /// The short path (Link::send_now): a whole message of at most
   /// kInlineBytes into the next slot's header if one is free; false
   /// otherwise (nothing written). The caller has no message half pushed.
@@ -234,9 +276,33 @@ class ShmRingSender : public ShmRing {
   // Whether `message` goes by one copy: large enough, and the consumer said
   // it may read this process.
   bool single_copy(const OutgoingMessage& message) const;
+  // Fills `chunk` bytes of slot `index` from src (timing it when adaptive);
+  // returns the slot flags that say how.
+  std::uint32_t fill(std::uint64_t index, const std::byte* src, std::size_t chunk, std::size_t message_bytes);
 
   RingCopy copy_;
   std::size_t single_copy_bytes_ = 0;
+  std::uint64_t mapped_sent_ = 0;
+  // Adaptive stores: trials of kTrialChunks chunks each way, then
+  // kKeepChunks chunks the cheaper way (shm_ring.hpp, "Adaptive stores").
+  static constexpr std::uint32_t kTrialChunks = 8;
+  static constexpr std::uint32_t kKeepChunks = 1024;
+  enum class Phase : std::uint8_t { keep, first_trial, second_trial };
+  // Ticks and bytes of each way (plain, streaming) on both sides, as of a moment.
+  struct Spent {
+    std::uint64_t ticks[2] = {0, 0};
+    std::uint64_t bytes[2] = {0, 0};
+  };
+  Spent consumer_spent() const;
+  void next_phase();
+  Phase phase_ = Phase::keep;              // plain, warming up, before the first trials
+  std::uint32_t left_ = 4 * kTrialChunks;  // chunks left in this phase
+  bool stream_first_ = false;          // the first trial's way (alternates)
+  bool streaming_ = false;             // the way kept
+  Spent own_;                          // this side's, since the start
+  Spent own_at_trial_, consumer_at_trial_;  // both at the start of the trials
+  std::uint64_t streamed_chunks_ = 0;
+  std::uint64_t adaptive_chunks_ = 0;
   std::uint64_t head_ = 0;         // messages published (the next slot's seq is head_ + 1 once filled)
   std::uint64_t cached_tail_ = 0;  // the consumer's, as last read
   std::uint32_t ticket_ = 0;
@@ -246,8 +312,11 @@ class ShmRingReceiver : public ShmRing {
  public:
   /// `single_copy`: whether this side reads a producer's messages straight
   /// from its memory when the producer offers it (and the kernel allows it).
+  /// `mappings`: the producer process's shared allocations as mapped here;
+  /// with them this side takes mapped messages (null: it says no).
   ShmRingReceiver(std::span<std::byte> region, std::string description, RingCopy copy = RingCopy::by_size,
-                  DoorbellWord* own = nullptr, DoorbellWord* peer = nullptr, bool single_copy = false);
+                  DoorbellWord* own = nullptr, DoorbellWord* peer = nullptr, bool single_copy = false,
+                  PeerMappings* mappings = nullptr);
   /// Takes as many chunks of the message `message` serves as have arrived,
   /// copying or reducing each into message.dst; true once complete. Throws
   /// TagMismatch (dst untouched) if the next message's tag or size differs,
@@ -283,12 +352,18 @@ class ShmRingReceiver : public ShmRing {
   // Serves the whole of `message` from the producer's memory (the slot at
   // the tail says where), copying or reducing through a small bounce buffer.
   void read_remote(const SlotHeader& slot, IncomingMessage& message);
+  // Serves the whole of `message` from the producer's shared allocation
+  // the slot at the tail names.
+  void read_mapped(const SlotHeader& slot, IncomingMessage& message);
   void release_slot();
 
   RingCopy copy_;
   enum class SingleCopy : std::uint8_t { off, undecided, on };
   SingleCopy single_copy_ = SingleCopy::off;
   std::string single_copy_refused_;
+  PeerMappings* mappings_ = nullptr;
+  std::uint64_t read_ticks_[2] = {0, 0};  // ticks spent taking chunks stored plain, streaming
+  std::uint64_t read_bytes_[2] = {0, 0};
   std::vector<std::byte> bounce_;  // a reduce's block read from the producer
   std::uint64_t tail_ = 0;
   std::uint32_t ticket_ = 0;

@@ -1,5 +1,6 @@
 // ShmRing between two processes: every size class, many messages in flight,
 // both directions, sleeping on the futex and being woken, timeouts, close.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <deque>
@@ -306,4 +307,63 @@ TEST_CASE("producer and consumer as two threads of one process (so ThreadSanitiz
   producer.join();
   CHECK(sender_ok);
   CHECK(intact == kMessages);
+}
+
+TEST_CASE("adaptive stores: chunks filled either way arrive intact, and both ways are tried", "[shm]") {
+  // RingCopy::adaptive (shm_ring.hpp): plain at first, then trials of each
+  // way and long runs of the cheaper one. Whichever it keeps on this
+  // machine, every trial streams some chunks and fills some plainly, and the
+  // consumer copies or reduces each the same. Two threads, so that
+  // ThreadSanitizer sees the cost words the two sides share.
+  RingPair pair(RingGeometry{.slot_count = 4, .slot_bytes = 64 * 1024});
+  constexpr int kMessages = 1500;
+  auto floats_in = [](int i) -> std::size_t {
+    return ShmRingSender::kAdaptiveBytes / 4 + static_cast<std::size_t>(i % 7) * 1000;
+  };
+  std::uint64_t adaptive = 0, streamed = 0;
+  bool sender_ok = true;
+  std::thread producer([&] {
+    try {
+      ShmRingSender ring(pair.region(0), "thread to thread", RingCopy::adaptive);
+      SpinBudget budget;
+      std::vector<float> values;
+      for (int i = 0; i < kMessages; ++i) {
+        values.assign(floats_in(i), static_cast<float>(i % 100));
+        OutgoingMessage m{tag_of(static_cast<std::uint64_t>(i)),
+                          {reinterpret_cast<const std::byte*>(values.data()), values.size() * 4}};
+        while (!ring.try_push(m))
+          if (!ring.wait_for_space(budget, kPatience)) throw std::runtime_error("no space");
+      }
+      adaptive = ring.adaptive_chunks();
+      streamed = ring.streamed_chunks();
+    } catch (...) {
+      sender_ok = false;
+    }
+  });
+  ShmRingReceiver ring(pair.region(0), "thread from thread", RingCopy::adaptive);
+  SpinBudget budget;
+  int intact = 0;
+  std::vector<float> local, dst;
+  for (int i = 0; i < kMessages; ++i) {
+    const std::size_t n = floats_in(i);
+    const bool reduce = i % 2 == 1;
+    local.assign(n, 0.5f);
+    dst.assign(n, -1.0f);
+    IncomingMessage m{tag_of(static_cast<std::uint64_t>(i)), {reinterpret_cast<std::byte*>(dst.data()), n * 4}};
+    if (reduce) {
+      m.local = reinterpret_cast<const std::byte*>(local.data());
+      m.type = DataType::f32;
+      m.op = ReduceOp::sum;
+    }
+    while (!ring.try_pop(m))
+      if (!ring.wait_for_data(budget, kPatience)) break;
+    const float expected = static_cast<float>(i % 100) + (reduce ? 0.5f : 0.0f);
+    intact += m.done() && std::all_of(dst.begin(), dst.end(), [&](float v) { return v == expected; });
+  }
+  producer.join();
+  REQUIRE(sender_ok);
+  CHECK(intact == kMessages);
+  CHECK(adaptive == kMessages);  // every message one chunk of at least kAdaptiveBytes
+  CHECK(streamed > 0);
+  CHECK(streamed < adaptive);
 }
