@@ -320,6 +320,22 @@ One thread at a time may call a communicator (abort() from any).)");
           &without_gil<&Comm::flush>,
           "Waits for every operation started here; raises the error of a failed one.")
       .def(
+          "register_buffer",
+          [](PyComm& c, const py::array& array) {
+            if (!(array.flags() & py::array::c_style))
+              throw InvalidArgument("register_buffer: the array is not C-contiguous");
+            return reinterpret_cast<std::uintptr_t>(
+                c.get().register_buffer(const_cast<void*>(array.data()), static_cast<std::size_t>(array.nbytes())));
+          },
+          py::arg("array"),
+          "Registers an array from braid.mem_alloc with this communicator (NCCL's ncclCommRegister) and returns "
+          "the handle for deregister_buffer; its memory cannot be freed until then. Raises braid.InvalidArgument "
+          "for an array whose memory braid.mem_alloc did not give.")
+      .def(
+          "deregister_buffer",
+          [](PyComm& c, std::uintptr_t handle) { c.get().deregister_buffer(reinterpret_cast<void*>(handle)); },
+          py::arg("handle"), "Ends a registration register_buffer returned.")
+      .def(
           "split",
           [](PyComm& c, const py::object& color, int key) -> py::object {
             const int chosen = color.is_none() ? Comm::kNoColor : color.cast<int>();

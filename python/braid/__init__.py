@@ -42,6 +42,7 @@ from ._braid import (  # noqa: F401
     Unsupported,
     Work,
     __version__,
+    mem_alloc,
 )
 from . import mirrored  # noqa: F401,E402
 from ._braid import _shutdown as shutdown  # noqa: E402
@@ -50,5 +51,6 @@ _atexit.register(shutdown)
 
 __all__ = [
     "Aborted", "Comm", "DataType", "Error", "InternalError", "InvalidArgument", "InvalidUsage", "PeerLost",
-    "ProtocolMismatch", "ReduceOp", "SystemError", "Timeout", "UniqueId", "Unsupported", "Work", "mirrored", "shutdown",
+    "ProtocolMismatch", "ReduceOp", "SystemError", "Timeout", "UniqueId", "Unsupported", "Work", "mem_alloc", "mirrored",
+    "shutdown",
 ]

@@ -296,3 +296,21 @@ def test_empty_and_scalar_arrays(comm):
     scalar = np.array(comm.rank + 1, np.int64)  # 0-d
     comm.all_reduce(scalar)
     assert scalar.shape == () and int(scalar) == comm.size * (comm.size + 1) // 2
+
+
+def test_mem_alloc_all_reduce_and_registration(comm):
+    # braid.mem_alloc's arrays: messages above 64K between the ranks of this
+    # host are read in place (transport/shm/shared_memory.hpp).
+    x = braid.mem_alloc((1 << 18,), np.float32)
+    assert x.shape == (1 << 18,) and x.dtype == np.float32 and not x.any()
+    x[:] = comm.rank + 1
+    out = braid.mem_alloc(x.shape, x.dtype)
+    assert comm.all_reduce(x, out=out) is out
+    assert np.all(out == comm.size * (comm.size + 1) / 2)
+    assert np.all(x == comm.rank + 1)
+    handle = comm.register_buffer(out)
+    comm.deregister_buffer(handle)
+    with pytest.raises(braid.InvalidArgument, match="braid_mem_alloc"):
+        comm.register_buffer(np.zeros(4, np.float32))
+    with pytest.raises(braid.InvalidArgument):
+        comm.deregister_buffer(handle)
