@@ -79,7 +79,7 @@ std::string ShmLink::explain_loss(std::string_view ring_text) const {
 }
 
 bool ShmLink::send_now(ConstMemView src, const Tag& tag) {
-  if (!sends_.empty() || broken_ || src.bytes > ShmRing::kInlineBytes) return false;
+  if (!sends_.empty() || broken_ || src.bytes > sender_.short_bytes()) return false;
   try {
     return sender_.push_small(src, tag);
   } catch (const PeerLost& e) {
@@ -90,7 +90,7 @@ bool ShmLink::send_now(ConstMemView src, const Tag& tag) {
 
 bool ShmLink::recv_now(MemView dst, const std::byte* local, DataType type, ReduceOp op, const Tag& tag) {
   if (broken_) std::rethrow_exception(broken_);
-  if (!recvs_.empty() || dst.bytes > ShmRing::kInlineBytes) return false;
+  if (!recvs_.empty() || dst.bytes > receiver_.short_bytes()) return false;
   try {
     return receiver_.pop_small(dst, local, type, op, tag);
   } catch (const PeerLost& e) {

@@ -34,7 +34,7 @@ class ShmLink final : public Link {
 
   // The short path: straight into (or out of) the ring when nothing of that
   // direction is queued, so no request, no queue entry and no progress pass.
-  std::size_t short_message_bytes() const override { return ShmRing::kInlineBytes; }
+  std::size_t short_message_bytes() const override { return sender_.short_bytes(); }
   bool send_now(ConstMemView src, const Tag& tag) override;
   bool recv_now(MemView dst, const std::byte* local, DataType type, ReduceOp op, const Tag& tag) override;
 

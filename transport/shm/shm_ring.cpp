@@ -410,7 +410,8 @@ bool ShmRingSender::push_small(ConstMemView src, const Tag& tag) {
   slot.offset = 0;
   slot.chunk_bytes = static_cast<std::uint32_t>(src.bytes);
   slot.flags = 0;
-  if (src.bytes > 0) std::memcpy(slot.inline_data, src.data, src.bytes);
+  if (src.bytes > kInlineBytes) slot.flags = fill(head_, src.data, src.bytes, src.bytes);
+  else if (src.bytes > 0) std::memcpy(slot.inline_data, src.data, src.bytes);
   ++head_;
   atomic(slot.seq).store(head_, std::memory_order_seq_cst);  // publishes; seq_cst: see doorbell.hpp
   peer_bell_.ring();
@@ -570,32 +571,34 @@ bool ShmRingReceiver::try_pop(IncomingMessage& m) {
       break;
     }
     check_slot(slot, m);
-    const std::byte* data = chunk_of(slot, tail_);
-    std::size_t chunk = slot.chunk_bytes;
-    // Timed for the producer's adaptive stores (shm_ring.hpp).
-    const std::int64_t begin =
-        chunk >= ShmRingSender::kAdaptiveBytes && !(slot.flags & kUntimedSlot) ? ticks() : 0;
-    if (chunk > 0) {
-      if (m.local == nullptr && chunk <= kInlineBytes)
-        std::memcpy(m.dst.data + m.received, data, chunk);
-      else if (m.local == nullptr)
-        copy_chunk(copy_, m.dst.data + m.received, data, chunk, m.dst.bytes);
-      else
-        reduce(m.type, m.op, m.dst.data + m.received, m.local + m.received, data, chunk / size_of(m.type));
-    }
-    if (begin != 0) {
-      const int way = (slot.flags & kStreamedSlot) ? 1 : 0;
-      read_ticks_[way] += static_cast<std::uint64_t>(std::max<std::int64_t>(ticks() - begin, 0));
-      read_bytes_[way] += chunk;
-      atomic(control_->read_ticks[way]).store(read_ticks_[way], std::memory_order_relaxed);
-      atomic(control_->read_bytes[way]).store(read_bytes_[way], std::memory_order_relaxed);
-    }
+    const std::size_t chunk = slot.chunk_bytes;
+    take_chunk(slot, m.dst.data + m.received, m.local != nullptr ? m.local + m.received : nullptr, m.type, m.op,
+               m.dst.bytes);
     m.received += chunk;
     m.started = true;
     release_slot();
   }
   if (single_copy_ == SingleCopy::undecided) decide_single_copy();
   return m.done();
+}
+
+void ShmRingReceiver::take_chunk(const SlotHeader& slot, std::byte* dst, const std::byte* local, DataType type,
+                                 ReduceOp op, std::size_t message_bytes) {
+  const std::size_t chunk = slot.chunk_bytes;
+  if (chunk == 0) return;
+  const std::byte* data = chunk_of(slot, tail_);
+  // Timed for the producer's adaptive stores (shm_ring.hpp).
+  const std::int64_t begin = chunk >= ShmRingSender::kAdaptiveBytes && !(slot.flags & kUntimedSlot) ? ticks() : 0;
+  if (local == nullptr && chunk <= kInlineBytes) std::memcpy(dst, data, chunk);
+  else if (local == nullptr) copy_chunk(copy_, dst, data, chunk, message_bytes);
+  else reduce(type, op, dst, local, data, chunk / size_of(type));
+  if (begin != 0) {
+    const int way = (slot.flags & kStreamedSlot) ? 1 : 0;
+    read_ticks_[way] += static_cast<std::uint64_t>(std::max<std::int64_t>(ticks() - begin, 0));
+    read_bytes_[way] += chunk;
+    atomic(control_->read_ticks[way]).store(read_ticks_[way], std::memory_order_relaxed);
+    atomic(control_->read_bytes[way]).store(read_bytes_[way], std::memory_order_relaxed);
+  }
 }
 
 bool ShmRingReceiver::pop_small(MemView dst, const std::byte* local, DataType type, ReduceOp op, const Tag& tag) {
@@ -620,10 +623,7 @@ bool ShmRingReceiver::pop_small(MemView dst, const std::byte* local, DataType ty
     throw ProtocolMismatch(cat(description_, ": ", describe_tag(tag), " of ", dst.bytes, " bytes came in a chunk of ",
                                slot.chunk_bytes, " bytes: the ring is corrupt"));
   }
-  if (dst.bytes > 0) {
-    if (local == nullptr) std::memcpy(dst.data, slot.inline_data, dst.bytes);
-    else reduce(type, op, dst.data, local, slot.inline_data, dst.bytes / element);
-  }
+  take_chunk(slot, dst.data, local, type, op, dst.bytes);
   ++tail_;
   atomic(control_->tail).store(tail_, std::memory_order_seq_cst);  // seq_cst: see doorbell.hpp
   peer_bell_.ring();

@@ -103,6 +103,7 @@
 // rings; the other side's calls then throw PeerLost once the ring is empty.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -194,6 +195,10 @@ class ShmRing {
   /// Chunks up to this size travel inside their slot header, so a small
   /// message moves in the header's line instead of in a second line.
   static constexpr std::size_t kInlineBytes = 72;
+  /// The short path's largest message (push_small, pop_small): one chunk,
+  /// inside the slot header up to kInlineBytes, else in its payload slot.
+  static constexpr std::size_t kShortBytes = 32 * 1024;
+  std::size_t short_bytes() const { return std::min(kShortBytes, geometry_.slot_bytes); }
 
  protected:
   // `own`/`peer`: the doorbells this side sleeps on and rings; null means
@@ -252,8 +257,9 @@ class ShmRingSender : public ShmRing {
   /// Whether the adaptive stores keep streaming now (tests).
   bool keeps_streaming() const { return streaming_; }
   /// The short path (Link::send_now): a whole message of at most
-  /// kInlineBytes into the next slot's header if one is free; false
-  /// otherwise (nothing written). The caller has no message half pushed.
+  /// short_bytes() into the next slot if one is free (inside its header up
+  /// to kInlineBytes); false otherwise (nothing written). The caller has no
+  /// message half pushed.
   /// Throws PeerLost as try_push.
   bool push_small(ConstMemView src, const Tag& tag);
   /// True if a slot is free.
@@ -324,7 +330,7 @@ class ShmRingReceiver : public ShmRing {
   /// a reduce whose size is not a multiple of the element.
   bool try_pop(IncomingMessage& message);
   /// The short path (Link::recv_now): takes a whole message of at most
-  /// kInlineBytes if it has arrived, with try_pop's checks, copying it
+  /// short_bytes() if it has arrived, with try_pop's checks, copying it
   /// (local null) or reducing dst = local op message; false (dst untouched)
   /// if it has not arrived.
   bool pop_small(MemView dst, const std::byte* local, DataType type, ReduceOp op, const Tag& tag);
@@ -356,6 +362,10 @@ class ShmRingReceiver : public ShmRing {
   // the slot at the tail names.
   void read_mapped(const SlotHeader& slot, IncomingMessage& message);
   void release_slot();
+  // Copies or reduces the chunk of `slot` (the one at the tail) into dst,
+  // timing it for the producer's adaptive stores.
+  void take_chunk(const SlotHeader& slot, std::byte* dst, const std::byte* local, DataType type, ReduceOp op,
+                  std::size_t message_bytes);
 
   RingCopy copy_;
   enum class SingleCopy : std::uint8_t { off, undecided, on };
