@@ -234,11 +234,15 @@ TEST_CASE("braid-perf's command line: nccl-tests' flags, units and --opt=value")
            {"all_reduce", "-C", "2"},
            {"all_reduce", "-p", "1"},   // no parallel init: one rank per process
            {"all_reduce", "-G", "1"},   // no CUDA graphs to launch
-           {"all_reduce", "-R", "1"},   // no buffer registration
+           {"all_reduce", "-R", "2"},   // no symmetric memory (-R 1: braid_mem_alloc's buffers)
            {"all_reduce", "-T", "-1"},
        })
     CHECK_THROWS_AS(parse_options(bad), braid::UsageError);
   CHECK_THROWS_WITH(parse_options({"all_reduce", "-G", "2"}), Catch::Contains("use -G 0"));
+  CHECK_THROWS_WITH(parse_options({"all_reduce", "-R", "2"}), Catch::Contains("use -R 1"));
+  CHECK(parse({"all_reduce", "-R", "1"}).local_register);
+  CHECK_FALSE(parse({"all_reduce", "-R", "0"}).local_register);
+  CHECK_FALSE(parse({"all_reduce"}).local_register);
   CHECK_THROWS_AS(parse_options({"all_reduce"}, "all_reduce_perf"), braid::UsageError);  // the name says it
   CHECK_THROWS_AS(parse_options({}, "hypercube_perf"), braid::UsageError);
 }
