@@ -274,40 +274,15 @@ bool ShmRingSender::try_push(OutgoingMessage& m) {
   // receiver, core/eager.hpp) from memory braid_mem_alloc gave.
   if (!m.started && m.src.bytes > kEagerSendBytes && m.src.kind == MemKind::host && consumer_maps()) {
     if (auto range = shared_find(m.src.data, m.src.bytes)) {
-      if (!has_space()) return false;
-      SlotHeader& slot = slot_header(head_);
-      slot.message = header_for(m.tag, m.src.bytes);
-      slot.offset = 0;
-      slot.chunk_bytes = 0;
-      slot.flags = kMappedSlot;
       const MappedRef ref{range->serial, range->allocation_bytes, range->offset, static_cast<std::uint32_t>(range->fd),
                           0};
-      std::memcpy(slot.inline_data, &ref, sizeof(ref));
-      ++head_;
-      atomic(slot.seq).store(head_, std::memory_order_seq_cst);  // publishes; seq_cst: see doorbell.hpp
-      m.pushed = m.src.bytes;
-      m.started = true;
-      m.remote_until = head_;
-      ++mapped_sent_;
-      peer_bell_.ring();
+      if (push_reference(m, kMappedSlot, &ref, sizeof ref)) ++mapped_sent_;
       return false;  // done when the consumer has read it
     }
   }
   if (!m.started && single_copy(m)) {
-    if (!has_space()) return false;
-    SlotHeader& slot = slot_header(head_);
-    slot.message = header_for(m.tag, m.src.bytes);
-    slot.offset = 0;
-    slot.chunk_bytes = 0;
-    slot.flags = kRemoteSlot;
     const auto address = reinterpret_cast<std::uint64_t>(m.src.data);
-    std::memcpy(slot.inline_data, &address, sizeof(address));
-    ++head_;
-    atomic(slot.seq).store(head_, std::memory_order_seq_cst);  // publishes; seq_cst: see doorbell.hpp
-    m.pushed = m.src.bytes;
-    m.started = true;
-    m.remote_until = head_;
-    peer_bell_.ring();
+    push_reference(m, kRemoteSlot, &address, sizeof address);
     return false;  // done when the consumer has read it
   }
   while (!m.done() && has_space()) {
@@ -400,6 +375,24 @@ std::uint32_t ShmRingSender::fill(std::uint64_t index, const std::byte* src, std
   ++adaptive_chunks_;
   streamed_chunks_ += stream ? 1 : 0;
   return (stream ? kStreamedSlot : 0) | (timed ? 0 : kUntimedSlot);
+}
+
+bool ShmRingSender::push_reference(OutgoingMessage& m, std::uint32_t flags, const void* reference,
+                                   std::size_t reference_bytes) {
+  if (!has_space()) return false;
+  SlotHeader& slot = slot_header(head_);
+  slot.message = header_for(m.tag, m.src.bytes);
+  slot.offset = 0;
+  slot.chunk_bytes = 0;
+  slot.flags = flags;
+  std::memcpy(slot.inline_data, reference, reference_bytes);
+  ++head_;
+  atomic(slot.seq).store(head_, std::memory_order_seq_cst);  // publishes; seq_cst: see doorbell.hpp
+  m.pushed = m.src.bytes;
+  m.started = true;
+  m.remote_until = head_;
+  peer_bell_.ring();
+  return true;
 }
 
 bool ShmRingSender::push_small(ConstMemView src, const Tag& tag) {

@@ -282,6 +282,11 @@ class ShmRingSender : public ShmRing {
   // Whether `message` goes by one copy: large enough, and the consumer said
   // it may read this process.
   bool single_copy(const OutgoingMessage& message) const;
+  // Publishes `message` as one slot of `flags` whose inline bytes are
+  // `reference` (where the consumer reads it: a single copy's address, a
+  // mapped message's allocation); false (nothing written) without a free slot.
+  bool push_reference(OutgoingMessage& message, std::uint32_t flags, const void* reference,
+                      std::size_t reference_bytes);
   // Fills `chunk` bytes of slot `index` from src (timing it when adaptive);
   // returns the slot flags that say how.
   std::uint32_t fill(std::uint64_t index, const std::byte* src, std::size_t chunk, std::size_t message_bytes);

@@ -77,6 +77,20 @@ inline void send_one(ShmRingSender& ring, Tag tag, std::span<const std::byte> by
   send_all(ring, queue);
 }
 
+/// Sends `bytes` and reports whether it went by reference (a single copy or
+/// a mapped message: the first try_push published a slot that only the
+/// consumer's read frees).
+inline bool send_reporting(ShmRingSender& ring, Tag tag, std::span<const std::byte> bytes) {
+  std::deque<OutgoingMessage> queue;
+  queue.push_back(OutgoingMessage{tag, ConstMemView{bytes.data(), bytes.size()}});
+  bool by_reference = false;
+  while (!ring.try_push(queue.front())) {
+    by_reference |= queue.front().remote_until != 0;
+    if (!ring.wait_for_space(kSpin, kPatience)) throw std::runtime_error("no progress within the patience");
+  }
+  return by_reference;
+}
+
 inline void receive(ShmRingReceiver& ring, IncomingMessage& message) {
   while (!ring.try_pop(message))
     if (!ring.wait_for_data(kSpin, kPatience)) throw std::runtime_error("receive: nothing arrived within the patience");

@@ -24,19 +24,6 @@ using namespace braid::test;
 
 namespace {
 
-// Sends `bytes` and reports whether it went as a mapped message (the first
-// try_push published a slot that only the consumer's read frees).
-bool send_reporting(ShmRingSender& ring, Tag tag, std::span<const std::byte> bytes) {
-  std::deque<OutgoingMessage> queue;
-  queue.push_back(OutgoingMessage{tag, ConstMemView{bytes.data(), bytes.size()}});
-  bool mapped = false;
-  while (!ring.try_push(queue.front())) {
-    mapped |= queue.front().remote_until != 0;
-    if (!ring.wait_for_space(kSpin, kPatience)) throw std::runtime_error("no progress within the patience");
-  }
-  return mapped;
-}
-
 void await_maps(const ShmRingSender& ring) {
   const auto deadline = std::chrono::steady_clock::now() + kPatience;
   while (!ring.consumer_maps()) {

@@ -22,19 +22,6 @@ namespace {
 // Above kEagerSendBytes, below which the ring never sends by one copy.
 constexpr std::size_t kThreshold = 96 * 1024;
 
-// Sends `bytes` and reports whether it went by one copy (the first try_push
-// published a slot that only the consumer's read frees).
-bool send_reporting(ShmRingSender& ring, Tag tag, std::span<const std::byte> bytes) {
-  std::deque<OutgoingMessage> queue;
-  queue.push_back(OutgoingMessage{tag, ConstMemView{bytes.data(), bytes.size()}});
-  bool single = false;
-  while (!ring.try_push(queue.front())) {
-    single |= queue.front().remote_until != 0;
-    if (!ring.wait_for_space(kSpin, kPatience)) throw std::runtime_error("no progress within the patience");
-  }
-  return single;
-}
-
 // The consumer's yes arrives with its first try_pop: the child waits for it.
 void await_verdict(const ShmRingSender& ring, bool expect) {
   const auto deadline = std::chrono::steady_clock::now() + kPatience;
