@@ -52,6 +52,25 @@ Table& table() {
   return *t;
 }
 
+// The allocation holding [start, start + bytes) wholly, or by_start's end.
+// The caller holds the table's mutex.
+std::map<std::uintptr_t, Allocation>::iterator holding(Table& t, std::uintptr_t start, std::size_t bytes) {
+  auto it = t.by_start.upper_bound(start);
+  if (it == t.by_start.begin()) return t.by_start.end();
+  --it;
+  const std::uintptr_t offset = start - it->first;
+  return offset <= it->second.bytes && bytes <= it->second.bytes - offset ? it : t.by_start.end();
+}
+
+// Ends `registration` (taken out of t.registrations): its allocation, if
+// still the one it registered, may be freed once none is left. The caller
+// holds the table's mutex.
+void release(Table& t, std::unique_ptr<Registration> registration) {
+  auto allocation = t.by_start.find(registration->allocation);
+  if (allocation != t.by_start.end() && allocation->second.serial == registration->serial)
+    --allocation->second.registrations;
+}
+
 }  // namespace
 
 void* shared_alloc(std::size_t bytes) {
@@ -104,12 +123,9 @@ std::optional<SharedRange> shared_find(const void* pointer, std::size_t bytes) {
   if (t.count.load(std::memory_order_acquire) == 0) return std::nullopt;
   const auto start = reinterpret_cast<std::uintptr_t>(pointer);
   std::shared_lock lock(t.mutex);
-  auto it = t.by_start.upper_bound(start);
-  if (it == t.by_start.begin()) return std::nullopt;
-  --it;
-  const std::uintptr_t offset = start - it->first;
-  if (offset > it->second.bytes || bytes > it->second.bytes - offset) return std::nullopt;
-  return SharedRange{it->second.fd, it->second.serial, it->second.bytes, offset};
+  auto it = holding(t, start, bytes);
+  if (it == t.by_start.end()) return std::nullopt;
+  return SharedRange{it->second.fd, it->second.serial, it->second.bytes, start - it->first};
 }
 
 std::size_t shared_size(const void* pointer) {
@@ -123,13 +139,8 @@ void* shared_register(const void* owner, const void* pointer, std::size_t bytes,
   Table& t = table();
   const auto start = reinterpret_cast<std::uintptr_t>(pointer);
   std::unique_lock lock(t.mutex);
-  auto it = t.by_start.upper_bound(start);
-  const bool inside = it != t.by_start.begin() && [&] {
-    --it;
-    const std::uintptr_t offset = start - it->first;
-    return offset <= it->second.bytes && bytes <= it->second.bytes - offset;
-  }();
-  if (pointer == nullptr || !inside)
+  auto it = holding(t, start, bytes);
+  if (pointer == nullptr || it == t.by_start.end())
     throw InvalidArgument(cat(who, ": the ", bytes, " bytes at ", pointer, " are not inside memory from "
                               "braid_mem_alloc: only braid's shared allocations are read in place by the ranks of a "
                               "host (allocate the buffer with braid_mem_alloc, braid::mem_alloc or braid.mem_alloc)"));
@@ -148,9 +159,7 @@ void shared_deregister(const void* owner, void* handle, const std::string& who) 
                               "braid_comm_register returned to it and that was not deregistered yet)"));
   std::unique_ptr<Registration> registration(*it);
   t.registrations.erase(it);
-  auto allocation = t.by_start.find(registration->allocation);
-  if (allocation != t.by_start.end() && allocation->second.serial == registration->serial)
-    --allocation->second.registrations;
+  release(t, std::move(registration));
 }
 
 std::size_t shared_deregister_all(const void* owner) {
@@ -164,9 +173,7 @@ std::size_t shared_deregister_all(const void* owner) {
     }
     std::unique_ptr<Registration> registration(*it);
     it = t.registrations.erase(it);
-    auto allocation = t.by_start.find(registration->allocation);
-    if (allocation != t.by_start.end() && allocation->second.serial == registration->serial)
-      --allocation->second.registrations;
+    release(t, std::move(registration));
     ++n;
   }
   return n;
