@@ -132,7 +132,8 @@ ShmPeerProcess::~ShmPeerProcess() {
 // ---- the process's context ----------------------------------------------------------
 
 ShmContext::ShmContext(RingGeometry geometry, std::size_t single_copy_bytes, bool mapped, RingCopy stores)
-    : geometry_(geometry), single_copy_bytes_(single_copy_bytes), mapped_(mapped), stores_(stores), pid_(::getpid()), secret_(CommId::random().bytes) {
+    : geometry_(geometry), single_copy_bytes_(single_copy_bytes), mapped_(mapped), stores_(stores), pid_(::getpid()),
+      secret_(CommId::random().bytes) {
   ShmRing::check(geometry_);
   // Segments whose creator died before it could unlink them (a kill -9
   // during connection set-up) go now.

@@ -84,7 +84,6 @@ void copy_chunk(RingCopy how, void* dst, const void* src, std::size_t bytes, std
   }
 }
 
-
 }  // namespace
 
 // Every field the two sides write is on its own line: tail (consumer),

@@ -89,11 +89,13 @@
 // against 17 streaming; at other times (the vCPUs apart, every line crossing
 // between caches) the same command measured 9.5 against 28, and a 1 MiB
 // all-reduce on 2 ranks took 205 us instead of 63. So each side times its
-// part of every chunk of at least kAdaptiveBytes (ticks per KiB, kept as a
-// moving average per way of filling; the consumer publishes its own in the
-// control page), and the producer fills the next chunk the way whose two
-// averages add up to less, by 10% to change, trying the other way on about
-// one chunk in 16 so that both averages stay current.
+// part of every chunk of at least kAdaptiveBytes (ticks and bytes per way of
+// filling; the consumer publishes its totals in the control page), and the
+// producer runs trials of kTrialChunks chunks each way every kKeepChunks
+// chunks and keeps the way whose two sides added up to less per byte, by
+// 10% to change. The first chunk of a trial is counted by neither side
+// (kUntimedSlot: the change of way costs it what neither way costs in the
+// long run), and the first trials wait for 4 x kTrialChunks chunks.
 //
 // Waiting: the engine first calls try_push/try_pop; when nothing moves it
 // spins for a SpinBudget (doorbell.hpp: 20 us while spinning has been
@@ -254,8 +256,6 @@ class ShmRingSender : public ShmRing {
 
   /// The smallest chunk RingCopy::adaptive decides for (and times).
   static constexpr std::size_t kAdaptiveBytes = 8 * 1024;
-  /// Whether the adaptive stores keep streaming now (tests).
-  bool keeps_streaming() const { return streaming_; }
   /// The short path (Link::send_now): a whole message of at most
   /// short_bytes() into the next slot if one is free (inside its header up
   /// to kInlineBytes); false otherwise (nothing written). The caller has no
