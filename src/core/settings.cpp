@@ -280,10 +280,21 @@ std::string upper(std::string text) {
   return text;
 }
 
+// A setting that is on or off: 1, on, true, yes or 0, off, false, no (any
+// case); unset: nullopt; anything else is refused naming the setting.
+std::optional<bool> env_switch(std::string_view name) {
+  auto text = getenv_string(name);
+  if (!text) return std::nullopt;
+  const std::string value = upper(*text);
+  if (value == "0" || value == "OFF" || value == "FALSE" || value == "NO") return false;
+  if (value == "1" || value == "ON" || value == "TRUE" || value == "YES") return true;
+  throw InvalidArgument(cat(name, "='", *text, "' is not 0 or 1"));
+}
+
 // BRAID_TLS and its files. Certificate settings without BRAID_TLS=1 are an
 // error rather than ignored: whoever set them expects encryption.
 TlsContext tls_from_env() {
-  auto on = getenv_string("BRAID_TLS");
+  const std::optional<bool> on = env_switch("BRAID_TLS");
   TlsFiles files;
   std::string missing, present;
   for (auto [name, path] : {std::pair<std::string_view, std::string*>{"BRAID_TLS_CERT", &files.cert},
@@ -296,15 +307,12 @@ TlsContext tls_from_env() {
       missing += cat(missing.empty() ? "" : ", ", name);
     }
   }
-  std::string value = on ? upper(*on) : "0";
-  if (value == "0" || value == "OFF" || value == "FALSE" || value == "NO") {
+  if (!on.value_or(false)) {
     if (!present.empty() && !on)
       throw InvalidArgument(cat(present, " set but BRAID_TLS is not: set BRAID_TLS=1 to use TLS (or BRAID_TLS=0 to "
                                 "run without it)"));
     return {};
   }
-  if (value != "1" && value != "ON" && value != "TRUE" && value != "YES")
-    throw InvalidArgument(cat("BRAID_TLS='", *on, "' is not 0 or 1"));
   if (!missing.empty())
     throw InvalidArgument(cat("BRAID_TLS=1 needs BRAID_TLS_CERT, BRAID_TLS_KEY and BRAID_TLS_CA; not set: ", missing));
   return TlsContext::load(files);
@@ -449,12 +457,7 @@ Settings Settings::from_env() {
       throw InvalidArgument(cat("BRAID_SHM_SINGLE_COPY='", *v, "' must be above 64K, the sends every transport takes "
                                 "without the receiver (0 turns single copies off)"));
   }
-  if (auto v = getenv_string("BRAID_SHM_MAPPED")) {
-    const std::string value = upper(*v);
-    if (value == "0" || value == "OFF" || value == "FALSE" || value == "NO") s.shm_mapped = false;
-    else if (value == "1" || value == "ON" || value == "TRUE" || value == "YES") s.shm_mapped = true;
-    else throw InvalidArgument(cat("BRAID_SHM_MAPPED='", *v, "' is not 0 or 1"));
-  }
+  if (auto v = env_switch("BRAID_SHM_MAPPED")) s.shm_mapped = *v;
   if (auto v = getenv_string("BRAID_SHM_STORES")) {
     const std::string value = upper(*v);
     if (value == "AUTO") s.shm_stores = Settings::ShmStores::automatic;

@@ -135,6 +135,27 @@ TEST_CASE("a socket buffer too small to be useful is refused") {
   CHECK(Settings::from_env().tcp_buffer_bytes == std::optional<std::size_t>(0));
 }
 
+TEST_CASE("shm's mapped messages and stores: on, off, the ways, and bad values") {
+  CHECK(Settings::from_env().shm_mapped);
+  CHECK(Settings::from_env().shm_stores == Settings::ShmStores::automatic);
+  {
+    EnvVar m("BRAID_SHM_MAPPED", "off"), s("BRAID_SHM_STORES", "Streaming");
+    CHECK_FALSE(Settings::from_env().shm_mapped);
+    CHECK(Settings::from_env().shm_stores == Settings::ShmStores::streaming);
+  }
+  {
+    EnvVar m("BRAID_SHM_MAPPED", "1"), s("BRAID_SHM_STORES", "plain");
+    CHECK(Settings::from_env().shm_mapped);
+    CHECK(Settings::from_env().shm_stores == Settings::ShmStores::plain);
+  }
+  {
+    EnvVar m("BRAID_SHM_MAPPED", "sometimes");
+    CHECK_THROWS_WITH(Settings::from_env(), Catch::Contains("BRAID_SHM_MAPPED='sometimes' is not 0 or 1"));
+  }
+  EnvVar s("BRAID_SHM_STORES", "fast");
+  CHECK_THROWS_WITH(Settings::from_env(), Catch::Contains("BRAID_SHM_STORES='fast'"));
+}
+
 TEST_CASE("the flow window: auto, a size, 0, and too small") {
   CHECK_FALSE(Settings::from_env().flow_window.has_value());
   {
