@@ -248,8 +248,7 @@ void CommImpl::enroll() {
                      .rank = rank_,
                      .size = size_,
                      .tcp_streams = settings_.tcp_streams,
-                     .tcp_buffer_bytes = settings_.tcp_buffer_bytes.value_or(0),
-                     .tcp_buffer_auto = !settings_.tcp_buffer_bytes,
+                     .tcp_buffer_bytes = settings_.tcp_buffer_bytes,
                      .timeout = settings_.timeout,
                      .derived = derived_};
   if (contexts_.empty()) {

@@ -244,8 +244,9 @@ struct LinkOwner {
   int rank = -1;  // -1 while not known yet: a split child before its members are counted
   int size = 0;
   int tcp_streams = 1;
-  std::size_t tcp_buffer_bytes = 0;
-  bool tcp_buffer_auto = false;  // BRAID_TCP_BUFFER auto: tcp_context.cpp's choice per peer
+  // BRAID_TCP_BUFFER: 0 leaves the kernel's autotuning alone; unset: auto,
+  // tcp_context.cpp's choice per peer.
+  std::optional<std::size_t> tcp_buffer_bytes = 0;
   Millis timeout{300000};
   /// Made by its members without an exchange (Comm::shrink): a peer may not
   /// have made its side yet when this side dials, and is asked again.

@@ -36,7 +36,7 @@ std::size_t proc_size(const char* path) {
 }
 
 std::size_t buffer_for(const LinkOwner& owner, const RankInfo& peer) {
-  if (!owner.tcp_buffer_auto) return owner.tcp_buffer_bytes;
+  if (owner.tcp_buffer_bytes) return *owner.tcp_buffer_bytes;
   static const bool allowed = proc_size("/proc/sys/net/core/rmem_max") >= kAutoTcpBuffer &&
                               proc_size("/proc/sys/net/core/wmem_max") >= kAutoTcpBuffer;
   static const std::uint64_t kernel = RankInfo::local_kernel_id();
