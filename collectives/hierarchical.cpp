@@ -82,12 +82,11 @@ Schedule hierarchical_all_reduce(const CollectiveShape& shape) {
   for (const auto& h : groups.hosts) across.push_back(h[static_cast<std::size_t>(local_pos)]);
   const std::size_t owned = local.owned_chunk();
   // The rings across hosts are where a flow window applies (ring_pieces.hpp).
-  const std::size_t cross_window = shape.ring_window(across);
-  const RingPiece cross{.ring = across, .pos = static_cast<int>(host), .first = local.chunks().begin(owned),
-                        .count = local.chunks().size(owned), .element = element,
-                        .slice_bytes = window_slice(shape.slice_bytes, cross_window), .tag_base = local.tags(),
-                        .window_bytes = cross_window,
-                        .window_here = shape.window_between(shape.rank, across[(host + 1) % across.size()]) > 0};
+  const RingPiece cross = with_flow_window({.ring = across, .pos = static_cast<int>(host),
+                                            .first = local.chunks().begin(owned), .count = local.chunks().size(owned),
+                                            .element = element, .slice_bytes = shape.slice_bytes,
+                                            .tag_base = local.tags()},
+                                           shape);
   const auto cross_from = static_cast<std::uint32_t>(sched.steps.size());
   if (cross.count > 0) {
     std::vector<std::uint32_t> entry;

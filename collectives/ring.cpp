@@ -46,6 +46,14 @@ std::size_t RingPiece::window_slices() const {
   return std::max<std::size_t>(1, window_bytes / slice);
 }
 
+RingPiece with_flow_window(RingPiece p, const CollectiveShape& shape) {
+  p.window_bytes = shape.ring_window(p.ring);
+  if (p.window_bytes > 0 && p.window_bytes < p.slice_bytes) p.slice_bytes = p.window_bytes;
+  const auto at = [&](int pos) { return p.ring[static_cast<std::size_t>(pos % p.n())]; };
+  p.window_here = shape.window_between(at(p.pos), at(p.pos + 1)) > 0;
+  return p;
+}
+
 Region RingPiece::slice(BufferId buffer, std::size_t chunk, std::size_t j) const {
   const Partition all = chunks();
   const Partition cut{all.size(chunk), slices()};
@@ -182,12 +190,9 @@ Schedule ring_all_reduce(const CollectiveShape& shape) {
     sched.add(Step{.kind = StepKind::copy, .src = {BufferId::input, 0, all.bytes}, .dst = all});
     return sched;
   }
-  const std::size_t window = shape.ring_window(shape.ring);
-  const int pos = ring_position(shape.ring, shape.rank);
-  const int next = shape.ring[static_cast<std::size_t>((pos + 1) % shape.ranks)];
-  const RingPiece piece{.ring = shape.ring, .pos = pos, .count = shape.count, .element = element,
-                        .slice_bytes = window_slice(shape.slice_bytes, window), .window_bytes = window,
-                        .window_here = shape.window_between(shape.rank, next) > 0};
+  const RingPiece piece = with_flow_window({.ring = shape.ring, .pos = ring_position(shape.ring, shape.rank),
+                                            .count = shape.count, .element = element, .slice_bytes = shape.slice_bytes},
+                                           shape);
   RingState state = append_ring_reduce_scatter(sched, piece, BufferId::input, {});
   // The owner finishes avg once, before the result travels.
   if (shape.op == ReduceOp::avg) append_ring_average(sched, piece, state);

@@ -57,10 +57,10 @@ struct RingPiece {
   std::uint32_t tags() const;
 };
 
-/// The slice of a piece with flow window `window` (0: none): no larger than it.
-inline std::size_t window_slice(std::size_t slice_bytes, std::size_t window) {
-  return window > 0 && window < slice_bytes ? window : slice_bytes;
-}
+/// `piece` with the flow window `shape` gives its ring (CollectiveShape::
+/// ring_window): slices no larger than the window on every rank, and this
+/// rank's sends bounded where its link to its successor has it.
+RingPiece with_flow_window(RingPiece piece, const CollectiveShape& shape);
 
 /// What a reduce-scatter leaves for the all-gather that follows it.
 struct RingState {
