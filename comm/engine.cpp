@@ -94,7 +94,7 @@ void Engine::submit(CommImpl& comm, const std::shared_ptr<Operation>& op, bool b
   if (woke_comm) wake();
 }
 
-void Engine::run(CommImpl& comm, std::shared_ptr<Operation> op) {
+void Engine::run(CommImpl& comm, const std::shared_ptr<Operation>& op) {
   if (driving_here()) {
     // A callback of the driving thread: queue it and drive from here.
     submit(comm, op, false);

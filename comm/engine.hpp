@@ -76,7 +76,7 @@ class Engine {
   /// gets the progress thread going.
   void submit(CommImpl& comm, const std::shared_ptr<Operation>& op, bool background);
   /// The blocking call (see above). Throws the operation's error.
-  void run(CommImpl& comm, std::shared_ptr<Operation> op);
+  void run(CommImpl& comm, const std::shared_ptr<Operation>& op);
   /// Drives or waits until `op` is done or `until` passes; true when done.
   /// Throws the operation's error.
   bool wait(const std::shared_ptr<Operation>& op, Deadline until);
@@ -86,7 +86,7 @@ class Engine {
   void stop();
 
   // For CommImpl, under mutex(): its queue changed between empty and not.
-  std::mutex& mutex() { return mutex_; }
+  SpinMutex& mutex() { return mutex_; }
   void activate_locked(CommImpl& comm);
   void deactivate_locked(CommImpl& comm);
   void background_done_locked() { --background_; }
@@ -105,8 +105,8 @@ class Engine {
   void sleep_for_news(std::chrono::microseconds nap);
   void progress_loop(std::stop_token stop);
 
-  std::mutex mutex_;
-  std::condition_variable changed_;
+  SpinMutex mutex_;
+  std::condition_variable_any changed_;
   bool driving_ = false;
   int waiters_ = 0;            // threads in changed_.wait*, so a finish notifies only when some wait
   std::size_t background_ = 0;  // queued *_async operations, every communicator

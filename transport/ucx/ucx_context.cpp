@@ -128,7 +128,7 @@ UcxContext::~UcxContext() {
   {
     std::lock_guard lock(mutex_);
     for (auto& [key, inbox] : inboxes_)
-      for (auto& [seq, arrival] : inbox->arrivals) release(arrival);
+      inbox->arrivals.drain([&](UcxArrival& arrival) { release(arrival); });
     inboxes_.clear();
     last_inbox_ = nullptr;
     for (auto& op : orphans_)
@@ -165,8 +165,7 @@ void UcxContext::drop_inbox(const std::array<std::byte, 16>& comm_id, int to, in
   last_inbox_ = nullptr;
   auto it = inboxes_.find(Key{comm_id, to, from});
   if (it == inboxes_.end()) return;
-  for (auto& [seq, arrival] : it->second->arrivals) release(arrival);
-  it->second->arrivals.clear();
+  it->second->arrivals.drain([&](UcxArrival& arrival) { release(arrival); });
   inboxes_.erase(it);
 }
 
@@ -227,7 +226,7 @@ void UcxContext::close_peers_locked() {
   for (void* r : closing) ucp_request_free(r);  // UCX frees it when it completes
 }
 
-void UcxContext::release(UcxInbox::Arrival& arrival) {
+void UcxContext::release(UcxArrival& arrival) {
   if (arrival.data != nullptr) ucp_am_data_release(worker_, arrival.data);
   arrival.data = nullptr;
 }
@@ -258,28 +257,30 @@ ucs_status_t UcxContext::on_message(void* arg, const void* header, std::size_t h
     inbox->noticed = true;
     return UCS_OK;
   }
-  UcxInbox::Arrival a;
-  a.header = h.message;
-  a.length = length;
-  a.rendezvous = rendezvous;
-  if (rendezvous || kept) {
-    a.data = data;
-  } else if (length > 0) {
-    const auto* bytes = static_cast<const std::byte*>(data);
-    a.copy.assign(bytes, bytes + length);
-  }
-  auto [it, fresh] = inbox->arrivals.emplace(h.sequence, std::move(a));
-  if (!fresh) {
+  UcxArrival* a = inbox->arrivals.put(h.sequence);
+  if (a == nullptr) {
     log_warn("ucx: rank ", h.to, " got message #", h.sequence, " from rank ", h.from, " twice; dropped the second");
     return UCS_OK;
   }
-  return it->second.data != nullptr ? UCS_INPROGRESS : UCS_OK;
+  a->header = h.message;
+  a->length = length;
+  a->rendezvous = rendezvous;
+  if (rendezvous || kept) {
+    a->data = data;
+    return UCS_INPROGRESS;
+  }
+  if (length > 0) {
+    const auto* bytes = static_cast<const std::byte*>(data);
+    if (length <= UcxArrival::kInlineBytes) std::memcpy(a->inline_copy.data(), bytes, length);
+    else a->copy.assign(bytes, bytes + length);
+  }
+  return UCS_OK;
 }
 
 bool UcxContext::progress_locked() {
   bool any = false;
   while (ucp_worker_progress(worker_) != 0) any = true;
-  if (any) last_activity_ = Clock::now();
+  if (any) ++activity_;
   if (!orphans_.empty())
     std::erase_if(orphans_, [&](std::unique_ptr<UcxOp>& op) {
       if (!op->done) return false;
@@ -287,6 +288,57 @@ bool UcxContext::progress_locked() {
       return true;
     });
   return any;
+}
+
+bool UcxContext::active_within(Clock::duration span) {
+  const auto now = Clock::now();
+  if (activity_ != stamped_activity_) {
+    stamped_activity_ = activity_;
+    last_activity_ = now;
+  }
+  return now - last_activity_ < span;
+}
+
+UcxArrival* UcxArrivals::put(std::uint64_t sequence) {
+  if (sequence < base_) return nullptr;
+  if (sequence - base_ >= slots_.size()) grow(sequence - base_ + 1);
+  Slot& s = slot(sequence);
+  if (s.state != State::empty) return nullptr;
+  s.state = State::held;
+  return &s.arrival;
+}
+
+UcxArrival* UcxArrivals::find(std::uint64_t sequence) {
+  if (sequence < base_ || sequence - base_ >= slots_.size()) return nullptr;
+  Slot& s = slot(sequence);
+  return s.state == State::held ? &s.arrival : nullptr;
+}
+
+UcxArrival UcxArrivals::take(std::uint64_t sequence) {
+  UcxArrival taken = std::move(slot(sequence).arrival);
+  remove(sequence);
+  return taken;
+}
+
+void UcxArrivals::remove(std::uint64_t sequence) {
+  Slot& s = slot(sequence);
+  s.arrival.data = nullptr;
+  s.arrival.copy = {};
+  s.state = State::taken;
+  // Receives may finish out of order (a later eager one before an earlier
+  // rendezvous): the ring moves on past every taken slot at its front.
+  while (!slots_.empty() && slot(base_).state == State::taken) {
+    slot(base_).state = State::empty;
+    ++base_;
+  }
+}
+
+void UcxArrivals::grow(std::uint64_t span) {
+  std::size_t size = std::max<std::size_t>(16, slots_.size());
+  while (size < span) size *= 2;
+  std::vector<Slot> larger(size);
+  for (std::uint64_t k = base_; k < base_ + slots_.size(); ++k) larger[k & (size - 1)] = std::move(slot(k));
+  slots_ = std::move(larger);
 }
 
 bool UcxContext::arm_locked() {

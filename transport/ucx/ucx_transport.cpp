@@ -216,14 +216,11 @@ class UcxLink final : public Link {
     std::lock_guard lock(context_->mutex());
     if (broken_) std::rethrow_exception(broken_);
     if (!recvs_.empty()) return false;
-    auto found = inbox_->arrivals.find(receive_sequence_);
-    if (found == inbox_->arrivals.end()) {
-      context_->progress_locked();
-      found = inbox_->arrivals.find(receive_sequence_);
-      if (found == inbox_->arrivals.end() || found->second.rendezvous) return false;
-    }
-    UcxInbox::Arrival arrival = std::move(found->second);
-    inbox_->arrivals.erase(found);
+    UcxArrival* found = inbox_->arrivals.find(receive_sequence_);
+    if (found == nullptr && context_->progress_once_locked()) found = inbox_->arrivals.find(receive_sequence_);
+    if (found == nullptr || found->rendezvous) return false;
+    // Used in place: the arrival is copied or reduced out of its slot.
+    UcxArrival& arrival = *found;
     try {
       check_arrival(arrival, tag, dst.bytes);
       if (local != nullptr && dst.bytes % size_of(type) != 0)
@@ -231,16 +228,16 @@ class UcxLink final : public Link {
                                   " is not a whole number of ", name_of(type), " elements"));
     } catch (const Error&) {
       context_->release(arrival);
+      inbox_->arrivals.remove(receive_sequence_);
       fail(std::current_exception());
       throw;
     }
-    ++receive_sequence_;
-    const std::byte* data = arrival.data != nullptr ? static_cast<const std::byte*>(arrival.data) : arrival.copy.data();
     if (dst.bytes > 0) {
-      if (local == nullptr) std::memcpy(dst.data, data, dst.bytes);
-      else reduce(type, op, dst.data, local, data, dst.bytes / size_of(type));
+      if (local == nullptr) std::memcpy(dst.data, arrival.bytes(), dst.bytes);
+      else reduce(type, op, dst.data, local, arrival.bytes(), dst.bytes / size_of(type));
     }
     context_->release(arrival);
+    inbox_->arrivals.remove(receive_sequence_++);
     return true;
   }
 
@@ -293,9 +290,9 @@ class UcxLink final : public Link {
     context_->progress_locked();
     // Idle, so every receive posted took its message: the next one the peer
     // sent is the next sequence number's, eager or a rendezvous descriptor.
-    auto found = inbox_->arrivals.find(receive_sequence_);
-    if (found == inbox_->arrivals.end()) return std::nullopt;
-    return found->second.header.as_tag();
+    const UcxArrival* found = inbox_->arrivals.find(receive_sequence_);
+    if (found == nullptr) return std::nullopt;
+    return found->header.as_tag();
   }
 
   /// Sends the hello that tells the peer this side's endpoint exists.
@@ -409,7 +406,7 @@ class UcxLink final : public Link {
 
   // Throws TagMismatch or ProtocolMismatch unless `arrival` is the message a
   // receive of `bytes` with `tag` expects, whole.
-  void check_arrival(const UcxInbox::Arrival& arrival, const Tag& tag, std::size_t bytes) const {
+  void check_arrival(const UcxArrival& arrival, const Tag& tag, std::size_t bytes) const {
     check_match(arrival.header, tag, bytes, [&] {
       return cat("rank ", self_, ": received from ", peer_name_, " (", describe_tag(tag), ")");
     });
@@ -421,10 +418,8 @@ class UcxLink final : public Link {
   // Takes the receive's message if it arrived: checks its header, then
   // copies it (eager) or starts moving it into place (rendezvous).
   bool start_receive(PendingRecv& r) {
-    auto found = inbox_->arrivals.find(r.sequence);
-    if (found == inbox_->arrivals.end()) return false;
-    UcxInbox::Arrival arrival = std::move(found->second);
-    inbox_->arrivals.erase(found);
+    if (!inbox_->arrivals.contains(r.sequence)) return false;
+    UcxArrival arrival = inbox_->arrivals.take(r.sequence);
     r.op = std::make_unique<UcxOp>();
     try {
       check_arrival(arrival, r.tag, r.dst.bytes);
@@ -441,7 +436,7 @@ class UcxLink final : public Link {
       take_result(*r.op, ucp_am_recv_data_nbx(context_->worker(), arrival.data, r.dst.data, r.dst.bytes, &param));
     } else {
       if (r.dst.bytes > 0)
-        std::memcpy(r.dst.data, arrival.data != nullptr ? arrival.data : arrival.copy.data(), r.dst.bytes);
+        std::memcpy(r.dst.data, arrival.bytes(), r.dst.bytes);
       context_->release(arrival);
       r.op->done = true;
     }
@@ -674,7 +669,7 @@ bool UcxTransport::arm() {
     transferring |= link->transferring();
   }
   // Keep the engine polling while a transfer moves (see kRendezvousPoll).
-  if (transferring && Clock::now() - context_->last_activity() < kRendezvousPoll) return false;
+  if (transferring && context_->active_within(kRendezvousPoll)) return false;
   return context_->arm_locked();
 }
 
