@@ -68,8 +68,9 @@
 // way); on 2 ranks both ranks work from the first moment. c is the slice
 // of a half as the communicator cuts it (topology's pipeline_slice(): a
 // sixteenth of a rank's share, an half when the host's ranks outnumber its
-// cores, 32 KiB to BRAID_SLICE_BYTES): a half of up to 32 KiB is one slice,
-// so there the tree crosses 2d whole halves one after the other. The ring
+// cores, from the transports' floor (shm's 128 KiB) to BRAID_SLICE_BYTES):
+// a half up to the floor is one slice, so there the tree crosses 2d whole
+// halves one after the other. The ring
 // has no such wait: every rank starts on its own share at once.
 //
 // The link's rates are those of the call's size (CostInputs::flat(),
@@ -182,10 +183,10 @@ double ring_on(const CostInputs& in, const LinkParams& l, int n, double m) {
 }
 
 // The slice of a pipelined schedule as the communicator cuts it
-// (topology's pipeline_slice; the model leaves out the transports' floor,
-// which only ucx has and the plan does not see).
+// (topology's pipeline_slice, above the transports' floor: shm's and ucx's,
+// Plan::slice_floor).
 double slice_bytes(const CostInputs& in) {
-  return static_cast<double>(pipeline_slice(in.bytes, in.ranks, in.oversubscribed, 0, in.slice_limit));
+  return static_cast<double>(pipeline_slice(in.bytes, in.ranks, in.oversubscribed, in.slice_floor, in.slice_limit));
 }
 
 double broadcast_slices(const CostInputs& in) {

@@ -300,6 +300,7 @@ void CommImpl::start(std::vector<RankInfo> infos, Addresses addresses, std::opti
   for (int a = 0; a < size_; ++a)
     for (int b = a + 1; b < size_; ++b)
       slice_floor_ = std::max(slice_floor_, contexts_[static_cast<std::size_t>(kind_between(a, b))]->min_slice_bytes());
+  plan_.slice_floor = slice_floor_;  // the cost model prices the slices as cut
   local_rank_ = static_cast<int>(std::count_if(infos_.begin(), infos_.begin() + rank_, [&](const RankInfo& i) {
     return i.host_id == infos_[rank_].host_id;
   }));

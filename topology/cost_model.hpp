@@ -81,6 +81,9 @@ struct CostInputs {
   /// below): more ranks on a host than its cores cut fewer slices.
   bool oversubscribed = false;
   std::size_t slice_limit = 512 * 1024;
+  /// The transports' floor on slices (TransportContext::min_slice_bytes,
+  /// Plan::slice_floor).
+  std::size_t slice_floor = 0;
   /// The ring's pieces keep a flow window on the links between hosts
   /// (Plan::flow_window): the ring and the hierarchical all-reduce move
   /// across faster than the link's streaming rates (algorithm_costs.cpp).

@@ -60,6 +60,7 @@ CostInputs Plan::cost_inputs(std::size_t bytes) const {
   in.cache_bytes = cache_bytes;
   in.oversubscribed = oversubscribed;
   in.slice_limit = slice_limit;
+  in.slice_floor = slice_floor;
   in.inter_window = flow_window.bytes > 0 && host_count > 1;
   return in;
 }

@@ -56,6 +56,10 @@ struct Plan {
   /// parameters differ (link_model.cpp).
   bool oversubscribed = false;
   std::size_t slice_limit = 512 * 1024;  // BRAID_SLICE_BYTES, for the cost model's slices
+  /// The finest slice the transports of the communicator's pairs take
+  /// (TransportContext::min_slice_bytes), set by the communicator once its
+  /// transports are known, for the cost model's slices.
+  std::size_t slice_floor = 0;
   /// The cache each rank has to itself, for the cost model's rates
   /// (cost_model.hpp): the smallest RankInfo::cache_kib of the job, shared
   /// among the ranks of a kernel that outnumber its CPUs; 0 when some rank

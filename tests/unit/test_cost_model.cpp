@@ -194,6 +194,21 @@ TEST_CASE("cost model: one slice rule for the communicator and the model") {
   CHECK(pipeline_slice(1 << 20, 2, false, 0, 16 << 10) == 16 << 10);  // the limit wins over the minimum
 }
 
+TEST_CASE("cost model: the transports' floor reaches the model's slices") {
+  // shm's 128 KiB floor (ShmContext::kSliceFloor): a 4-rank tree of 1 MiB
+  // cuts its halves in 128 KiB slices, not 32 KiB ones, and the model
+  // prices the longer wait of the ranks below the root for the first one.
+  Plan plan = make_plan(one_host(4), Settings{}, algorithm_costs());
+  REQUIRE(plan.cost_inputs(1 << 20).slice_floor == 0);
+  const auto unfloored = plan.predict_us("all_reduce", "tree", 1 << 20);
+  plan.slice_floor = 128 << 10;
+  CHECK(plan.cost_inputs(1 << 20).slice_floor == 128 << 10);
+  const auto floored = plan.predict_us("all_reduce", "tree", 1 << 20);
+  REQUIRE(unfloored);
+  REQUIRE(floored);
+  CHECK(*floored > *unfloored);
+}
+
 TEST_CASE("cost model: the plan's choice is the cheapest prediction at every power of two") {
   for (const auto& hosts : {std::vector<int>{0, 0}, std::vector<int>{0, 0, 0, 0}, std::vector<int>{0, 0, 0, 0, 0},
                             std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 1, 0, 1, 0, 1}}) {
