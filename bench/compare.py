@@ -17,8 +17,9 @@ DIR/latency_<collective>.png (bench/plot_results.py). Unless --no-limits or
 --smoke, it also measures the machine's limits (bench/limits.py, written to
 DIR/limits.csv), prints the least all-reduce time it models per size (2 and 4
 ranks over shm and tcp), shows each braid row's median time against that
-limit ("limit/braid"), and shows braid's TCP busbw as a fraction of one loopback
-TCP stream (iperf3's when installed).
+limit ("limit/braid") and the best peer's median time against it ("ceiling":
+the most any library could lead that peer by here), and shows braid's TCP busbw
+as a fraction of one loopback TCP stream (iperf3's when installed).
 
 Transport classes: "tcp" moves bytes through the kernel's TCP stack over
 loopback (braid's tcp, Open MPI's btl tcp, Open MPI over UCX restricted to

@@ -89,7 +89,9 @@ def format_tables(summary, table_sizes, rounds, tcp_stream_gbps=None, limit_us=N
     loopback stream, bench/limits.py), TCP-class rows also show braid's busbw
     as a fraction of it; with limit_us(collective, class, ranks, size) (the
     least time bench/limits.py models, or None), rows show that limit over
-    braid's median time."""
+    braid's median time, and the peer's median time over it ("ceiling": the
+    most that any library could lead the peer by on this machine, so a
+    ratio target above it cannot be met here)."""
     lines = []
     for (collective, ranks), variants in sorted(summary.items()):
         names = sorted(variants, key=lambda v: (not v.startswith("braid/"), variants[v][next(iter(variants[v]))]["class"], v))
@@ -113,7 +115,7 @@ def format_tables(summary, table_sizes, rounds, tcp_stream_gbps=None, limit_us=N
         lines.append(f"{'collective':<11} {'ranks':>5} {'size':>8}  {'braid':<12} {'best peer':<18} "
                      f"{'braid us':>10} {'peer us':>10} {'median':>7} {'best':>7}" +
                      (f" {'busbw/TCP stream':>17}" if tcp_stream_gbps else "") +
-                     (f" {'limit/braid':>12}" if limit_us else ""))
+                     (f" {'limit/braid':>12} {'ceiling':>8}" if limit_us else ""))
         for r in table:
             limit = limit_us(r["collective"], r["class"], r["ranks"], r["size"]) if limit_us else None
             lines.append(f"{r['collective']:<11} {r['ranks']:>5} {human_size(r['size']):>8}  {r['braid']:<12} "
@@ -122,7 +124,8 @@ def format_tables(summary, table_sizes, rounds, tcp_stream_gbps=None, limit_us=N
                          (f" {r['braid_median_busbw'] / tcp_stream_gbps:>17.2f}"
                           if tcp_stream_gbps and r["class"] == "tcp" else
                           f" {'':>17}" if tcp_stream_gbps else "") +
-                         (f" {limit / r['braid_median_us']:>12.2f}" if limit is not None else ""))
+                         (f" {limit / r['braid_median_us']:>12.2f} {r['peer_median_us'] / limit:>8.2f}"
+                          if limit is not None else ""))
     lines += [""] + per_peer_ratios(summary, table_sizes)
     return "\n".join(lines)
 

@@ -36,6 +36,12 @@ assert "braid / best peer of the same transport class" in text and "1 MiB" in te
 ratio_line = [line for line in text.splitlines() if line.startswith("all_reduce      2")][0]
 assert ratio_line.endswith("0.50"), text  # braid's median busbw 5 GB/s over a 10 GB/s stream
 assert text.splitlines()[-1].split() == ["1", "MiB", "1.30", "2.00", "0.06"], text  # over gloo, openmpi/tcp, vader
+# With the modelled limit (50 us): limit/braid over braid's 200 us median,
+# and the ceiling, gloo's 260 us median over it.
+text = compare_report.format_tables(s, [1 << 20], 3, limit_us=lambda c, k, n, b: 50.0)
+ratio_line = [line for line in text.splitlines() if line.startswith("all_reduce      2")][0]
+assert ratio_line.split()[-2:] == ["0.25", "5.20"], text
+assert "ceiling" in text, text
 with tempfile.TemporaryDirectory() as d:
     path = os.path.join(d, "c.csv")
     compare_report.write_csv(path, records)
