@@ -21,9 +21,10 @@
 namespace braid {
 namespace {
 
-// "braid_r4": mapped messages (r3: single copies; r2: slots published by
-// their own seq).
-constexpr std::uint64_t kRingMagic = 0x62726169645f7234ull;
+// "braid_r5": the consumer's cost of mapped messages in the control page
+// (r4: mapped messages; r3: single copies; r2: slots published by their own
+// seq).
+constexpr std::uint64_t kRingMagic = 0x62726169645f7235ull;
 constexpr std::size_t kPage = 4096;
 constexpr std::uint32_t kMaxSlots = 1024;
 // A slot whose message the consumer reads from the producer's memory.
@@ -109,6 +110,10 @@ struct ShmRing::Control {
   // streaming stores [1], and their bytes (adaptive stores).
   alignas(64) std::uint64_t read_ticks[2];
   std::uint64_t read_bytes[2];
+  // The consumer's ticks spent reading mapped messages, and their bytes
+  // (adaptive mapped messages).
+  std::uint64_t mapped_ticks;
+  std::uint64_t mapped_bytes;
 };
 
 // Two lines: the first holds what the consumer checks (the publish mark, the
@@ -271,12 +276,17 @@ bool ShmRingSender::try_push(OutgoingMessage& m) {
   if (peer_closed()) throw PeerLost(cat(description_, ": the receiving side closed the ring"));
   // Mapped: above kEagerSendBytes (which every link sends without the
   // receiver, core/eager.hpp) from memory braid_mem_alloc gave.
+  bool mapped_way_declined = false;  // this could go mapped, and goes through the slots
   if (!m.started && m.src.bytes > kEagerSendBytes && m.src.kind == MemKind::host && consumer_maps()) {
     if (auto range = shared_find(m.src.data, m.src.bytes)) {
-      const MappedRef ref{range->serial, range->allocation_bytes, range->offset, static_cast<std::uint32_t>(range->fd),
-                          0};
-      if (push_reference(m, kMappedSlot, &ref, sizeof ref)) ++mapped_sent_;
-      return false;  // done when the consumer has read it
+      if (take_mapped_way()) {
+        const MappedRef ref{range->serial, range->allocation_bytes, range->offset,
+                            static_cast<std::uint32_t>(range->fd), 0};
+        if (push_reference(m, kMappedSlot, &ref, sizeof ref)) ++mapped_sent_;
+        else undo_mapped_way();  // no free slot: asked again at the next try
+        return false;  // done when the consumer has read it
+      }
+      mapped_way_declined = true;
     }
   }
   if (!m.started && single_copy(m)) {
@@ -301,6 +311,10 @@ bool ShmRingSender::try_push(OutgoingMessage& m) {
     m.pushed += chunk;
     m.started = true;
     peer_bell_.ring();
+  }
+  if (mapped_way_declined) {
+    if (m.started) ++mapped_through_slots_;
+    else undo_mapped_way();  // no free slot: asked again at the next try
   }
   return m.done();
 }
@@ -349,6 +363,42 @@ void ShmRingSender::next_phase() {
   if (known) streaming_ = streaming_ ? !(cost[0] < 0.9 * cost[1]) : cost[1] < 0.9 * cost[0];
   phase_ = Phase::keep;
   left_ = kKeepChunks;
+}
+
+bool ShmRingSender::take_mapped_way() {
+  if (copy_ != RingCopy::adaptive) return true;
+  if (++mapped_eligible_ < kMappedProbeEvery) return mapped_kept_;
+  // A verdict on what both ways cost since the last one, then one message
+  // the other way, so that its cost stays known.
+  mapped_eligible_ = 0;
+  decide_mapped_way();
+  return !mapped_kept_;
+}
+
+void ShmRingSender::undo_mapped_way() {
+  if (copy_ != RingCopy::adaptive) return;
+  if (mapped_eligible_ > 0) --mapped_eligible_;
+  else mapped_eligible_ = kMappedProbeEvery - 1;  // the probe is asked again
+}
+
+void ShmRingSender::decide_mapped_way() {
+  const Spent theirs = consumer_spent();
+  const std::uint64_t mapped_ticks = atomic(control_->mapped_ticks).load(std::memory_order_relaxed);
+  const std::uint64_t mapped_bytes = atomic(control_->mapped_bytes).load(std::memory_order_relaxed);
+  // The slots' cost is that of the stores kept, both sides added, over
+  // every timed chunk since the last verdict (other messages' too).
+  const int way = streaming_ ? 1 : 0;
+  const std::uint64_t own_bytes = own_.bytes[way] - mapped_at_.own.bytes[way];
+  const std::uint64_t their_bytes = theirs.bytes[way] - mapped_at_.theirs.bytes[way];
+  const std::uint64_t read_bytes = mapped_bytes - mapped_at_.mapped_bytes;
+  if (own_bytes == 0 || their_bytes == 0 || read_bytes == 0) return;  // no verdict yet: gather more
+  const double slots = static_cast<double>(own_.ticks[way] - mapped_at_.own.ticks[way]) / static_cast<double>(own_bytes) +
+                       static_cast<double>(theirs.ticks[way] - mapped_at_.theirs.ticks[way]) /
+                           static_cast<double>(their_bytes);
+  const double mapped = static_cast<double>(mapped_ticks - mapped_at_.mapped_ticks) / static_cast<double>(read_bytes);
+  // Mapped stays unless the slots cost 10% less; the slots stay unless mapped does.
+  mapped_kept_ = mapped_kept_ ? !(slots < 0.9 * mapped) : mapped < 0.9 * slots;
+  mapped_at_ = {own_, theirs, mapped_ticks, mapped_bytes};
 }
 
 std::uint32_t ShmRingSender::fill(std::uint64_t index, const std::byte* src, std::size_t chunk,
@@ -510,8 +560,14 @@ void ShmRingReceiver::read_mapped(const SlotHeader& slot, IncomingMessage& m) {
   const std::byte* base = mappings_->map(
       SharedRange{static_cast<int>(ref.fd), ref.serial, ref.allocation_bytes, ref.offset});
   const std::byte* src = base + ref.offset;
+  // Timed for the producer's choice between mapped messages and the slots.
+  const std::int64_t begin = ticks();
   if (m.local == nullptr) copy_chunk(copy_, m.dst.data, src, m.dst.bytes, m.dst.bytes);
   else reduce(m.type, m.op, m.dst.data, m.local, src, m.dst.bytes / size_of(m.type));
+  mapped_ticks_ += static_cast<std::uint64_t>(std::max<std::int64_t>(ticks() - begin, 0));
+  mapped_bytes_ += m.dst.bytes;
+  atomic(control_->mapped_ticks).store(mapped_ticks_, std::memory_order_relaxed);
+  atomic(control_->mapped_bytes).store(mapped_bytes_, std::memory_order_relaxed);
   m.received = m.dst.bytes;
   m.started = true;
   release_slot();

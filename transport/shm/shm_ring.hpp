@@ -97,6 +97,19 @@
 // (kUntimedSlot: the change of way costs it what neither way costs in the
 // long run), and the first trials wait for 4 x kTrialChunks chunks.
 //
+// Adaptive mapped messages (with RingCopy::adaptive): a mapped message costs
+// the consumer one pass over the producer's buffer and the producer nothing;
+// through the slots both sides copy once. Which costs less per byte follows
+// the same two states: 2 ranks, 1 MiB all-reduce on braid_mem_alloc buffers
+// took 29-33 us mapped against 48-52 through the slots with both vCPUs on
+// one L3, and 90-100 against 72-78 with them apart (reading lines out of
+// the other's cache is what is slow then). So the consumer also times its
+// mapped reads (and publishes them), and the producer sends one message in
+// kMappedProbeEvery that could go mapped the way it does not keep, then
+// keeps the way whose ticks per byte since the last verdict were lower, by
+// 10% to change (the slots' cost: the kept stores' fill and take, both
+// sides added, of every timed chunk).
+//
 // Waiting: the engine first calls try_push/try_pop; when nothing moves it
 // spins for a SpinBudget (doorbell.hpp: 20 us while spinning has been
 // paying, 0.5 us otherwise), then arm() + wait(). Both sides
@@ -249,6 +262,12 @@ class ShmRingSender : public ShmRing {
   bool consumer_maps() const;
   /// Messages this side sent as mapped slots (tests, benchmarks).
   std::uint64_t mapped_sent() const { return mapped_sent_; }
+  /// Messages that could have gone mapped and went through the slots
+  /// (adaptive mapped messages; tests, benchmarks).
+  std::uint64_t mapped_through_slots() const { return mapped_through_slots_; }
+  /// Every this many messages that could go mapped, one goes the way not
+  /// kept (after a verdict on both ways' costs since the last one).
+  static constexpr std::uint32_t kMappedProbeEvery = 32;
   /// Chunks of at least kAdaptiveBytes filled with streaming stores, and
   /// all of them (RingCopy::adaptive; tests, benchmarks).
   std::uint64_t streamed_chunks() const { return streamed_chunks_; }
@@ -291,9 +310,17 @@ class ShmRingSender : public ShmRing {
   // returns the slot flags that say how.
   std::uint32_t fill(std::uint64_t index, const std::byte* src, std::size_t chunk, std::size_t message_bytes);
 
+  // Adaptive mapped messages (shm_ring.hpp, "Adaptive mapped messages"):
+  // whether this message, which could go mapped, does; the verdict; a push
+  // that found no slot gives its turn back.
+  bool take_mapped_way();
+  void decide_mapped_way();
+  void undo_mapped_way();
+
   RingCopy copy_;
   std::size_t single_copy_bytes_ = 0;
   std::uint64_t mapped_sent_ = 0;
+  std::uint64_t mapped_through_slots_ = 0;
   // Adaptive stores: trials of kTrialChunks chunks each way, then
   // kKeepChunks chunks the cheaper way (shm_ring.hpp, "Adaptive stores").
   static constexpr std::uint32_t kTrialChunks = 8;
@@ -314,6 +341,13 @@ class ShmRingSender : public ShmRing {
   Spent own_at_trial_, consumer_at_trial_;  // both at the start of the trials
   std::uint64_t streamed_chunks_ = 0;
   std::uint64_t adaptive_chunks_ = 0;
+  bool mapped_kept_ = true;            // mapped messages, or the slots
+  std::uint32_t mapped_eligible_ = 0;  // messages that could go mapped, since the last probe
+  struct MappedBaseline {
+    Spent own, theirs;
+    std::uint64_t mapped_ticks = 0, mapped_bytes = 0;
+  };
+  MappedBaseline mapped_at_;  // both ways' costs at the last verdict
   std::uint64_t head_ = 0;         // messages published (the next slot's seq is head_ + 1 once filled)
   std::uint64_t cached_tail_ = 0;  // the consumer's, as last read
   std::uint32_t ticket_ = 0;
@@ -379,6 +413,8 @@ class ShmRingReceiver : public ShmRing {
   PeerMappings* mappings_ = nullptr;
   std::uint64_t read_ticks_[2] = {0, 0};  // ticks spent taking chunks stored plain, streaming
   std::uint64_t read_bytes_[2] = {0, 0};
+  std::uint64_t mapped_ticks_ = 0;  // ticks spent reading mapped messages
+  std::uint64_t mapped_bytes_ = 0;
   std::vector<std::byte> bounce_;  // a reduce's block read from the producer
   std::uint64_t tail_ = 0;
   std::uint32_t ticket_ = 0;
