@@ -217,9 +217,9 @@ class Link {
   /// peer to connect see that a linked peer already runs another operation.
   virtual std::optional<Tag> waiting_tag() { return std::nullopt; }
   /// True while the peer has not made its side of this link yet (shm: it has
-  /// not opened the pair's segment), so it could not tell this rank through
-  /// the link that it gave up; the engine then looks for its notice in the
-  /// store.
+  /// not made its link over the pair's segment, mark_pair_joined), so it
+  /// could not tell this rank through the link that it gave up; the engine
+  /// then looks for its notice in the store.
   virtual bool one_sided() { return false; }
   /// "rank 1 (host-a, 10.0.0.2:40123)": names the peer in errors.
   virtual std::string describe_peer() const = 0;

@@ -28,6 +28,9 @@ struct PairHeader {
   std::int32_t low_rank;
   std::int32_t high_rank;
   std::array<std::byte, 16> comm_id;
+  // The opener made its link (mark_pair_joined): from then on it tells the
+  // creator through the rings if it gives up.
+  std::uint32_t joined;
 };
 
 // The pair's name in /dev/shm ends with a keyed hash of the secrets both
@@ -79,6 +82,15 @@ ShmAddress parse_address(std::span<const std::byte> bytes, std::string_view who)
 }
 
 }  // namespace
+
+void mark_pair_joined(ShmSegment& segment) {
+  std::atomic_ref<std::uint32_t>(reinterpret_cast<PairHeader*>(segment.data())->joined).store(1, std::memory_order_release);
+}
+
+bool pair_joined(const ShmSegment& segment) {
+  return std::atomic_ref<std::uint32_t>(reinterpret_cast<PairHeader*>(segment.data())->joined)
+             .load(std::memory_order_acquire) != 0;
+}
 
 // ---- another process ------------------------------------------------------------
 
@@ -266,8 +278,11 @@ std::unique_ptr<Link> ShmContext::connect_one(const LinkOwner& owner, const Peer
       auto segment = await_pair(owner, std::make_shared<ShmSegment>(std::move(*opened)), low, high, *p.info, *process,
                                 deadline, watch);
       segment->unlink();
-      return std::make_unique<ShmLink>(owner.rank, *p.info, std::move(segment), false, geometry_, *this,
-                                       std::move(process));
+      ShmSegment& pair = *segment;
+      auto link = std::make_unique<ShmLink>(owner.rank, *p.info, std::move(segment), false, geometry_, *this,
+                                            std::move(process));
+      mark_pair_joined(pair);
+      return link;
     }
     // Neither: its creator is sizing it this moment, or it went before this
     // side opened it (the peer closed its communicator first, with nothing in

@@ -177,7 +177,12 @@ std::optional<Tag> ShmLink::waiting_tag() {
 }
 
 bool ShmLink::one_sided() {
-  if (!peer_opened_) peer_opened_ = segment_->attached() > 0;
+  // Not when the peer opened the segment, but once it made its link: a peer
+  // that opened it and then gave up before its link existed (it learnt of
+  // another rank's failure while connecting) never closes the rings with a
+  // notice, and this side learns why only from the store (lifecycle
+  // abort-thread-4 named the wrong rank 1 time in ~150 until then).
+  if (!peer_opened_) peer_opened_ = pair_joined(*segment_);
   return !peer_opened_;
 }
 

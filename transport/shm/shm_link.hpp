@@ -14,6 +14,12 @@
 
 namespace braid {
 
+/// Page 0 of a pair's segment says whether the rank that opened it made its
+/// link (shm_context.cpp): from then on that rank tells the creator through
+/// the rings if it gives up, and until then only through the store.
+void mark_pair_joined(ShmSegment& segment);
+bool pair_joined(const ShmSegment& segment);
+
 class ShmLink final : public Link {
  public:
   /// `created`: this rank created the pair's segment, and the peer may not
