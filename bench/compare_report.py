@@ -45,6 +45,7 @@ def summarize(records):
                 bus_per_us = rows[0]["busbw_gbps"] * rows[0]["time_us"]  # busbw x time is fixed per size
                 summary.setdefault(key, {}).setdefault(variant, {})[size] = {
                     "class": rows[0]["class"], "library": rows[0]["library"], "rounds": len(rows),
+                    "by_round": {x["round"]: x["time_us"] for x in rows},
                     "best_us": best, "median_us": median,
                     "best_busbw": bus_per_us / best if best > 0 else 0.0,
                     "median_busbw": bus_per_us / median if median > 0 else 0.0,
@@ -68,12 +69,18 @@ def ratios(summary):
                     continue
                 peer, theirs = min(peers, key=lambda p: p[1]["median_us"])
                 best_peer_best = min(p[1]["best_us"] for p in peers)
+                # Round by round against the same peer: each round runs both
+                # close together, so a machine that drifts between rounds
+                # (this VM's two states) moves both sides of a ratio alike.
+                paired = [theirs["by_round"][k] / t for k, t in mine["by_round"].items()
+                          if k in theirs["by_round"] and t > 0]
                 out.append({"collective": collective, "ranks": ranks, "size": size, "braid": braid,
                             "class": mine["class"], "peer": peer,
                             "braid_median_us": mine["median_us"], "peer_median_us": theirs["median_us"],
                             "braid_median_busbw": mine["median_busbw"],
                             "ratio_median": theirs["median_us"] / mine["median_us"],
-                            "ratio_best": best_peer_best / mine["best_us"]})
+                            "ratio_best": best_peer_best / mine["best_us"],
+                            "ratio_paired": statistics.median(paired) if paired else float("nan")})
     return out
 
 
@@ -111,16 +118,17 @@ def format_tables(summary, table_sizes, rounds, tcp_stream_gbps=None, limit_us=N
         lines.append("")
     table = [r for r in ratios(summary) if r["size"] in table_sizes]
     if table:
-        lines.append("braid / best peer of the same transport class: busbw ratio (> 1: braid faster) = peer time / braid time")
+        lines.append("braid / best peer of the same transport class: busbw ratio (> 1: braid faster) = peer time / braid time; "
+                     "paired: the median over rounds of each round's ratio")
         lines.append(f"{'collective':<11} {'ranks':>5} {'size':>8}  {'braid':<12} {'best peer':<18} "
-                     f"{'braid us':>10} {'peer us':>10} {'median':>7} {'best':>7}" +
+                     f"{'braid us':>10} {'peer us':>10} {'median':>7} {'best':>7} {'paired':>7}" +
                      (f" {'busbw/TCP stream':>17}" if tcp_stream_gbps else "") +
                      (f" {'limit/braid':>12} {'ceiling':>8}" if limit_us else ""))
         for r in table:
             limit = limit_us(r["collective"], r["class"], r["ranks"], r["size"]) if limit_us else None
             lines.append(f"{r['collective']:<11} {r['ranks']:>5} {human_size(r['size']):>8}  {r['braid']:<12} "
                          f"{r['peer']:<18} {r['braid_median_us']:>10.1f} {r['peer_median_us']:>10.1f} "
-                         f"{r['ratio_median']:>7.2f} {r['ratio_best']:>7.2f}" +
+                         f"{r['ratio_median']:>7.2f} {r['ratio_best']:>7.2f} {r['ratio_paired']:>7.2f}" +
                          (f" {r['braid_median_busbw'] / tcp_stream_gbps:>17.2f}"
                           if tcp_stream_gbps and r["class"] == "tcp" else
                           f" {'':>17}" if tcp_stream_gbps else "") +

@@ -31,6 +31,8 @@ r = r[0]
 assert r["peer"] == "gloo/tcp", r  # lowest median among tcp peers (260 < 400)
 assert abs(r["ratio_median"] - 260 / 200) < 1e-9, r
 assert abs(r["ratio_best"] - 150 / 100) < 1e-9, r  # best peer round over braid's best
+# Round by round against gloo: 250/100, 260/300, 270/200; their median.
+assert abs(r["ratio_paired"] - 270 / 200) < 1e-9, r
 text = compare_report.format_tables(s, [1 << 20], 3, tcp_stream_gbps=10.0)
 assert "braid / best peer of the same transport class" in text and "1 MiB" in text, text
 ratio_line = [line for line in text.splitlines() if line.startswith("all_reduce      2")][0]
