@@ -24,13 +24,36 @@ using namespace braid::test;
 
 namespace {
 
-void await_maps(const ShmRingSender& ring) {
+// The child's side: the hello MappingConsumer takes, then the parent's word
+// that it maps.
+void greet_and_await_maps(ShmRingSender& ring) {
+  std::vector<std::byte> hello(16);
+  send_one(ring, tag_of(0), hello);
   const auto deadline = std::chrono::steady_clock::now() + kPatience;
   while (!ring.consumer_maps()) {
     child_require(std::chrono::steady_clock::now() < deadline, "the consumer's word on mapped messages");
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
+
+// The parent's side of a case between two processes: once the child has
+// attached, its ring with mappings of the child's allocations, past the
+// child's hello (sent before it waits for this side's word on mapping).
+struct MappingConsumer {
+  MappingConsumer(RingPair& pair, pid_t child)
+      : mappings(child),
+        ring(attached(pair), "parent from child", RingCopy::by_size, nullptr, nullptr, false, &mappings) {
+    std::vector<std::byte> hello(16);
+    receive_one(ring, tag_of(0), hello);
+  }
+  static std::span<std::byte> attached(RingPair& pair) {
+    REQUIRE(pair.segment().wait_attached(1, kPatience));
+    pair.segment().unlink();
+    return pair.region(1);
+  }
+  PeerMappings mappings;
+  ShmRingReceiver ring;
+};
 
 float value_at(std::size_t i, float scale) { return scale * static_cast<float>(i % 1000) + 0.5f; }
 
@@ -101,9 +124,7 @@ TEST_CASE("mapped messages: large ones from shared memory are read in place, cop
   ChildProcess child([&] {
     ShmSegment mine = ShmSegment::open(pair.name());
     ShmRingSender ring(pair.region(mine, 1), "child to parent");
-    std::vector<std::byte> hello(16);
-    send_one(ring, tag_of(0), hello);
-    await_maps(ring);
+    greet_and_await_maps(ring);
     {
       Shared a(4u << 20);
       // A copy from an offset inside the allocation: mapped.
@@ -131,12 +152,9 @@ TEST_CASE("mapped messages: large ones from shared memory are read in place, cop
     child_require(send_reporting(ring, tag_of(5), b.span(0, b.bytes)), "the new allocation's message is mapped");
     return 0;
   });
-  REQUIRE(pair.segment().wait_attached(1, kPatience));
-  pair.segment().unlink();
-  PeerMappings mappings(child.pid());
-  ShmRingReceiver ring(pair.region(1), "parent from child", RingCopy::by_size, nullptr, nullptr, false, &mappings);
-  std::vector<std::byte> hello(16);
-  receive_one(ring, tag_of(0), hello);
+  MappingConsumer consumer(pair, child.pid());
+  ShmRingReceiver& ring = consumer.ring;
+  PeerMappings& mappings = consumer.mappings;
   std::vector<std::byte> bytes(big, std::byte{0xee});
   receive_one(ring, tag_of(1), bytes);
   CHECK(has_pattern(bytes, 1));
@@ -196,9 +214,7 @@ TEST_CASE("mapped messages: an adaptive producer also sends some through the slo
   ChildProcess child([&] {
     ShmSegment mine = ShmSegment::open(pair.name());
     ShmRingSender ring(pair.region(mine, 1), "child to parent", RingCopy::adaptive);
-    std::vector<std::byte> hello(16);
-    send_one(ring, tag_of(0), hello);
-    await_maps(ring);
+    greet_and_await_maps(ring);
     Shared a(2 * kBytes);
     for (std::uint32_t i = 1; i <= kMessages; ++i) {
       auto message = a.span((i % 2) * kBytes, kBytes);
@@ -211,12 +227,8 @@ TEST_CASE("mapped messages: an adaptive producer also sends some through the slo
     child_require(ring.mapped_through_slots() >= 2, "some messages went through the slots");
     return 0;
   });
-  REQUIRE(pair.segment().wait_attached(1, kPatience));
-  pair.segment().unlink();
-  PeerMappings mappings(child.pid());
-  ShmRingReceiver ring(pair.region(1), "parent from child", RingCopy::by_size, nullptr, nullptr, false, &mappings);
-  std::vector<std::byte> hello(16);
-  receive_one(ring, tag_of(0), hello);
+  MappingConsumer consumer(pair, child.pid());
+  ShmRingReceiver& ring = consumer.ring;
   int wrong = 0;
   for (std::uint32_t i = 1; i <= kMessages; ++i) {
     std::vector<std::byte> bytes(kBytes, std::byte{0xee});
