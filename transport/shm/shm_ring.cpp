@@ -106,14 +106,11 @@ struct ShmRing::Control {
   std::uint32_t probe_pid;
   alignas(64) std::uint32_t single_copy;
   std::uint32_t mapped;  // the consumer's word on mapped messages (kMapsYes/No)
-  // The consumer's ticks spent taking chunks filled plainly [0] or with
-  // streaming stores [1], and their bytes (adaptive stores).
-  alignas(64) std::uint64_t read_ticks[2];
-  std::uint64_t read_bytes[2];
-  // The consumer's ticks spent reading mapped messages, and their bytes
-  // (adaptive mapped messages).
-  std::uint64_t mapped_ticks;
-  std::uint64_t mapped_bytes;
+  // The consumer's ticks spent taking chunks filled plainly [kPlainWay] or
+  // with streaming stores [kStreamedWay] (adaptive stores) and reading mapped
+  // messages [kMappedWay] (adaptive mapped messages), and their bytes.
+  alignas(64) std::uint64_t read_ticks[kWays];
+  std::uint64_t read_bytes[kWays];
 };
 
 // Two lines: the first holds what the consumer checks (the publish mark, the
@@ -321,7 +318,7 @@ bool ShmRingSender::try_push(OutgoingMessage& m) {
 
 ShmRingSender::Spent ShmRingSender::consumer_spent() const {
   Spent spent;
-  for (int way = 0; way < 2; ++way) {
+  for (int way = 0; way < kWays; ++way) {
     spent.ticks[way] = atomic(control_->read_ticks[way]).load(std::memory_order_relaxed);
     spent.bytes[way] = atomic(control_->read_bytes[way]).load(std::memory_order_relaxed);
   }
@@ -347,20 +344,10 @@ void ShmRingSender::next_phase() {
   // consumer may not have taken the last chunks yet, so each side's rate
   // comes from what it did. A way without bytes on either side: no verdict.
   const Spent theirs = consumer_spent();
-  double cost[2] = {0, 0};
-  bool known = true;
-  for (int way = 0; way < 2; ++way) {
-    const std::uint64_t own_bytes = own_.bytes[way] - own_at_trial_.bytes[way];
-    const std::uint64_t their_bytes = theirs.bytes[way] - consumer_at_trial_.bytes[way];
-    if (own_bytes == 0 || their_bytes == 0) {
-      known = false;
-      continue;
-    }
-    cost[way] = static_cast<double>(own_.ticks[way] - own_at_trial_.ticks[way]) / static_cast<double>(own_bytes) +
-                static_cast<double>(theirs.ticks[way] - consumer_at_trial_.ticks[way]) / static_cast<double>(their_bytes);
-  }
+  const auto plain = slots_cost(kPlainWay, own_at_trial_, consumer_at_trial_, theirs);
+  const auto streamed = slots_cost(kStreamedWay, own_at_trial_, consumer_at_trial_, theirs);
   // Plain stays unless streaming costs 10% less; streaming stays unless plain does.
-  if (known) streaming_ = streaming_ ? !(cost[0] < 0.9 * cost[1]) : cost[1] < 0.9 * cost[0];
+  if (plain && streamed) streaming_ = streaming_ ? !(*plain < 0.9 * *streamed) : *streamed < 0.9 * *plain;
   phase_ = Phase::keep;
   left_ = kKeepChunks;
 }
@@ -383,22 +370,26 @@ void ShmRingSender::undo_mapped_way() {
 
 void ShmRingSender::decide_mapped_way() {
   const Spent theirs = consumer_spent();
-  const std::uint64_t mapped_ticks = atomic(control_->mapped_ticks).load(std::memory_order_relaxed);
-  const std::uint64_t mapped_bytes = atomic(control_->mapped_bytes).load(std::memory_order_relaxed);
   // The slots' cost is that of the stores kept, both sides added, over
   // every timed chunk since the last verdict (other messages' too).
-  const int way = streaming_ ? 1 : 0;
-  const std::uint64_t own_bytes = own_.bytes[way] - mapped_at_.own.bytes[way];
-  const std::uint64_t their_bytes = theirs.bytes[way] - mapped_at_.theirs.bytes[way];
-  const std::uint64_t read_bytes = mapped_bytes - mapped_at_.mapped_bytes;
-  if (own_bytes == 0 || their_bytes == 0 || read_bytes == 0) return;  // no verdict yet: gather more
-  const double slots = static_cast<double>(own_.ticks[way] - mapped_at_.own.ticks[way]) / static_cast<double>(own_bytes) +
-                       static_cast<double>(theirs.ticks[way] - mapped_at_.theirs.ticks[way]) /
-                           static_cast<double>(their_bytes);
-  const double mapped = static_cast<double>(mapped_ticks - mapped_at_.mapped_ticks) / static_cast<double>(read_bytes);
+  const auto slots = slots_cost(streaming_ ? kStreamedWay : kPlainWay, own_at_verdict_, consumer_at_verdict_, theirs);
+  const std::uint64_t read_bytes = theirs.bytes[kMappedWay] - consumer_at_verdict_.bytes[kMappedWay];
+  if (!slots || read_bytes == 0) return;  // no verdict yet: gather more
+  const double mapped = static_cast<double>(theirs.ticks[kMappedWay] - consumer_at_verdict_.ticks[kMappedWay]) /
+                        static_cast<double>(read_bytes);
   // Mapped stays unless the slots cost 10% less; the slots stay unless mapped does.
-  mapped_kept_ = mapped_kept_ ? !(slots < 0.9 * mapped) : mapped < 0.9 * slots;
-  mapped_at_ = {own_, theirs, mapped_ticks, mapped_bytes};
+  mapped_kept_ = mapped_kept_ ? !(*slots < 0.9 * mapped) : mapped < 0.9 * *slots;
+  own_at_verdict_ = own_;
+  consumer_at_verdict_ = theirs;
+}
+
+std::optional<double> ShmRingSender::slots_cost(int way, const Spent& own_then, const Spent& theirs_then,
+                                                const Spent& theirs) const {
+  const std::uint64_t own_bytes = own_.bytes[way] - own_then.bytes[way];
+  const std::uint64_t their_bytes = theirs.bytes[way] - theirs_then.bytes[way];
+  if (own_bytes == 0 || their_bytes == 0) return std::nullopt;
+  return static_cast<double>(own_.ticks[way] - own_then.ticks[way]) / static_cast<double>(own_bytes) +
+         static_cast<double>(theirs.ticks[way] - theirs_then.ticks[way]) / static_cast<double>(their_bytes);
 }
 
 std::uint32_t ShmRingSender::fill(std::uint64_t index, const std::byte* src, std::size_t chunk,
@@ -415,7 +406,7 @@ std::uint32_t ShmRingSender::fill(std::uint64_t index, const std::byte* src, std
   const std::int64_t begin = ticks();
   if (stream) nt_copy(dst, src, chunk);
   else cached_copy(dst, src, chunk);
-  const int way = stream ? 1 : 0;
+  const int way = stream ? kStreamedWay : kPlainWay;
   if (timed) {
     own_.ticks[way] += static_cast<std::uint64_t>(std::max<std::int64_t>(ticks() - begin, 0));
     own_.bytes[way] += chunk;
@@ -564,10 +555,7 @@ void ShmRingReceiver::read_mapped(const SlotHeader& slot, IncomingMessage& m) {
   const std::int64_t begin = ticks();
   if (m.local == nullptr) copy_chunk(copy_, m.dst.data, src, m.dst.bytes, m.dst.bytes);
   else reduce(m.type, m.op, m.dst.data, m.local, src, m.dst.bytes / size_of(m.type));
-  mapped_ticks_ += static_cast<std::uint64_t>(std::max<std::int64_t>(ticks() - begin, 0));
-  mapped_bytes_ += m.dst.bytes;
-  atomic(control_->mapped_ticks).store(mapped_ticks_, std::memory_order_relaxed);
-  atomic(control_->mapped_bytes).store(mapped_bytes_, std::memory_order_relaxed);
+  tally(kMappedWay, begin, m.dst.bytes);
   m.received = m.dst.bytes;
   m.started = true;
   release_slot();
@@ -640,13 +628,14 @@ void ShmRingReceiver::take_chunk(const SlotHeader& slot, std::byte* dst, const s
   if (local == nullptr && chunk <= kInlineBytes) std::memcpy(dst, data, chunk);
   else if (local == nullptr) copy_chunk(copy_, dst, data, chunk, message_bytes);
   else reduce(type, op, dst, local, data, chunk / size_of(type));
-  if (begin != 0) {
-    const int way = (slot.flags & kStreamedSlot) ? 1 : 0;
-    read_ticks_[way] += static_cast<std::uint64_t>(std::max<std::int64_t>(ticks() - begin, 0));
-    read_bytes_[way] += chunk;
-    atomic(control_->read_ticks[way]).store(read_ticks_[way], std::memory_order_relaxed);
-    atomic(control_->read_bytes[way]).store(read_bytes_[way], std::memory_order_relaxed);
-  }
+  if (begin != 0) tally((slot.flags & kStreamedSlot) ? kStreamedWay : kPlainWay, begin, chunk);
+}
+
+void ShmRingReceiver::tally(int way, std::int64_t begin, std::size_t bytes) {
+  read_ticks_[way] += static_cast<std::uint64_t>(std::max<std::int64_t>(ticks() - begin, 0));
+  read_bytes_[way] += bytes;
+  atomic(control_->read_ticks[way]).store(read_ticks_[way], std::memory_order_relaxed);
+  atomic(control_->read_bytes[way]).store(read_bytes_[way], std::memory_order_relaxed);
 }
 
 bool ShmRingReceiver::pop_small(MemView dst, const std::byte* local, DataType type, ReduceOp op, const Tag& tag) {

@@ -122,6 +122,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -213,6 +214,9 @@ class ShmRing {
   /// The short path's largest message (push_small, pop_small): one chunk,
   /// inside the slot header up to kInlineBytes, else in its payload slot.
   static constexpr std::size_t kShortBytes = 32 * 1024;
+  /// The ways a consumer times its reads (Control::read_ticks): chunks stored
+  /// plain, chunks stored streaming, mapped messages.
+  static constexpr int kPlainWay = 0, kStreamedWay = 1, kMappedWay = 2, kWays = 3;
   std::size_t short_bytes() const { return std::min(kShortBytes, geometry_.slot_bytes); }
 
  protected:
@@ -326,12 +330,16 @@ class ShmRingSender : public ShmRing {
   static constexpr std::uint32_t kTrialChunks = 8;
   static constexpr std::uint32_t kKeepChunks = 1024;
   enum class Phase : std::uint8_t { keep, first_trial, second_trial };
-  // Ticks and bytes of each way (plain, streaming) on both sides, as of a moment.
+  // Ticks and bytes of each way (chunks stored plain, streaming; mapped
+  // messages, which only the consumer times) on both sides, as of a moment.
   struct Spent {
-    std::uint64_t ticks[2] = {0, 0};
-    std::uint64_t bytes[2] = {0, 0};
+    std::uint64_t ticks[kWays] = {};
+    std::uint64_t bytes[kWays] = {};
   };
   Spent consumer_spent() const;
+  // Ticks per byte of stores `way` since the moments `own_then` and
+  // `theirs_then`, both sides added; nullopt while a side has no bytes.
+  std::optional<double> slots_cost(int way, const Spent& own_then, const Spent& theirs_then, const Spent& theirs) const;
   void next_phase();
   Phase phase_ = Phase::keep;              // plain, warming up, before the first trials
   std::uint32_t left_ = 4 * kTrialChunks;  // chunks left in this phase
@@ -343,11 +351,7 @@ class ShmRingSender : public ShmRing {
   std::uint64_t adaptive_chunks_ = 0;
   bool mapped_kept_ = true;            // mapped messages, or the slots
   std::uint32_t mapped_eligible_ = 0;  // messages that could go mapped, since the last probe
-  struct MappedBaseline {
-    Spent own, theirs;
-    std::uint64_t mapped_ticks = 0, mapped_bytes = 0;
-  };
-  MappedBaseline mapped_at_;  // both ways' costs at the last verdict
+  Spent own_at_verdict_, consumer_at_verdict_;  // both at the last verdict on mapped messages
   std::uint64_t head_ = 0;         // messages published (the next slot's seq is head_ + 1 once filled)
   std::uint64_t cached_tail_ = 0;  // the consumer's, as last read
   std::uint32_t ticket_ = 0;
@@ -405,16 +409,19 @@ class ShmRingReceiver : public ShmRing {
   // timing it for the producer's adaptive stores.
   void take_chunk(const SlotHeader& slot, std::byte* dst, const std::byte* local, DataType type, ReduceOp op,
                   std::size_t message_bytes);
+  // Adds what reading `bytes` the way `way` took since `begin` (ticks()) to
+  // this side's totals, and publishes them for the producer.
+  void tally(int way, std::int64_t begin, std::size_t bytes);
 
   RingCopy copy_;
   enum class SingleCopy : std::uint8_t { off, undecided, on };
   SingleCopy single_copy_ = SingleCopy::off;
   std::string single_copy_refused_;
   PeerMappings* mappings_ = nullptr;
-  std::uint64_t read_ticks_[2] = {0, 0};  // ticks spent taking chunks stored plain, streaming
-  std::uint64_t read_bytes_[2] = {0, 0};
-  std::uint64_t mapped_ticks_ = 0;  // ticks spent reading mapped messages
-  std::uint64_t mapped_bytes_ = 0;
+  // Ticks spent taking chunks stored plain, streaming, and reading mapped
+  // messages, and their bytes.
+  std::uint64_t read_ticks_[kWays] = {};
+  std::uint64_t read_bytes_[kWays] = {};
   std::vector<std::byte> bounce_;  // a reduce's block read from the producer
   std::uint64_t tail_ = 0;
   std::uint32_t ticket_ = 0;
