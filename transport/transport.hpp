@@ -161,9 +161,11 @@ class Link {
   /// without a request or a queue, when nothing of its direction is queued on
   /// the link before it. It keeps the matching rule (k-th send meets k-th
   /// receive, tag and size checked before dst is touched).
-  ///   send_now: true when `src` is in the peer's hands (src may be reused);
-  ///             false when it cannot go now (no room, something queued):
-  ///             nothing was sent, and the caller uses send().
+  ///   send_now: true when `src` is in the peer's hands, or copied to leave
+  ///             in order behind the link's sends (src may be reused; a
+  ///             failure then breaks the link); false when it cannot go now
+  ///             (no room, something queued): nothing was sent, and the
+  ///             caller uses send().
   ///   recv_now: true when the message had arrived whole and is now in dst
   ///             (copied, or dst = local op message when `local` is not
   ///             null, on every link with a short path, whether or not

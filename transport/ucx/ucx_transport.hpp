@@ -14,15 +14,16 @@
 // UCX 1.13 would deny rendezvous its tcp put and CMA lanes (the
 // constructor in ucx_transport.cpp says why).
 //
-// A send is one active message carrying braid's header (UcxWireHeader),
+// A send is one active message carrying braid's header (UcxWireHeader, or
+// the 16-byte UcxShortHeader for a short message like the one before it),
 // eager up to kEagerBytes and by rendezvous above; the
 // k-th receive posted takes the k-th message of the peer, checks its header
 // with check_match(), then copies an eager message out of UCX's buffer or
 // lets a rendezvous one land in place. Links move bytes only (can_reduce()
 // is false): the executor receives into scratch and reduces there.
 //
-// Connecting: each side makes its endpoint and sends a hello; the link is
-// ready once the peer's hello came (its endpoint exists, so a peer that
+// Connecting: each side makes its endpoint and sends a hello (naming its
+// inbox's route for short headers); the link is ready once the peer's hello came (its endpoint exists, so a peer that
 // leaves at once has let this side connect). connect() returns it then, on
 // a later call, and never waits for it.
 //
