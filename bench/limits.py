@@ -13,7 +13,9 @@ Measures, and prints as one table (and DIR/limits.csv):
     the 8-byte half round trip of a spinning waiter, and the one-way copy
     rate per CPU second of the busier side at 1, 16 and 64 MiB, the best of
     braid's ring copies and a CMA read (each byte crossing from one core's
-    cache to another's, which a one-core memcpy does not pay).
+    cache to another's, which a one-core memcpy does not pay); and the
+    share of it each side keeps when two CMA reads run in opposite
+    directions at once, as the ranks of an all-reduce copy.
 A TCP transport on one host cannot beat the loopback stream per link; an
 all-reduce over shared memory cannot beat those copies nor the reduction
 kernel. From them it models, per size, the least time an all-reduce of n
@@ -21,7 +23,8 @@ ranks can take (modelled_us, the "limit" table for 2 and 4 ranks over shm
 and tcp): every rank must take in (n-1)/n of the buffer twice, once reducing
 it and once copying it (a reduce-scatter and an all-gather, the fewest bytes
 any algorithm moves), in at least ceil(log2 n) message latencies; over shm
-the reduction reads the peer's bytes as it goes (one crossing, fused), over
+the reduction reads the peer's bytes as it goes (one crossing, fused, at the
+one-way rate times the duplex share, since every rank copies at once), over
 tcp each byte also goes through the kernel at the stream's rate; ranks
 beyond the cores take turns on them. bench/compare.py prints braid's busbw
 as a fraction of the loopback stream, and braid's median time against this
@@ -93,7 +96,7 @@ def shm_rates(build, runs):
     for line in lat.splitlines():
         if line.startswith("spin 20 us + futex"):
             half_rtt = float(line.split()[-2])
-    copy = {}
+    copy, duplex = {}, {}
     header = []
     for line in bw.splitlines():
         words = line.split()
@@ -102,11 +105,14 @@ def shm_rates(build, runs):
         elif len(words) >= 3 and words[1] == "MiB" and words[2] == "cpu" and header:
             rates = dict(zip(header, (float(w) for w in words[3:])))
             # What braid's links do: ring copies (either way) or a CMA read.
-            copy[int(words[0]) << 20] = max(rates.get(k, 0.0) for k in ("ring", "by_size", "cma"))
+            size = int(words[0]) << 20
+            copy[size] = max(rates.get(k, 0.0) for k in ("ring", "by_size", "cma"))
+            if rates.get("cma") and rates.get("duplex"):
+                duplex[size] = rates["duplex"] / rates["cma"]
     if half_rtt is None or not copy:
         print("limits: shm_pingpong printed no figures this reads", file=sys.stderr)
         return None
-    return {"half_rtt_us": half_rtt, "copy_gbps": copy}
+    return {"half_rtt_us": half_rtt, "copy_gbps": copy, "duplex_share": duplex}
 
 
 def rate_at(rates, size):
@@ -137,6 +143,11 @@ def modelled_us(limits, transport, ranks, size, cores=None):
         if not shm:
             return None
         copy_gbps = rate_at(shm["copy_gbps"], size)
+        # Every rank copies at once: each gets the share of its one-way rate
+        # that two CMA reads in opposite directions at once each get (the
+        # duplex column; up to 1, where the two do not slow each other).
+        if shm.get("duplex_share"):
+            copy_gbps *= min(1.0, rate_at(shm["duplex_share"], size))
         # The reduction reads the peer's bytes as it goes: it runs at the
         # slower of the crossing and the kernel; the all-gather is a crossing.
         per_byte = 1 / min(copy_gbps, reduce_gbps) + 1 / copy_gbps
@@ -184,6 +195,8 @@ def write_csv(path, limits):
             w.writerow(["shm_half_rtt", "", "spin", 8, shm["half_rtt_us"], "", "us"])
             for size, gbps in sorted(shm["copy_gbps"].items()):
                 w.writerow(["shm_copy", "", "cross_process", size, gbps, "", "GB/s"])
+            for size, share in sorted(shm.get("duplex_share", {}).items()):
+                w.writerow(["shm_duplex_share", "", "cma", size, f"{share:.3f}", "", "ratio"])
 
 
 MODEL_SIZES = [8, 256, 4 << 10, 32 << 10, 256 << 10, 1 << 20, 16 << 20, 64 << 20]
@@ -206,6 +219,8 @@ def read_csv(path):
                 limits["shm"]["half_rtt_us"] = float(r["median"])
             elif m == "shm_copy":
                 limits["shm"]["copy_gbps"][int(r["bytes"])] = float(r["median"])
+            elif m == "shm_duplex_share":
+                limits["shm"].setdefault("duplex_share", {})[int(r["bytes"])] = float(r["median"])
     if "half_rtt_us" not in limits["shm"] or not limits["shm"]["copy_gbps"]:
         limits["shm"] = None
     if "ping_pong_us" not in limits["tcp"] or "stream_gbps" not in limits["tcp"]:
@@ -248,6 +263,9 @@ def format_limits(limits):
         lines.append(f"shared memory between two processes: 8-byte half round trip {shm['half_rtt_us']:.2f} us "
                      "(spinning); one-way copies " +
                      ", ".join(f"{gbps:.1f} GB/s at {size >> 20} MiB" for size, gbps in sorted(shm["copy_gbps"].items())))
+        if shm.get("duplex_share"):
+            lines.append("  both ways at once, each side gets of its one-way rate (CMA): " +
+                         ", ".join(f"{share:.2f} at {size >> 20} MiB" for size, share in sorted(shm["duplex_share"].items())))
     return "\n".join(lines)
 
 

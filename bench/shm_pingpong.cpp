@@ -4,7 +4,8 @@
 //   shm_pingpong latency    8-byte half round trip: spin-then-futex for a few
 //                           spin bounds, and futex-only (spin 0)
 //   shm_pingpong bandwidth  one-way bandwidth at 1, 16, 64 MiB: ring (memcpy
-//                           both sides), ring + nt_copy, and CMA
+//                           both sides), ring + nt_copy, and CMA; and CMA
+//                           both ways at once (each side's rate)
 //   shm_pingpong slots      ring bandwidth for several slot sizes and counts
 //   shm_pingpong copy       memcpy against nt_copy in one process
 //   shm_pingpong all        everything (the default)
@@ -210,6 +211,49 @@ Rate cma_bandwidth(std::size_t bytes, int reps) {
       });
 }
 
+// Both ways at once through CMA, as the ranks of an all-reduce copy: each
+// process reads the other's buffer `reps` times after a common start; the
+// rate is one side's bytes over the slower side's time (wall and cpu alike:
+// with a core each, neither waits on the other).
+Rate cma_duplex_bandwidth(std::size_t bytes, int reps) {
+  Pair pair(RingGeometry{});
+  std::vector<std::byte> buffer(bytes, std::byte{2}), into(bytes, std::byte{0});
+  // Exchanges (pid, address), reads the peer's buffer once (warm-up), meets
+  // the peer, then times `reps` reads; returns the seconds they took.
+  auto side_run = [&](Side& s, bool parent) {
+    std::uint64_t mine[2] = {static_cast<std::uint64_t>(getpid()), reinterpret_cast<std::uint64_t>(buffer.data())};
+    std::uint64_t theirs[2] = {};
+    auto* m = reinterpret_cast<std::byte*>(mine);
+    auto* t = reinterpret_cast<std::byte*>(theirs);
+    if (parent) send(s, 0, m, 16), receive(s, 0, t, 16);
+    else receive(s, 0, t, 16), send(s, 0, m, 16);
+    const auto peer = static_cast<pid_t>(theirs[0]);
+    cma_read(peer, theirs[1], into);
+    std::uint64_t ready = 0;
+    auto* r = reinterpret_cast<std::byte*>(&ready);
+    if (parent) send(s, 1, r, 8), receive(s, 1, r, 8);
+    else receive(s, 1, r, 8), send(s, 1, r, 8);
+    const auto start = Clock::now();
+    for (int i = 0; i < reps; ++i) cma_read(peer, theirs[1], into);
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  return with_child(pair, nanoseconds(-1), RingCopy::cached, RingCopy::cached,
+      [&](Side& s) {
+        const double mine = side_run(s, true);
+        double theirs = 0;
+        receive(s, 2, reinterpret_cast<std::byte*>(&theirs), 8);
+        send(s, 3, reinterpret_cast<const std::byte*>(&theirs), 8);  // the child may go: this side read its last
+        const double gbps = bytes * double(reps) / 1e9 / std::max(mine, theirs);
+        return Rate{gbps, gbps};
+      },
+      [&](Side& s) {
+        const double mine = side_run(s, false);
+        send(s, 2, reinterpret_cast<const std::byte*>(&mine), 8);
+        double done = 0;
+        receive(s, 3, reinterpret_cast<std::byte*>(&done), 8);  // the parent's reads of this buffer are over
+      });
+}
+
 std::string mib(std::size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 int reps_for(std::size_t bytes) { return bytes >= (64u << 20) ? 6 : bytes >= (16u << 20) ? 20 : 200; }
 
@@ -245,10 +289,12 @@ void run_bandwidth() {
   // ring: memcpy on both sides; nt-recv: the consumer streams into the
   // destination; nt-both: both sides stream; by_size: what the ring does by
   // default (streams when the message is at least kNtCopyMinBytes).
-  std::printf("%-14s %9s %9s %9s %9s %9s\n", "size", "ring", "nt-recv", "nt-both", "by_size", "cma");
+  // duplex: CMA both ways at once (each side's rate), the traffic of a
+  // 2-rank all-reduce.
+  std::printf("%-14s %9s %9s %9s %9s %9s %9s\n", "size", "ring", "nt-recv", "nt-both", "by_size", "cma", "duplex");
   using C = RingCopy;
   for (std::size_t bytes : {std::size_t{1} << 20, std::size_t{16} << 20, std::size_t{64} << 20}) {
-    std::vector<std::vector<Rate>> rates(5);
+    std::vector<std::vector<Rate>> rates(6);
     int reps = reps_for(bytes);
     for (int r = 0; r < runs; ++r) {
       rates[0].push_back(ring_bandwidth(RingGeometry{}, C::cached, C::cached, bytes, reps));
@@ -256,6 +302,7 @@ void run_bandwidth() {
       rates[2].push_back(ring_bandwidth(RingGeometry{}, C::streaming, C::streaming, bytes, reps));
       rates[3].push_back(ring_bandwidth(RingGeometry{}, C::by_size, C::by_size, bytes, reps));
       rates[4].push_back(cma_bandwidth(bytes, reps));
+      rates[5].push_back(cma_duplex_bandwidth(bytes, reps));
     }
     print_rates("wall", rates, bytes);
     print_rates("cpu", rates, bytes);
