@@ -76,6 +76,16 @@ void on_recv_done(void*, ucs_status_t status, std::size_t, void* user_data) {
   op->done = true;
 }
 
+// The parameters of a send whose completion UCX reports into `op`.
+ucp_request_param_t send_param(UcxOp& op, std::uint32_t flags) {
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = flags;
+  param.cb.send = &on_send_done;
+  param.user_data = &op;
+  return param;
+}
+
 // Takes UCX's answer to a non-blocking call into `op`.
 void take_result(UcxOp& op, ucs_status_ptr_t result) {
   if (result == nullptr) {
@@ -158,11 +168,8 @@ class UcxLink final : public Link {
     auto op = std::make_unique<UcxOp>();
     op->header = UcxWireHeader{comm_id_, self_, peer_, send_sequence_++, header_for(tag, src.bytes)};
     sent_context_ = tag.context;
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = src.bytes <= UcxTransport::kEagerBytes ? UCP_AM_SEND_FLAG_EAGER : UCP_AM_SEND_FLAG_RNDV;
-    param.cb.send = &on_send_done;
-    param.user_data = op.get();
+    const ucp_request_param_t param =
+        send_param(*op, src.bytes <= UcxTransport::kEagerBytes ? UCP_AM_SEND_FLAG_EAGER : UCP_AM_SEND_FLAG_RNDV);
     take_result(*op, ucp_am_send_nbx(remote_->ep, kUcxMessageId, &op->header, sizeof op->header, src.data, src.bytes,
                                      &param));
     sends_.push_back({std::move(op), request, tag});
@@ -230,9 +237,7 @@ class UcxLink final : public Link {
       // queue behind it.
       const auto* bytes = static_cast<const std::byte*>(src.data);
       op.payload.assign(bytes, bytes + src.bytes);
-      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-      param.cb.send = &on_send_done;
-      param.user_data = &op;
+      param = send_param(op, UCP_AM_SEND_FLAG_EAGER);
       s = ucp_am_send_nbx(remote_->ep, kUcxMessageId, header, header_bytes, op.payload.data(), src.bytes, &param);
       if (UCS_PTR_IS_PTR(s)) {
         op.request = s;
@@ -489,11 +494,7 @@ class UcxLink final : public Link {
     const std::size_t n = std::min(text.size(), kMaxAbortReason);
     op->payload.assign(reinterpret_cast<const std::byte*>(text.data()), reinterpret_cast<const std::byte*>(text.data()) + n);
     op->header = UcxWireHeader{comm_id_, self_, peer_, number, MessageHeader{tag, n, {}}};
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_AM_SEND_FLAG_EAGER;
-    param.cb.send = &on_send_done;
-    param.user_data = op.get();
+    const ucp_request_param_t param = send_param(*op, UCP_AM_SEND_FLAG_EAGER);
     take_result(*op,
                 ucp_am_send_nbx(remote_->ep, kUcxMessageId, &op->header, sizeof op->header, op->payload.data(), n, &param));
     const Deadline deadline = Deadline::after(wait);
