@@ -29,6 +29,16 @@
 // run, two launches of five of an 8-byte all-reduce on 2 ranks stayed in that
 // state (16-40 us per call instead of 1.2 us); bound, none did. "The i-th"
 // skips CPUs that another braid-run on this machine claimed (cpu_claims.hpp).
+// More ranks than CPUs are bound round robin (rank i on CPU i mod the CPUs,
+// so ring neighbours 0 1 2 3 alternate CPUs) when no other task is running
+// on the machine at launch (others_running). Left to the kernel, the ranks
+// of a 4-rank job on 2 CPUs settled where ring neighbours shared a CPU in
+// most launches: a 1 MiB all-reduce over tcp took 1730-2110 us against
+// 880-1000 when they did not, and pinned that way 1140-1260 us, 2 MiB
+// 2340-2690 us bound against 3450-4660 unbound; over shm 10-12 us at 8 B
+// against 9-19. With other work on the CPUs (two busy loops) binding lost
+// instead (2 MiB over tcp 22.5 ms bound, 12.2 unbound): the kernel can move
+// an unbound rank off a busy CPU. So busy machines keep today's placement.
 //
 // Ranks get /dev/null as stdin: they run in background process groups, where
 // reading the terminal would stop them. The store port is picked by binding
@@ -128,7 +138,8 @@ options:
                    robin when there are more ranks than CPUs), skipping
                    CPUs that another braid-run on this machine claimed
                    (BRAID_CPU_CLAIMS); none: leave placement to the kernel
-                   (default: core when the ranks fit those CPUs, else none)
+                   (default: core when the ranks fit those CPUs, or when no
+                   other task is running on the machine at launch; else none)
   --env-help       print the settings (BRAID_*, TF_CONFIG) as a Markdown table
   --version        print braid's version
   -h, --help       print this help
@@ -153,7 +164,7 @@ struct Options {
   bool prefix = true;
   bool keep_going = false;
   bool elastic = false;
-  std::optional<bool> bind;  // --bind-to: core (true), none (false); unset: core when the ranks fit the CPUs
+  std::optional<bool> bind;  // --bind-to: core (true), none (false); unset: core when the ranks fit the CPUs or nothing else runs
   std::vector<std::string> command;
 };
 
@@ -351,7 +362,8 @@ class Launcher {
       if (!ours) env_base_.emplace_back(var);
     }
     // The CPUs braid-run may use (its own affinity: taskset, a cgroup);
-    // binding only when every rank gets one of its own.
+    // binding when every rank gets one of its own, or when nothing else
+    // keeps the machine busy (the comment at the top says why).
     cpu_set_t allowed;
     CPU_ZERO(&allowed);
     if (::sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
@@ -359,7 +371,7 @@ class Launcher {
       for (int c = 0; c < CPU_SETSIZE; ++c)
         if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
       const bool fit = static_cast<std::size_t>(opts_.ranks) <= cpus.size();
-      if (opts_.bind.value_or(fit)) {
+      if (opts_.bind.value_or(fit || !others_running())) {
         // Claimed, so that another braid-run on this machine binds elsewhere
         // (cpu_claims.hpp); held until braid-run exits.
         const auto path = Settings::raw("BRAID_CPU_CLAIMS").value_or(CpuClaims::default_path());

@@ -5,7 +5,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
+#include <chrono>
 #include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <thread>
 
 namespace braid {
 
@@ -102,6 +107,37 @@ CpuClaims::~CpuClaims() {
   // the file, and one that opened it meanwhile finds it gone (still_named)
   // and makes a new one.
   if (file_ && try_lock(file_.get(), 0, 0)) ::unlink(path_.c_str());
+}
+
+std::optional<int> runnable_tasks(std::string_view proc_stat) {
+  constexpr std::string_view key = "procs_running ";
+  for (std::size_t at = 0; at < proc_stat.size();) {
+    const std::size_t end = std::min(proc_stat.find('\n', at), proc_stat.size());
+    const std::string_view line = proc_stat.substr(at, end - at);
+    if (line.starts_with(key)) {
+      const std::string_view digits = line.substr(key.size());
+      int n = 0;
+      const auto [rest, err] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+      if (err == std::errc() && rest != digits.data()) return n;
+      return std::nullopt;
+    }
+    at = end + 1;
+  }
+  return std::nullopt;
+}
+
+bool others_running() {
+  int least = -1;
+  for (int sample = 0; sample < 5; ++sample) {
+    if (sample > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::ifstream in("/proc/stat");
+    std::ostringstream text;
+    text << in.rdbuf();
+    const std::optional<int> n = runnable_tasks(text.str());
+    if (!n) return true;
+    least = least < 0 ? *n : std::min(least, *n);
+  }
+  return least > 1;  // the caller is one of them
 }
 
 }  // namespace braid

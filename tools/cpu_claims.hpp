@@ -26,8 +26,10 @@
 // counts as free, which is the binding of one braid-run alone.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/socket.hpp"  // Fd
@@ -58,5 +60,16 @@ class CpuClaims {
   Fd file_;
   std::vector<int> order_;
 };
+
+/// The tasks the kernel counts runnable right now in a /proc/stat text (its
+/// procs_running line); nullopt where the text has none.
+std::optional<int> runnable_tasks(std::string_view proc_stat);
+
+/// Whether a task other than the caller keeps a CPU of this machine busy:
+/// /proc/stat's procs_running, the least of 5 reads 1 ms apart (so that a
+/// daemon waking for a moment is not load), less the caller. true where
+/// /proc/stat cannot be read. braid-run binds more ranks than CPUs only when
+/// this is false (tools/braid_run.cpp says why).
+bool others_running();
 
 }  // namespace braid

@@ -274,6 +274,29 @@ cpu-claims)
   [[ ! -e $BRAID_CPU_CLAIMS ]] || fail "the claims file outlived every braid-run"
   no_leftovers
   ;;
+bind-busy)
+  # More ranks than CPUs are bound round robin only on a machine nothing
+  # else keeps busy at launch (tools/braid_run.cpp): with a busy loop per
+  # CPU beside it, braid-run leaves them to the kernel, every rank allowed
+  # every CPU; told --bind-to core, it still binds them.
+  allowed=$(grep Cpus_allowed_list /proc/self/status | sed 's/.*:\s*//')
+  n=$(( $(nproc) + 1 ))
+  export BRAID_CPU_CLAIMS=$tmp/claims
+  show='grep Cpus_allowed_list /proc/self/status | sed "s/.*:\s*//"'
+  busy=()
+  for _ in $(seq "$(nproc)"); do timeout 25 sh -c 'while :; do :; done' & busy+=($!); done
+  trap 'kill "${busy[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
+  run -n "$n" -- sh -c "$show" "$token"
+  expect_rc 0
+  expect_lines out "$n"
+  for (( i = 0; i < n; i++ )); do expect_out "[$i] $allowed"; done
+  if (( $(nproc) > 1 )); then
+    run -n "$n" --bind-to core -- sh -c "$show" "$token"
+    grep -qxF -- "[0] $allowed" "$tmp/out" && fail "--bind-to core left rank 0 on every CPU"
+  fi
+  kill "${busy[@]}" 2>/dev/null; wait "${busy[@]}" 2>/dev/null
+  no_leftovers
+  ;;
 *)
   echo "unknown case '$name'" >&2
   exit 2
