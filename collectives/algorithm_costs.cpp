@@ -46,6 +46,19 @@
 // faster from 128 to 512 KiB (run 5): ranks that take turns on a core
 // overlap one rank's transfers with another's reductions, which the sum does
 // not see.
+// That run's ranks were left to the kernel. Bound round robin (braid-run on
+// an idle machine: ring neighbours on different cores), the schedules that
+// send whole buffers overlap as well, as long as no message is larger than
+// a slice (the most the ring sends at once, which a link takes in without
+// its receiver running; a larger one waits for its receiver's turn on a
+// core as it goes). So on one host recdbl, direct and rabenseifner are
+// priced overlapped up to that (overlapped() below). 4 ranks on 2 cores,
+// bound, medians of 3 interleaved rounds (bench/auto_vs_forced.py,
+// bench/figures/oversubscribed_bound/): rabenseifner was the fastest from
+// 128 KiB to 1 MiB over shm (57-252 us against the ring's 74-301) and at
+// 512 KiB and 1 MiB over tcp (495 and 799 us against 651 and 1364), and
+// 1.3x slower than the ring over tcp at 2 MiB, where its first half (1 MiB)
+// is two slices.
 //
 // The double tree (double_tree.cpp) sends each half of the buffer (h = m/2)
 // down its own tree. A rank inner in one tree receives 2h from its children,
@@ -145,13 +158,22 @@ struct Work {
   double sent = 0;      // bytes it sends
   double received = 0;  // bytes it receives without reducing them on the way, and local copies
   double reduced = 0;   // bytes it reduces (a receive-and-reduce counts here only)
-  bool pipelined = false;
+  /// Its transfers and reductions overlap where ranks take turns on cores:
+  /// a pipelined schedule, or one whose messages fit a slice (overlapped()).
+  bool overlaps = false;
 };
 
 double busiest_rank(const CostInputs& in, const LinkParams& l, const Work& w) {
   if (!in.oversubscribed) return price(l, w.messages, w.sent + w.received, w.reduced);
-  if (!w.pipelined) return price(l, w.messages, w.sent, w.reduced);
+  if (!w.overlaps) return price(l, w.messages, w.sent, w.reduced);
   return w.messages * l.latency_us + std::max(l.transfer_us(w.sent), l.reduce_us(w.reduced));
+}
+
+// Whether a schedule whose largest message is `largest` bytes overlaps as a
+// pipelined one does, on one host whose ranks take turns on its cores (the
+// header says why and what was measured).
+bool overlapped(const CostInputs& in, double largest) {
+  return in.oversubscribed && in.hosts == 1 && largest <= static_cast<double>(in.slice_limit);
 }
 
 // The link between hosts for a schedule made of ring pieces, which keep a
@@ -179,7 +201,7 @@ double ring_on(const CostInputs& in, const LinkParams& l, int n, double m) {
   if (n <= 1) return 0;
   const double share = (n - 1.0) / n;
   return busiest_rank(in, l, {.messages = 2.0 * (n - 1), .sent = 2 * share * m, .received = share * m,
-                              .reduced = share * m, .pipelined = true});
+                              .reduced = share * m, .overlaps = true});
 }
 
 // The slice of a pipelined schedule as the communicator cuts it
@@ -236,7 +258,7 @@ double direct_all_reduce(const CostInputs& in) {
   // into scratch, the first contribution into the output), priced as
   // reductions: memory-bound alike.
   if (in.ranks == 2 && in.bytes <= 64 * 1024)
-    return busiest_rank(in, in.flat(), {.messages = 1, .sent = m, .reduced = m});
+    return busiest_rank(in, in.flat(), {.messages = 1, .sent = m, .reduced = m, .overlaps = overlapped(in, m)});
   // Across hosts a rank's n - 1 messages go out one after another through
   // its sockets (one latency each), the ranks of its host send theirs to
   // other hosts over the host's one link at once, and the reductions and
@@ -256,7 +278,8 @@ double direct_all_reduce(const CostInputs& in) {
   // ranks over tcp on 2 cores direct took 33 us and recdbl, two latencies
   // of one message each way, 24 us from 8 B to 32 KiB.
   const LinkParams l = in.flat();
-  return busiest_rank(in, l, {.messages = 1, .sent = others * m, .received = others * m, .reduced = others * m + 2 * m}) +
+  return busiest_rank(in, l, {.messages = 1, .sent = others * m, .received = others * m, .reduced = others * m + 2 * m,
+                              .overlaps = overlapped(in, m)}) +
          2 * (in.ranks - 2) * l.message_us;
 }
 
@@ -274,7 +297,8 @@ double recursive_doubling_all_reduce(const CostInputs& in) {
   // A partial that ends in scratch is copied to the output, and the upper
   // rank of a pair receives before it reduces: one buffer in all.
   return busiest_rank(in, in.flat(),
-                      {.messages = hops, .sent = hops * m, .received = m, .reduced = (k + (r > 0 ? 1 : 0)) * m});
+                      {.messages = hops, .sent = hops * m, .received = m, .reduced = (k + (r > 0 ? 1 : 0)) * m,
+                       .overlaps = overlapped(in, m)});
 }
 
 double rabenseifner_all_reduce(const CostInputs& in) {
@@ -294,7 +318,7 @@ double rabenseifner_all_reduce(const CostInputs& in) {
   const double fold = r > 0 ? busiest_rank(in, in.flat(), {.messages = 2, .sent = 2 * m, .reduced = m}) : 0;
   // The all-gather half receives its shares without reducing them.
   return busiest_rank(in, in.flat(), {.messages = 2.0 * k, .sent = 2 * share * m, .received = share * m,
-                                      .reduced = share * m}) +
+                                      .reduced = share * m, .overlaps = overlapped(in, m / 2)}) +
          fold;
 }
 
@@ -309,7 +333,7 @@ double tree_all_reduce(const CostInputs& in) {
   const double reduced = in.ranks == 2 ? m / 2 : m;
   const double slice = std::min(m / 2, slice_bytes(in));
   const LinkParams l = in.flat();
-  const Work work{.messages = 2.0 * d, .sent = sent, .received = sent / 2, .reduced = reduced, .pipelined = true};
+  const Work work{.messages = 2.0 * d, .sent = sent, .received = sent / 2, .reduced = reduced, .overlaps = true};
   return busiest_rank(in, l, work) + l.transfer_us((2.0 * d - 2) * slice);
 }
 
@@ -320,12 +344,12 @@ double hierarchical_all_reduce(const CostInputs& in) {
   const double share = (k - 1.0) / k;
   // Reduce-scatter and all-gather inside the host: a ring all-reduce's messages and bytes.
   const Work inside{.messages = 2.0 * (k - 1), .sent = 2 * share * m, .received = share * m, .reduced = share * m,
-                    .pipelined = true};
+                    .overlaps = true};
   // Across: k rings at once, one per local position, each on a share m / k,
   // all of them through the host's one link.
   const double h = in.hosts, x = m / k, cross = (h - 1) / h;
   const Work between{.messages = 2 * (h - 1), .sent = 2 * cross * x, .received = cross * x, .reduced = cross * x,
-                     .pipelined = true};
+                     .overlaps = true};
   return busiest_rank(in, in.intra_at(), inside) + across(in, windowed(in, in.inter_at(), x / h), between, k);
 }
 
