@@ -46,13 +46,14 @@
 // faster from 128 to 512 KiB (run 5): ranks that take turns on a core
 // overlap one rank's transfers with another's reductions, which the sum does
 // not see.
-// That run's ranks were left to the kernel. Bound round robin (braid-run on
-// an idle machine: ring neighbours on different cores), the schedules that
-// send whole buffers overlap as well, as long as no message is larger than
-// a slice (the most the ring sends at once, which a link takes in without
-// its receiver running; a larger one waits for its receiver's turn on a
-// core as it goes). So on one host recdbl, direct and rabenseifner are
-// priced overlapped up to that (overlapped() below). 4 ranks on 2 cores,
+// That run's ranks were left to the kernel. Bound to a CPU each (braid-run
+// binds them round robin on an idle machine: ring neighbours on different
+// cores; CostInputs::bound), the schedules that send whole buffers overlap
+// as well, as long as no message is larger than a slice (the most the ring
+// sends at once, which a link takes in without its receiver running; a
+// larger one waits for its receiver's turn on a core as it goes). So on one
+// host of bound ranks recdbl, direct and rabenseifner are priced overlapped
+// up to that (overlapped() below); unbound ranks keep run 5's pricing. 4 ranks on 2 cores,
 // bound, medians of 3 interleaved rounds (bench/auto_vs_forced.py,
 // bench/figures/oversubscribed_bound/): rabenseifner was the fastest from
 // 128 KiB to 1 MiB over shm (57-252 us against the ring's 74-301) and at
@@ -170,10 +171,10 @@ double busiest_rank(const CostInputs& in, const LinkParams& l, const Work& w) {
 }
 
 // Whether a schedule whose largest message is `largest` bytes overlaps as a
-// pipelined one does, on one host whose ranks take turns on its cores (the
-// header says why and what was measured).
+// pipelined one does, on one host whose ranks, bound to a CPU each, take
+// turns on its cores (the header says why and what was measured).
 bool overlapped(const CostInputs& in, double largest) {
-  return in.oversubscribed && in.hosts == 1 && largest <= static_cast<double>(in.slice_limit);
+  return in.oversubscribed && in.bound && in.hosts == 1 && largest <= static_cast<double>(in.slice_limit);
 }
 
 // The link between hosts for a schedule made of ring pieces, which keep a

@@ -80,6 +80,9 @@ struct CostInputs {
   /// How the communicator slices the pipelined schedules (pipeline_slice
   /// below): more ranks on a host than its cores cut fewer slices.
   bool oversubscribed = false;
+  /// Every rank may run on one CPU only (Plan::ranks_bound): oversubscribed ranks
+  /// then take turns on their cores in a fixed order (algorithm_costs.cpp).
+  bool bound = false;
   std::size_t slice_limit = 512 * 1024;
   /// The transports' floor on slices (TransportContext::min_slice_bytes,
   /// Plan::slice_floor).

@@ -59,6 +59,7 @@ CostInputs Plan::cost_inputs(std::size_t bytes) const {
   }
   in.cache_bytes = cache_bytes;
   in.oversubscribed = oversubscribed;
+  in.bound = ranks_bound;
   in.slice_limit = slice_limit;
   in.slice_floor = slice_floor;
   in.inter_window = flow_window.bytes > 0 && host_count > 1;
@@ -181,7 +182,7 @@ std::string Plan::describe() const {
              ", ",
              cache_bytes > 0 ? cat(human_bytes(cache_bytes), " of cache per rank, the least a rank has to itself")
                              : std::string("cache unknown"),
-             "), ring ", order);
+             oversubscribed && ranks_bound ? ", ranks bound to a CPU each" : "", "), ring ", order);
 }
 
 std::string Plan::transport_names() const {
@@ -319,6 +320,11 @@ Plan make_plan(std::span<const RankInfo> ranks, const Settings& settings, std::s
   std::uint64_t cache_kib = ranks.empty() ? 0 : ranks.front().cache_kib;
   for (const auto& r : ranks) cache_kib = std::min<std::uint64_t>(cache_kib, r.cache_kib);
   plan.cache_bytes = static_cast<std::size_t>(cache_kib * 1024);
+  plan.ranks_bound = !ranks.empty() && std::all_of(ranks.begin(), ranks.end(), [](const RankInfo& r) {
+    int cpus = 0;
+    for (auto word : r.cpus) cpus += std::popcount(word);
+    return cpus == 1;
+  });
   for (const auto& [kernel, count] : per_kernel) {
     const int cpus = RankInfo::shared_cpus(ranks, kernel);
     if (cpus > 0 && count > cpus) {

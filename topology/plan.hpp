@@ -55,6 +55,10 @@ struct Plan {
   /// More ranks share some kernel than their CPUs: the built-in link
   /// parameters differ (link_model.cpp).
   bool oversubscribed = false;
+  /// Every rank may run on one CPU only (braid-run's binding, a taskset):
+  /// where they outnumber the CPUs, the cost model prices their turns on a
+  /// core as bound ranks take them (algorithm_costs.cpp).
+  bool ranks_bound = false;
   std::size_t slice_limit = 512 * 1024;  // BRAID_SLICE_BYTES, for the cost model's slices
   /// The finest slice the transports of the communicator's pairs take
   /// (TransportContext::min_slice_bytes), set by the communicator once its

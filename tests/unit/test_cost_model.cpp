@@ -104,13 +104,22 @@ TEST_CASE("cost model: ranks that share cores take the ring, not the tree, from 
     CHECK(*plan.predict_us("all_reduce", "ring", bytes) < *plan.predict_us("all_reduce", "tree", bytes));
   }
   CHECK(plan.algorithm_for("all_reduce", 64 << 20) == "ring");
+  CHECK_FALSE(plan.ranks_bound);
+  CHECK(plan.algorithm_for("all_reduce", 1 << 20) == "ring");
   // Bound round robin (braid-run on an idle machine) rabenseifner measured
   // fastest from 128 KiB to 1 MiB, and 1.3x slower than the ring over tcp
   // at 2 MiB, where its first half no longer fits a slice
   // (algorithm_costs.cpp).
-  CHECK(plan.algorithm_for("all_reduce", 256 << 10) == "rabenseifner");
-  CHECK(plan.algorithm_for("all_reduce", 1 << 20) == "rabenseifner");
-  CHECK(plan.algorithm_for("all_reduce", 2 << 20) == "ring");
+  for (std::size_t r = 0; r < infos.size(); ++r) infos[r].cpus = {std::uint64_t{1} << (r % 2)};
+  const Plan bound = make_plan(infos, Settings{}, algorithm_costs());
+  INFO(bound.describe());
+  REQUIRE(bound.oversubscribed);
+  CHECK(bound.ranks_bound);
+  CHECK(bound.describe().find("ranks bound to a CPU each") != std::string::npos);
+  CHECK(plan.describe().find("ranks bound") == std::string::npos);
+  CHECK(bound.algorithm_for("all_reduce", 256 << 10) == "rabenseifner");
+  CHECK(bound.algorithm_for("all_reduce", 1 << 20) == "rabenseifner");
+  CHECK(bound.algorithm_for("all_reduce", 2 << 20) == "ring");
   // 2 ranks with a core each: the tree keeps the middle sizes (the ring's
   // counts, and the tie), direct the smallest.
   std::vector<RankInfo> two = one_host(2);
@@ -362,11 +371,17 @@ TEST_CASE("cost functions: the counts of their files") {
   CHECK(std::isinf(cost::hierarchical_all_reduce(in)));
   // More ranks than cores: the received bytes are not counted, and a
   // pipelined schedule pays the slower of its transfer and its reduction;
-  // so do the others on one host while no message of theirs is larger than
-  // a slice (recdbl's and direct's whole buffer, rabenseifner's first half).
+  // with ranks bound to a CPU each, so do the others on one host while no
+  // message of theirs is larger than a slice (recdbl's and direct's whole
+  // buffer, rabenseifner's first half).
   in.oversubscribed = true;
   CHECK(cost::ring_all_reduce(in) == Approx(6 + 1500));
   CHECK(cost::tree_all_reduce(in) == Approx(4 + 2000 + 1000));
+  CHECK(cost::recursive_doubling_all_reduce(in) == Approx(2 + 2000 + 2000));
+  CHECK(cost::rabenseifner_all_reduce(in) == Approx(4 + 1500 + 750));
+  CHECK(cost::direct_all_reduce(in) == Approx(1 + 3000 + 5000));
+  in.bound = true;
+  CHECK(cost::ring_all_reduce(in) == Approx(6 + 1500));
   CHECK(cost::recursive_doubling_all_reduce(in) == Approx(2 + 2000));
   CHECK(cost::rabenseifner_all_reduce(in) == Approx(4 + 1500));
   CHECK(cost::direct_all_reduce(in) == Approx(1 + 5000));
@@ -377,6 +392,7 @@ TEST_CASE("cost functions: the counts of their files") {
   in.slice_limit = 499;
   CHECK(cost::rabenseifner_all_reduce(in) == Approx(4 + 1500 + 750));
   in.slice_limit = CostInputs{}.slice_limit;
+  in.bound = false;
   in.oversubscribed = false;
   in.ranks = 2;
   CHECK(cost::direct_all_reduce(in) == Approx(1 + 1000 + 1000));     // send + receive-and-reduce
