@@ -44,7 +44,8 @@ took 2.4 us in some launches and 4.2 in others, whatever the algorithm),
 auto's own median depends on how many of its launches drew the slow mode;
 the forced runs of the chosen algorithm do not carry that draw twice.
 --bind-to core pins rank i to the i-th CPU in every launch, which removes the
-draw (braid-run binds only when every rank gets a CPU of its own).
+draw (braid-run itself binds more ranks than CPUs round robin only when no
+other task runs at launch; docs/launchers.md).
 
 The algorithms default to those braid-perf --help lists for all_reduce (the
 algorithm registry), less hierarchical on one host (it runs as the ring there).
