@@ -53,8 +53,8 @@
 // sends at once, which a link takes in without its receiver running; a
 // larger one waits for its receiver's turn on a core as it goes). So on one
 // host of bound ranks recdbl, direct and rabenseifner are priced overlapped
-// up to that (overlapped() below); unbound ranks keep run 5's pricing. 4 ranks on 2 cores,
-// bound, medians of 3 interleaved rounds (bench/auto_vs_forced.py,
+// up to that (overlapped() below); unbound ranks keep run 5's pricing. 4
+// ranks on 2 cores, bound, medians of 3 interleaved rounds (bench/auto_vs_forced.py,
 // bench/figures/oversubscribed_bound/): rabenseifner was the fastest from
 // 128 KiB to 1 MiB over shm (57-252 us against the ring's 74-301) and at
 // 512 KiB and 1 MiB over tcp (495 and 799 us against 651 and 1364), and

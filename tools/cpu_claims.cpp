@@ -9,7 +9,9 @@
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 namespace braid {
@@ -47,6 +49,25 @@ bool still_named(int fd, const std::string& path) {
   struct stat open_one {}, named {};
   return ::fstat(fd, &open_one) == 0 && ::stat(path.c_str(), &named) == 0 && open_one.st_dev == named.st_dev &&
          open_one.st_ino == named.st_ino;
+}
+
+// The tasks the kernel counts runnable right now in a /proc/stat text (its
+// procs_running line); nullopt where the text has none.
+std::optional<int> runnable_tasks(std::string_view proc_stat) {
+  constexpr std::string_view key = "procs_running ";
+  for (std::size_t at = 0; at < proc_stat.size();) {
+    const std::size_t end = std::min(proc_stat.find('\n', at), proc_stat.size());
+    const std::string_view line = proc_stat.substr(at, end - at);
+    if (line.starts_with(key)) {
+      const std::string_view digits = line.substr(key.size());
+      int n = 0;
+      const auto [rest, err] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+      if (err == std::errc() && rest != digits.data()) return n;
+      return std::nullopt;
+    }
+    at = end + 1;
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -107,23 +128,6 @@ CpuClaims::~CpuClaims() {
   // the file, and one that opened it meanwhile finds it gone (still_named)
   // and makes a new one.
   if (file_ && try_lock(file_.get(), 0, 0)) ::unlink(path_.c_str());
-}
-
-std::optional<int> runnable_tasks(std::string_view proc_stat) {
-  constexpr std::string_view key = "procs_running ";
-  for (std::size_t at = 0; at < proc_stat.size();) {
-    const std::size_t end = std::min(proc_stat.find('\n', at), proc_stat.size());
-    const std::string_view line = proc_stat.substr(at, end - at);
-    if (line.starts_with(key)) {
-      const std::string_view digits = line.substr(key.size());
-      int n = 0;
-      const auto [rest, err] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
-      if (err == std::errc() && rest != digits.data()) return n;
-      return std::nullopt;
-    }
-    at = end + 1;
-  }
-  return std::nullopt;
 }
 
 bool others_running() {

@@ -26,10 +26,8 @@
 // counts as free, which is the binding of one braid-run alone.
 #pragma once
 
-#include <optional>
 #include <span>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "core/socket.hpp"  // Fd
@@ -60,10 +58,6 @@ class CpuClaims {
   Fd file_;
   std::vector<int> order_;
 };
-
-/// The tasks the kernel counts runnable right now in a /proc/stat text (its
-/// procs_running line); nullopt where the text has none.
-std::optional<int> runnable_tasks(std::string_view proc_stat);
 
 /// Whether a task other than the caller keeps a CPU of this machine busy:
 /// /proc/stat's procs_running, the least of 5 reads 1 ms apart (so that a

@@ -321,9 +321,7 @@ Plan make_plan(std::span<const RankInfo> ranks, const Settings& settings, std::s
   for (const auto& r : ranks) cache_kib = std::min<std::uint64_t>(cache_kib, r.cache_kib);
   plan.cache_bytes = static_cast<std::size_t>(cache_kib * 1024);
   plan.ranks_bound = !ranks.empty() && std::all_of(ranks.begin(), ranks.end(), [](const RankInfo& r) {
-    int cpus = 0;
-    for (auto word : r.cpus) cpus += std::popcount(word);
-    return cpus == 1;
+    return RankInfo::shared_cpus({&r, 1}, r.kernel_id) == 1;
   });
   for (const auto& [kernel, count] : per_kernel) {
     const int cpus = RankInfo::shared_cpus(ranks, kernel);
