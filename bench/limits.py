@@ -9,6 +9,9 @@ Measures, and prints as one table (and DIR/limits.csv):
   - one TCP stream over loopback and the 8-byte ping-pong half round trip,
     between two threads (build/bench/tcp_loopback), and one stream with
     iperf3 when it is installed (scripts/install-deps.sh --bench installs it);
+    and the rate each direction gets when two streams run in opposite
+    directions at once, one thread a side sending and receiving (printed
+    beside the model, not in it: a collective's bursts can beat it);
   - between two processes through shared memory (build/bench/shm_pingpong):
     the 8-byte half round trip of a spinning waiter, and the one-way copy
     rate per CPU second of the busier side at 1, 16 and 64 MiB, the best of
@@ -173,7 +176,8 @@ def measure(build, quick=False):
     return {"kernels": kernels,
             "tcp": {"ping_pong_us": values["ping_pong_half_rtt_8B"],
                     "ping_pong_polling_us": values.get("ping_pong_half_rtt_8B_polling"),
-                    "stream_gbps": values["stream_throughput"], "iperf3_gbps": iperf3_gbps(seconds)},
+                    "stream_gbps": values["stream_throughput"], "duplex_gbps": values.get("duplex_throughput"),
+                    "iperf3_gbps": iperf3_gbps(seconds)},
             "shm": shm_rates(build, "3" if quick else "5")}
 
 
@@ -188,6 +192,8 @@ def write_csv(path, limits):
         if t.get("ping_pong_polling_us") is not None:
             w.writerow(["tcp_ping_pong_half_rtt", "", "polling", 8, t["ping_pong_polling_us"], "", "us"])
         w.writerow(["tcp_stream", "", "threads", "", t["stream_gbps"], "", "GB/s"])
+        if t.get("duplex_gbps") is not None:
+            w.writerow(["tcp_duplex", "", "threads", "", t["duplex_gbps"], "", "GB/s"])
         if t["iperf3_gbps"] is not None:
             w.writerow(["tcp_stream", "", "iperf3", "", f"{t['iperf3_gbps']:.3f}", "", "GB/s"])
         shm = limits.get("shm")
@@ -215,6 +221,8 @@ def read_csv(path):
                 limits["tcp"]["ping_pong_polling_us" if r["build"] == "polling" else "ping_pong_us"] = float(r["median"])
             elif m == "tcp_stream" and r["build"] == "threads":
                 limits["tcp"]["stream_gbps"] = float(r["median"])
+            elif m == "tcp_duplex":
+                limits["tcp"]["duplex_gbps"] = float(r["median"])
             elif m == "shm_half_rtt":
                 limits["shm"]["half_rtt_us"] = float(r["median"])
             elif m == "shm_copy":
@@ -258,6 +266,9 @@ def format_limits(limits):
                  f"{t['stream_gbps']:.2f} GB/s" +
                  (f" (iperf3: {t['iperf3_gbps']:.2f} GB/s)" if t["iperf3_gbps"] is not None
                   else " (no iperf3 result: not installed, or see above)"))
+    if t.get("duplex_gbps") is not None:
+        lines.append(f"  two streams in opposite directions at once (each rank of an all-reduce sends and receives): "
+                     f"{t['duplex_gbps']:.2f} GB/s each")
     shm = limits.get("shm")
     if shm:
         lines.append(f"shared memory between two processes: 8-byte half round trip {shm['half_rtt_us']:.2f} us "

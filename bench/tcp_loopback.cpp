@@ -4,14 +4,16 @@
 // TCP_NODELAY (as braid's TCP transport sets it). The ping-pong runs twice:
 // blocking in recv (each message a sleep and a wake-up), and polling with
 // MSG_DONTWAIT (as a rank that spins does), which is the floor on a machine
-// with a core per side. bench/limits runs it, and iperf3 as well when it is
-// installed.
+// with a core per side. Then two streams in opposite directions at once,
+// as every rank of an all-reduce sends and receives: the rate each direction
+// keeps. bench/limits runs it, and iperf3 as well when it is installed.
 //
 //   tcp_loopback [--seconds S] [--csv]
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -115,6 +118,49 @@ double stream_gbps(double seconds) {
   return static_cast<double>(sent) / elapsed / 1e9;
 }
 
+// Two streams in opposite directions over one connection, as the ranks of
+// an all-reduce send at once: one thread a side, each sending and receiving
+// through a nonblocking socket as a rank's engine does. GB/s each direction
+// carried (the mean of the two) over about `seconds`.
+double duplex_gbps(double seconds) {
+  auto [a, b] = connect_pair();
+  constexpr std::size_t kChunk = std::size_t{1} << 20;
+  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  std::size_t sent[2] = {0, 0};
+  const auto start = Clock::now();
+  auto side = [end](int fd, std::size_t& total) {
+    std::vector<char> out(kChunk, 1);
+    std::vector<char> in(kChunk);
+    bool sending = true;
+    bool receiving = true;
+    while (sending || receiving) {
+      pollfd p{fd, static_cast<short>((sending ? POLLOUT : 0) | (receiving ? POLLIN : 0)), 0};
+      if (::poll(&p, 1, 10000) <= 0) die("duplex poll");
+      if (sending && (p.revents & POLLOUT)) {
+        const ssize_t k = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k > 0) total += static_cast<std::size_t>(k);
+        else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK) die("duplex send");
+        if (Clock::now() >= end) {
+          sending = false;
+          shutdown(fd, SHUT_WR);
+        }
+      }
+      if (receiving && (p.revents & (POLLIN | POLLHUP | POLLERR))) {
+        const ssize_t k = ::recv(fd, in.data(), in.size(), MSG_DONTWAIT);
+        if (k == 0) receiving = false;
+        else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK) die("duplex recv");
+      }
+    }
+  };
+  std::thread other(side, b, std::ref(sent[1]));
+  side(a, sent[0]);
+  other.join();
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  close(a);
+  close(b);
+  return static_cast<double>(sent[0] + sent[1]) / 2 / elapsed / 1e9;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -128,10 +174,13 @@ int main(int argc, char** argv) {
   const double latency = ping_pong_us(9, 2000, false);
   const double polled = ping_pong_us(9, 2000, true);
   const double throughput = stream_gbps(seconds);
+  const double duplex = duplex_gbps(seconds);
   if (csv)
     std::printf("measure,value,unit\nping_pong_half_rtt_8B,%.3f,us\nping_pong_half_rtt_8B_polling,%.3f,us\n"
-                "stream_throughput,%.3f,GB/s\n", latency, polled, throughput);
+                "stream_throughput,%.3f,GB/s\nduplex_throughput,%.3f,GB/s\n", latency, polled, throughput, duplex);
   else
     std::printf("8-byte ping-pong, half round trip: %.2f us blocking, %.2f us polling (median of 9 x 2000)\n"
-                "one TCP stream: %.2f GB/s (%.1f s)\n", latency, polled, throughput, seconds);
+                "one TCP stream: %.2f GB/s (%.1f s)\n"
+                "two streams in opposite directions at once: %.2f GB/s each\n", latency, polled, throughput, seconds,
+                duplex);
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """bench/limits.py's model on made-up rates: the least all-reduce time over
 shm and tcp, the duplex share slowing the shm copies, and limits.csv read
-back as written."""
+back as written (the two-way TCP rate with it)."""
 import os
 import sys
 import tempfile
@@ -45,4 +45,14 @@ with tempfile.TemporaryDirectory() as d:
     assert back["shm"]["duplex_share"] == {MiB: 0.5}, back["shm"]
     assert back["shm"]["copy_gbps"] == {MiB: 10.0}, back["shm"]
     assert close(limits.modelled_us(back, "shm", 2, MiB, cores=2), limits.modelled_us(machine, "shm", 2, MiB, cores=2))
+    assert "duplex_gbps" not in back["tcp"], back["tcp"]
+# The two-way TCP rate is written, read back and printed, and left out of the model.
+machine["tcp"]["duplex_gbps"] = 1.75
+with tempfile.TemporaryDirectory() as d:
+    path = os.path.join(d, "limits.csv")
+    limits.write_csv(path, machine)
+    back = limits.read_csv(path)
+    assert back["tcp"]["duplex_gbps"] == 1.75, back["tcp"]
+    assert close(limits.modelled_us(back, "tcp", 2, MiB, cores=2), 5.0 + share * (2 / 4 + 1 / 40) / 1e3)
+    assert "opposite directions at once" in limits.format_limits(back) and "1.75 GB/s each" in limits.format_limits(back)
 print("limits model: ok")
