@@ -72,10 +72,11 @@ struct DefaultParams {
 // against recdbl's 53-93, and over posix,cma 11-181 against 14-36 (direct
 // ahead only up to 64 B, by 3-4 us); without message_us the model ran
 // direct to 256 KiB on both. cuda_ipc has no GPU to measure here.
+constexpr DefaultParams kTcpDefaults{"tcp", {8.0, 2.0, 4.0}, {25.0, 0.5, 2.0, 12.0, 40.0, 15.0}};
 constexpr DefaultParams kDefaults[] = {
     {"shm", {0.5, 8.0, 6.0, 0, 40.0}, {4.1, 1.0, 2.0, 12.0, 2.75}},
-    {"tcp", {8.0, 2.0, 4.0}, {25.0, 0.5, 2.0, 12.0, 40.0, 15.0}},
-    {"ucx", {8.0, 2.0, 4.0}, {25.0, 0.5, 2.0, 12.0, 40.0, 15.0}},
+    kTcpDefaults,
+    {"ucx", kTcpDefaults.one_core_each, kTcpDefaults.oversubscribed},  // tcp's figures, by construction
     {"cuda_ipc", {10.0, 50.0, 100.0}, {10.0, 50.0, 100.0}},
 };
 

@@ -38,21 +38,25 @@ assert close(limits.modelled_us(machine, "tcp", 2, MiB, cores=2), 5.0 + share * 
 machine["shm"]["duplex_share"] = {MiB: 0.5}
 assert close(limits.modelled_us(machine, "shm", 4, MiB, cores=2), 2 * 0.5 + 2 * (3 * MiB / 4) * (2 / 5) / 1e3)
 
-with tempfile.TemporaryDirectory() as d:
-    path = os.path.join(d, "limits.csv")
-    limits.write_csv(path, machine)
-    back = limits.read_csv(path)
-    assert back["shm"]["duplex_share"] == {MiB: 0.5}, back["shm"]
-    assert back["shm"]["copy_gbps"] == {MiB: 10.0}, back["shm"]
-    assert close(limits.modelled_us(back, "shm", 2, MiB, cores=2), limits.modelled_us(machine, "shm", 2, MiB, cores=2))
-    assert "duplex_gbps" not in back["tcp"], back["tcp"]
+
+def written_and_read(m):
+    """`m` through limits.csv: write_csv, then read_csv."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "limits.csv")
+        limits.write_csv(path, m)
+        return limits.read_csv(path)
+
+
+back = written_and_read(machine)
+assert back["shm"]["duplex_share"] == {MiB: 0.5}, back["shm"]
+assert back["shm"]["copy_gbps"] == {MiB: 10.0}, back["shm"]
+assert close(limits.modelled_us(back, "shm", 2, MiB, cores=2), limits.modelled_us(machine, "shm", 2, MiB, cores=2))
+assert "duplex_gbps" not in back["tcp"], back["tcp"]
 # The two-way TCP rate is written, read back and printed, and left out of the model.
 machine["tcp"]["duplex_gbps"] = 1.75
-with tempfile.TemporaryDirectory() as d:
-    path = os.path.join(d, "limits.csv")
-    limits.write_csv(path, machine)
-    back = limits.read_csv(path)
-    assert back["tcp"]["duplex_gbps"] == 1.75, back["tcp"]
-    assert close(limits.modelled_us(back, "tcp", 2, MiB, cores=2), 5.0 + share * (2 / 4 + 1 / 40) / 1e3)
-    assert "opposite directions at once" in limits.format_limits(back) and "1.75 GB/s each" in limits.format_limits(back)
+back = written_and_read(machine)
+assert back["tcp"]["duplex_gbps"] == 1.75, back["tcp"]
+assert close(limits.modelled_us(back, "tcp", 2, MiB, cores=2), 5.0 + share * (2 / 4 + 1 / 40) / 1e3)
+printed = limits.format_limits(back)
+assert "opposite directions at once" in printed and "1.75 GB/s each" in printed, printed
 print("limits model: ok")
