@@ -415,12 +415,33 @@ void CommImpl::check_arrived(const Operation& op) {
 }
 
 void CommImpl::check_peer_failure(int peer) {
-  if (!store_ || store_lost_) return;
+  if (auto why = peer_failure_notice(peer))
+    throw PeerLost(cat("rank ", rank_, ": rank ", peer, " (", infos_[peer].hostname, ") left the communicator: ", *why));
+}
+
+Failure CommImpl::with_peer_notice(Failure failure, const Operation& op) {
+  // A notice read on the link is in the text already ("gave up").
+  if (failure.code != ErrorCode::peer_lost || !op.plan || failure.what.find(" gave up") != std::string::npos)
+    return failure;
+  // Bounded as a whole: a busy store costs each question kFailureLook.
+  const Deadline deadline = Deadline::after(4 * kFailureLook);
+  for (int p : op.plan->peers) {
+    if (deadline.expired()) break;
+    if (auto why = peer_failure_notice(p)) {
+      failure.what += cat("; rank ", p, " had published why it failed: ", *why);
+      break;
+    }
+  }
+  return failure;
+}
+
+std::optional<std::string> CommImpl::peer_failure_notice(int peer) {
+  if (!store_ || store_lost_) return std::nullopt;
   std::optional<Bytes> why;
   try {
     why = store_->peek(failure_key(peer), kFailureLook);
   } catch (const Timeout&) {
-    return;  // busy: look again next time
+    return std::nullopt;  // busy: look again next time
   } catch (const Error& e) {
     // The store went with the process hosting it, which finished (its
     // communicators finalized and its linger ended) or failed: the store only
@@ -429,12 +450,10 @@ void CommImpl::check_peer_failure(int peer) {
     store_lost_ = true;
     log_info("rank ", rank_, ": the braid store at ", store_name_, " is gone (rank ", store_host_, "'s process finished "
              "or failed); failures of peers are now learnt from the connections alone (", e.what(), ")");
-    return;
+    return std::nullopt;
   }
-  if (why)
-    throw PeerLost(cat("rank ", rank_, ": rank ", peer, " (", infos_[peer].hostname,
-                       ") left the communicator: ",
-                       std::string_view(reinterpret_cast<const char*>(why->data()), why->size())));
+  if (!why) return std::nullopt;
+  return std::string(reinterpret_cast<const char*>(why->data()), why->size());
 }
 
 std::string CommImpl::failure_key(int rank) const { return StoreHost::failure_key(scope_, comm_id_, rank); }

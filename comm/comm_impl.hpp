@@ -275,6 +275,14 @@ class CommImpl {
   std::string failure_key(int rank) const;
   /// Throws PeerLost when `peer` published a failure.
   void check_peer_failure(int peer);
+  /// `peer`'s published failure, if the store has one (nothing when the
+  /// store is busy or gone).
+  std::optional<std::string> peer_failure_notice(int peer);
+  /// A link lost to a peer that gave up and closed before its notice was
+  /// read on the link (it exited at once, and a reset drops what this side
+  /// had not read): the failure names the cause the peer published in the
+  /// store for `op`'s peers, so it still leads to the rank that failed first.
+  Failure with_peer_notice(Failure failure, const Operation& op);
   /// Publishes this rank's failure for the peers it has no link to, and
   /// withdraws from the contexts, so a rank that dials learns at once.
   void announce_failure(const std::string& why);

@@ -138,7 +138,7 @@ CommImpl::StepResult CommImpl::step(Operation& op, const std::shared_ptr<Operati
     // An unqueued operation is the engine's target, which it holds: it joins
     // the queue first, so that fail_queue fails it with the others.
     if (unqueued != nullptr) enqueue_running(*unqueued);
-    fail_queue(Failure::of(e));
+    fail_queue(with_peer_notice(Failure::of(e), op));
     return StepResult::failed;
   }
 }
