@@ -226,7 +226,10 @@ def describe_status(code):
 
 
 def tail(r, lines=12):
-    text = r.stderr().splitlines()[-lines:]
+    # A crash's backtrace fills the last lines: its cause (an assertion, a
+    # sanitizer's report) comes before them.
+    crashed = r.proc.returncode is not None and r.proc.returncode < 0
+    text = r.stderr().splitlines()[-(lines * 4 if crashed else lines):]
     out = r.stdout().splitlines()[-3:]
     return (f"  --- rank {r.rank} ({describe_status(r.proc.returncode)}) stderr:\n    " + "\n    ".join(text) +
             ("\n    stdout: " + " | ".join(out) if out else ""))
@@ -626,9 +629,9 @@ def run_in_job(name, case, make_job, keep_logs, label=""):
         status = SKIP
     except (CaseFailed, IpFailed) as e:
         print(f"case {name}{label}: FAILED: {e}", flush=True)
-        status = 1
+        status = RERUN if UCX_TCP_PUT_ASSERTION in str(e) else 1
     finally:
-        if keep_logs or status == 1:
+        if keep_logs or status in (1, RERUN):
             print(f"  (logs in {logdir})", flush=True)
         else:
             shutil.rmtree(logdir, ignore_errors=True)
@@ -641,13 +644,29 @@ def run_in_job(name, case, make_job, keep_logs, label=""):
 TCP_CASES = {"linkdown", "garbage"}
 
 
+# UCX 1.13's tcp transport (Debian 12's) can abort a process whose peer died
+# while a rendezvous PUT to it was unacknowledged: "tcp_ep.c:939 Assertion
+# `ep->flags & UCT_TCP_EP_FLAG_PUT_TX_WAITING_ACK' failed" inside
+# ucp_worker_progress, about once in 100 kill -9 runs under load. It is
+# UCX's own check, not braid's: a run that meets it runs again, twice at
+# most, and any other failure fails. UCX_TCP_PUT_ENABLE=n avoids it at a
+# cost of about 20% at 1-16 MiB over tcp, so braid leaves UCX's default.
+UCX_TCP_PUT_ASSERTION = "UCT_TCP_EP_FLAG_PUT_TX_WAITING_ACK' failed"
+RERUN = 2
+
+
 def run_case(name, worker, keep_logs, transport=None):
     if name in TCP_CASES:
         transport = "tcp"
     if name == "linkdown" and os.geteuid() != 0 and not os.environ.get("BRAID_FAULTS_IN_USERNS"):
         return linkdown_in_user_namespace(worker, keep_logs)
-    return run_in_job(name, CASES[name], lambda logdir: Job(worker, logdir, transport), keep_logs,
-                      f" (transport {transport})" if transport else "")
+    for attempt in range(3):
+        status = run_in_job(name, CASES[name], lambda logdir: Job(worker, logdir, transport), keep_logs,
+                            f" (transport {transport})" if transport else "")
+        if status != RERUN:
+            return status
+        print(f"case {name}: a rank met UCX's tcp PUT assertion (a UCX 1.13 bug, not braid's)", flush=True)
+    return 1
 
 
 def stop_cleanly_on_signals(program):
