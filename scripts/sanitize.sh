@@ -7,8 +7,19 @@
 # with ThreadSanitizer. Any report fails the run.
 # Build folders: ASAN_BUILD_DIR (default build-asan) and TSAN_BUILD_DIR
 # (default build-tsan).
+#
+#   scripts/sanitize.sh           build both folders, then run their tests
+#   scripts/sanitize.sh --build   build both folders only (scripts/test.sh
+#                                 does this at the lowest priority beside
+#                                 the main suite)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+build_only=0
+case "${1:-}" in
+  '') ;;
+  --build) build_only=1 ;;
+  *) echo "usage: scripts/sanitize.sh [--build]" >&2; exit 2 ;;
+esac
 asan=${ASAN_BUILD_DIR:-build-asan}
 tsan=${TSAN_BUILD_DIR:-build-tsan}
 status=0
@@ -45,6 +56,18 @@ PY
 # build runs both whole.
 asan_suites=(--suite unit --suite collectives --suite transport --suite multiprocess --suite launcher --suite mirrored
              --suite elastic --no-suite multiprocess_tcp)
+# Without UCX: its libucm replaces madvise() for the whole process, and
+# under TSan that hook takes a lock while glibc sets up a new thread's stack,
+# before TSan knows the thread, and crashes (SIGSEGV in every threaded test).
+tsan_setup() {
+  [ -f "$tsan/build.ninja" ] ||
+    meson setup "$tsan" --buildtype=debugoptimized -Doptimization=1 -Db_sanitize=thread -Db_lundef=false -Dgpu=disabled \
+      -Ducx=disabled -Dtorch=disabled >/dev/null
+}
+tsan_targets=(tests/unit/unit_comm tests/unit/unit_store tests/unit/unit_store_jobs tests/unit/unit_auth tools/braid-run
+              tests/mirrored/mirrored_check tests/transport/transport_conformance tests/multiprocess/group_uneven_check
+              tests/faults/elastic_worker)
+
 # -O1, the level ASan's authors recommend (it reports what -O2 may optimise
 # away), compiles in about a quarter less CPU time than debugoptimized's -O2
 # (tests/unit/test_store.cpp: 68 s against 93 s). braid.torch's suite is not
@@ -64,19 +87,16 @@ fi
 asan_targets=$(suite_targets "$asan" "${asan_suites[@]}") && [ -n "$asan_targets" ] || exit 1
 # shellcheck disable=SC2086  # one target a word; none has a space
 ninja -C "$asan" $asan_targets >/dev/null || exit 1
+if [ "$build_only" = 1 ]; then
+  tsan_setup || exit 1
+  ninja -C "$tsan" "${tsan_targets[@]}" >/dev/null || exit 1
+  exit 0
+fi
 BRAID_SCHEDULE_SAMPLE=4 meson test -C "$asan" --num-processes 2 --timeout-multiplier 4 --print-errorlogs \
   "${asan_suites[@]}" || status=1
 
-# Without UCX: its libucm replaces madvise() for the whole process, and
-# under TSan that hook takes a lock while glibc sets up a new thread's stack,
-# before TSan knows the thread, and crashes (SIGSEGV in every threaded test).
-if [ ! -f "$tsan/build.ninja" ]; then
-  meson setup "$tsan" --buildtype=debugoptimized -Doptimization=1 -Db_sanitize=thread -Db_lundef=false -Dgpu=disabled -Ducx=disabled -Dtorch=disabled \
-    >/dev/null || exit 1
-fi
-ninja -C "$tsan" tests/unit/unit_comm tests/unit/unit_store tests/unit/unit_store_jobs tests/unit/unit_auth tools/braid-run \
-  tests/mirrored/mirrored_check tests/transport/transport_conformance tests/multiprocess/group_uneven_check \
-  tests/faults/elastic_worker >/dev/null || exit 1
+tsan_setup || exit 1
+ninja -C "$tsan" "${tsan_targets[@]}" >/dev/null || exit 1
 meson test -C "$tsan" --no-rebuild --num-processes 1 --timeout-multiplier 4 --print-errorlogs \
   unit/comm unit/store unit/store_jobs unit/auth mirrored/mirrored_1x3_replicas mirrored/mirrored_2x2_replicas \
   mirrored/parameter_server_2_workers_2_servers transport/conformance_shm multiprocess/group_uneven_3_ranks \
