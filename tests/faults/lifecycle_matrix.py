@@ -394,14 +394,18 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", required=True)
     ap.add_argument("--case", required=True, choices=sorted(CASES) + ["all"])
-    ap.add_argument("--repeat", type=int, default=1, help="run each case this many times in a row")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run each case this many times in a row (times BRAID_SOAK, scripts/soak.sh)")
     ap.add_argument("--keep-logs", action="store_true")
     args = ap.parse_args()
+    soak = os.environ.get("BRAID_SOAK", "1")
+    if not soak.isdigit() or int(soak) < 1:
+        ap.error(f"BRAID_SOAK={soak!r}: expected a whole number of 1 or more")
     worker = os.path.abspath(args.worker)
     names = list(CASES) if args.case == "all" else [args.case]
     failed = 0
     for name in names:
-        for i in range(1, args.repeat + 1):
+        for i in range(1, args.repeat * int(soak) + 1):
             if run_in_job(name, CASES[name], lambda logdir: LifecycleJob(worker, logdir), args.keep_logs,
                           f" [run {i}]"):
                 failed += 1

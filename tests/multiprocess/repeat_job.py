@@ -11,6 +11,9 @@ exits 1 on any failure, 0 otherwise. The busy loops (`yes >/dev/null`) are
 started and stopped here, each also under coreutils timeout, so none
 outlives the test. Load makes the ranks' replies arrive late and out of
 turn, which is when races at a communicator's birth and death show.
+
+BRAID_SOAK=K multiplies --runs and --limit by K (scripts/soak.sh): CI runs
+each job the number of times its test names, a soak K times as many.
 """
 
 import argparse
@@ -19,6 +22,13 @@ import signal
 import subprocess
 import sys
 import time
+
+
+def soak_factor():
+    text = os.environ.get("BRAID_SOAK", "1")
+    if not text.isdigit() or int(text) < 1:
+        sys.exit(f"repeat_job: BRAID_SOAK={text!r}: expected a whole number of 1 or more")
+    return int(text)
 
 
 def main():
@@ -32,6 +42,9 @@ def main():
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given after --")
+    soak = soak_factor()
+    args.runs *= soak
+    args.limit *= soak
     # Meson stops a test that overruns with SIGTERM: the load goes first.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     busy = [subprocess.Popen(["timeout", str(int(args.limit) + 10), "yes"], stdout=subprocess.DEVNULL,
