@@ -660,7 +660,7 @@ def run_case(name, worker, keep_logs, transport=None):
         transport = "tcp"
     if name == "linkdown" and os.geteuid() != 0 and not os.environ.get("BRAID_FAULTS_IN_USERNS"):
         return linkdown_in_user_namespace(worker, keep_logs)
-    for attempt in range(3):
+    for _ in range(3):
         status = run_in_job(name, CASES[name], lambda logdir: Job(worker, logdir, transport), keep_logs,
                             f" (transport {transport})" if transport else "")
         if status != RERUN:

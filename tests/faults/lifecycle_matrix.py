@@ -59,6 +59,8 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fault_matrix import (CaseFailed, Job, Rank, expect_error, finish, free_port, listening_ports,  # noqa: E402
                           run_in_job, span, stop_cleanly_on_signals, tail)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "multiprocess"))
+from repeat_job import soak_factor  # noqa: E402
 
 OP_TIME = re.compile(r"\(op ([0-9.]+) s\)")
 
@@ -398,14 +400,12 @@ def main():
                     help="run each case this many times in a row (times BRAID_SOAK, scripts/soak.sh)")
     ap.add_argument("--keep-logs", action="store_true")
     args = ap.parse_args()
-    soak = os.environ.get("BRAID_SOAK", "1")
-    if not soak.isdigit() or int(soak) < 1:
-        ap.error(f"BRAID_SOAK={soak!r}: expected a whole number of 1 or more")
+    soak = soak_factor()
     worker = os.path.abspath(args.worker)
     names = list(CASES) if args.case == "all" else [args.case]
     failed = 0
     for name in names:
-        for i in range(1, args.repeat * int(soak) + 1):
+        for i in range(1, args.repeat * soak + 1):
             if run_in_job(name, CASES[name], lambda logdir: LifecycleJob(worker, logdir), args.keep_logs,
                           f" [run {i}]"):
                 failed += 1

@@ -25,9 +25,11 @@ import time
 
 
 def soak_factor():
+    """BRAID_SOAK (default 1): how many times its count a soak runs a
+    repeated test (here and in tests/faults/lifecycle_matrix.py)."""
     text = os.environ.get("BRAID_SOAK", "1")
     if not text.isdigit() or int(text) < 1:
-        sys.exit(f"repeat_job: BRAID_SOAK={text!r}: expected a whole number of 1 or more")
+        sys.exit(f"{os.path.basename(sys.argv[0])}: BRAID_SOAK={text!r}: expected a whole number of 1 or more")
     return int(text)
 
 
